@@ -1,0 +1,64 @@
+/*
+ * stowage/trace.h: allocation traces (the .rep format of ../shared/traces).
+ *
+ * Format, one event per line:
+ *     <number of distinct allocation ids> <number of events>
+ *     a <id> <size in bytes> <stream index>
+ *     f <id>
+ * Ids are dense and 0-based; an id is allocated at most once and freed at most
+ * once, after its allocation. Blank lines and lines starting with '#' are
+ * ignored. Allocations never freed were live when the recording ended.
+ */
+#ifndef STOWAGE_TRACE_H
+#define STOWAGE_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stowage/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { STOW_TRACE_ALLOC = 'a', STOW_TRACE_FREE = 'f' } stow_trace_kind_t;
+
+typedef struct stow_trace_event {
+    uint64_t size_bytes; /* requested bytes (ALLOC); the allocation's size (FREE) */
+    uint32_t id;         /* allocation id, < id_count */
+    uint16_t stream;     /* stream index of the allocation (FREE: same as its ALLOC) */
+    uint8_t kind;        /* stow_trace_kind_t */
+    uint8_t reserved_;   /* zero */
+} stow_trace_event_t;
+
+typedef struct stow_trace {
+    char *path;                 /* as given to stow_trace_load */
+    uint32_t id_count;          /* from the header */
+    uint32_t stream_count;      /* 1 + largest stream index used */
+    size_t event_count;         /* events[0 .. event_count) */
+    stow_trace_event_t *events; /* owned by the trace */
+    uint64_t peak_live_bytes;   /* max over time of the sum of live requested sizes */
+    size_t peak_live_event;     /* index of the event after which that peak is first reached */
+} stow_trace_t;
+
+/*
+ * Reads and validates a trace file. On a malformed file returns STOW_EPARSE and
+ * writes "FILE:LINE: reason" into err (always NUL-terminated when err_len > 0);
+ * STOW_EIO when the file cannot be read. *out is untouched on error.
+ * Ownership: the caller frees *out with stow_trace_free.
+ * Thread safety: reentrant.
+ * Errors: STOW_EINVAL, STOW_EIO, STOW_EPARSE, STOW_EHOSTMEM.
+ */
+stow_status_t stow_trace_load(const char *path, stow_trace_t **out, char *err, size_t err_len);
+
+/* Same as stow_trace_load, from a memory buffer; `name` is used in messages. */
+stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_len,
+                               stow_trace_t **out, char *err, size_t err_len);
+
+/* DESTRUCTOR. NULL is a harmless no-op. */
+void stow_trace_free(stow_trace_t *trace);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOWAGE_TRACE_H */

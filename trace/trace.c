@@ -1,0 +1,287 @@
+/*
+ * trace/trace.c: reader of the .rep allocation-trace format (stowage/trace.h).
+ *
+ * Owns parsing and validation only; it never touches a pool. Every rejection
+ * names the file, the line and the reason, because users feed it traces
+ * recorded elsewhere and must be able to find the broken line.
+ */
+#include "stowage/trace.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Ids are stored as uint32_t and streams as uint16_t in each event. */
+#define TRACE_MAX_IDS ((uint64_t)UINT32_MAX)
+#define TRACE_MAX_STREAMS 65536u
+/* A size above 2^62 bytes cannot be a real device allocation; rejecting it
+ * keeps every later sum of sizes far from overflow. */
+#define TRACE_MAX_SIZE_BYTES ((uint64_t)1 << 62)
+
+typedef struct parser {
+    const char *name;
+    const char *cursor;
+    const char *end;
+    size_t line;
+    char *err;
+    size_t err_len;
+} parser_t;
+
+static stow_status_t parse_error(parser_t *p, const char *fmt, ...)
+{
+    if (p->err && p->err_len > 0) {
+        int n = snprintf(p->err, p->err_len, "%s:%zu: ", p->name, p->line);
+        if (n >= 0 && (size_t)n < p->err_len) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(p->err + n, p->err_len - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return STOW_EPARSE;
+}
+
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+/* Returns the next line's [begin, end) without its newline; false at EOF. */
+static bool next_line(parser_t *p, const char **begin, const char **end)
+{
+    if (p->cursor >= p->end)
+        return false;
+    const char *nl = memchr(p->cursor, '\n', (size_t)(p->end - p->cursor));
+    *begin = p->cursor;
+    *end = nl ? nl : p->end;
+    p->cursor = nl ? nl + 1 : p->end;
+    p->line++;
+    return true;
+}
+
+static void skip_blanks(const char **s, const char *end)
+{
+    while (*s < end && is_blank(**s))
+        (*s)++;
+}
+
+/* Parses an unsigned decimal field; rejects signs, overflow and garbage. */
+static bool parse_u64(const char **s, const char *end, uint64_t *out)
+{
+    skip_blanks(s, end);
+    const char *q = *s;
+    uint64_t v = 0;
+    if (q >= end || *q < '0' || *q > '9')
+        return false;
+    while (q < end && *q >= '0' && *q <= '9') {
+        unsigned digit = (unsigned)(*q - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            return false;
+        v = v * 10 + digit;
+        q++;
+    }
+    if (q < end && !is_blank(*q))
+        return false;
+    *s = q;
+    *out = v;
+    return true;
+}
+
+static bool at_line_end(const char *s, const char *end)
+{
+    skip_blanks(&s, end);
+    return s == end;
+}
+
+static bool is_skippable(const char *b, const char *e)
+{
+    skip_blanks(&b, e);
+    return b == e || *b == '#';
+}
+
+typedef struct id_state {
+    uint64_t size_bytes; /* 0 until allocated */
+    uint16_t stream;
+    uint8_t state; /* 0 unseen, 1 live, 2 freed */
+} id_state_t;
+
+static stow_status_t parse_header(parser_t *p, uint64_t *ids, uint64_t *events)
+{
+    const char *b, *e;
+    do {
+        if (!next_line(p, &b, &e))
+            return parse_error(p, "empty trace: missing header '<ids> <events>'");
+    } while (is_skippable(b, e));
+    if (!parse_u64(&b, e, ids) || !parse_u64(&b, e, events) || !at_line_end(b, e))
+        return parse_error(p, "header must be '<number of ids> <number of events>'");
+    if (*ids > TRACE_MAX_IDS)
+        return parse_error(p, "too many ids (%llu, at most %llu)", (unsigned long long)*ids,
+                           (unsigned long long)TRACE_MAX_IDS);
+    /* An id is allocated and freed at most once. */
+    if (*events > 2 * *ids)
+        return parse_error(p, "header announces %llu events for %llu ids (at most 2 per id)",
+                           (unsigned long long)*events, (unsigned long long)*ids);
+    return STOW_OK;
+}
+
+static stow_status_t parse_event(parser_t *p, const char *b, const char *e, stow_trace_t *t,
+                                 id_state_t *ids, uint64_t *live_bytes)
+{
+    skip_blanks(&b, e);
+    char kind = *b++;
+    uint64_t id, size = 0, stream = 0;
+    if ((kind != 'a' && kind != 'f') || b >= e || !is_blank(*b))
+        return parse_error(p, "expected 'a <id> <size> <stream>' or 'f <id>'");
+    if (!parse_u64(&b, e, &id))
+        return parse_error(p, "bad id");
+    if (id >= t->id_count)
+        return parse_error(p, "id %llu out of range (header says %u ids)",
+                           (unsigned long long)id, t->id_count);
+    id_state_t *st = &ids[id];
+    stow_trace_event_t *ev = &t->events[t->event_count];
+    if (kind == 'a') {
+        if (!parse_u64(&b, e, &size) || !parse_u64(&b, e, &stream) || !at_line_end(b, e))
+            return parse_error(p, "allocation must be 'a <id> <size> <stream>'");
+        if (size == 0)
+            return parse_error(p, "allocation %llu has size 0", (unsigned long long)id);
+        if (size > TRACE_MAX_SIZE_BYTES)
+            return parse_error(p, "allocation %llu: size %llu is absurd (more than 2^62)",
+                               (unsigned long long)id, (unsigned long long)size);
+        if (stream >= TRACE_MAX_STREAMS)
+            return parse_error(p, "stream index %llu too large", (unsigned long long)stream);
+        if (st->state != 0)
+            return parse_error(p, "id %llu allocated twice", (unsigned long long)id);
+        st->state = 1;
+        st->size_bytes = size;
+        st->stream = (uint16_t)stream;
+        *live_bytes += size; /* <= 2^32 ids x 2^62: no overflow */
+        if (stream + 1 > t->stream_count)
+            t->stream_count = (uint32_t)stream + 1;
+    } else {
+        if (!at_line_end(b, e))
+            return parse_error(p, "free must be 'f <id>'");
+        if (st->state == 0)
+            return parse_error(p, "id %llu freed before it was allocated",
+                               (unsigned long long)id);
+        if (st->state == 2)
+            return parse_error(p, "id %llu freed twice", (unsigned long long)id);
+        st->state = 2;
+        *live_bytes -= st->size_bytes;
+    }
+    ev->kind = (uint8_t)kind;
+    ev->id = (uint32_t)id;
+    ev->size_bytes = st->size_bytes;
+    ev->stream = st->stream;
+    ev->reserved_ = 0;
+    return STOW_OK;
+}
+
+stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_len,
+                               stow_trace_t **out, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!name || (!text && text_len) || !out)
+        return STOW_EINVAL;
+    parser_t p = {name, text, text + text_len, 0, err, err_len};
+    uint64_t id_count, event_count;
+    stow_status_t st = parse_header(&p, &id_count, &event_count);
+    if (st != STOW_OK)
+        return st;
+
+    stow_trace_t *t = calloc(1, sizeof *t);
+    id_state_t *ids = calloc(id_count ? id_count : 1, sizeof *ids);
+    if (t)
+        t->events = malloc((event_count ? event_count : 1) * sizeof *t->events);
+    if (t)
+        t->path = strdup(name);
+    if (!t || !ids || !t->events || !t->path) {
+        free(ids);
+        stow_trace_free(t);
+        return STOW_EHOSTMEM;
+    }
+    t->id_count = (uint32_t)id_count;
+    t->stream_count = 1;
+
+    uint64_t live_bytes = 0;
+    const char *b, *e;
+    while (next_line(&p, &b, &e)) {
+        if (is_skippable(b, e))
+            continue;
+        if (t->event_count == event_count) {
+            st = parse_error(&p, "more events than the header's %llu",
+                             (unsigned long long)event_count);
+            break;
+        }
+        st = parse_event(&p, b, e, t, ids, &live_bytes);
+        if (st != STOW_OK)
+            break;
+        t->event_count++;
+        if (live_bytes > t->peak_live_bytes) {
+            t->peak_live_bytes = live_bytes;
+            t->peak_live_event = t->event_count - 1;
+        }
+    }
+    if (st == STOW_OK && t->event_count != event_count)
+        st = parse_error(&p, "header announces %llu events, file has %zu",
+                         (unsigned long long)event_count, t->event_count);
+    free(ids);
+    if (st != STOW_OK) {
+        stow_trace_free(t);
+        return st;
+    }
+    *out = t;
+    return STOW_OK;
+}
+
+stow_status_t stow_trace_load(const char *path, stow_trace_t **out, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!path || !out)
+        return STOW_EINVAL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (err && err_len)
+            snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return STOW_EIO;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    stow_status_t st = STOW_OK;
+    for (;;) {
+        if (cap - len < 65536) {
+            size_t ncap = cap ? cap * 2 : 1 << 20;
+            char *n = realloc(text, ncap);
+            if (!n) {
+                st = STOW_EHOSTMEM;
+                break;
+            }
+            text = n;
+            cap = ncap;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (st == STOW_OK && ferror(f)) {
+        if (err && err_len)
+            snprintf(err, err_len, "%s: read error", path);
+        st = STOW_EIO;
+    }
+    fclose(f);
+    if (st == STOW_OK)
+        st = stow_trace_parse(path, text, len, out, err, err_len);
+    free(text);
+    return st;
+}
+
+void stow_trace_free(stow_trace_t *trace)
+{
+    if (!trace)
+        return;
+    free(trace->events);
+    free(trace->path);
+    free(trace);
+}
