@@ -464,17 +464,6 @@ static void ptm_release_segment(stow_ptm_t *m, ptm_block_t *b) {
     ptm_block_delete(m, b);
 }
 
-/* release_block of PyTorch for cudaMalloc blocks; for an expandable block (which
- * PyTorch's release_available_cached_blocks cannot meet unless max_split_size is
- * combined with expandable segments) its whole pages are unmapped instead. */
-static void ptm_release_any(stow_ptm_t *m, ptm_block_t *b) {
-    if (!b->seg) {
-        ptm_release_block(m, b);
-    } else if (ptm_reserve_slots(m, 2)) {
-        ptm_unmap_block(m, b);
-    }
-}
-
 /* release_blocks: cudaFree every unsplit cached block; unmap the free pages of
  * every free expandable block, then drop segments left with no mapped page. */
 static void ptm_release_blocks(stow_ptm_t *m, int pool) {
@@ -657,7 +646,8 @@ static ptm_block_t *ptm_alloc_block(stow_ptm_t *m, int pool, uint32_t stream, si
 
 /* release_available_cached_blocks: frees oversize cached blocks (only when
  * max_split_size is set): the smallest one that covers the request, else the
- * largest ones until their sum does. */
+ * largest ones until their sum does. Expandable blocks are skipped, as PyTorch 2.x
+ * does (they are only unmapped by release_cached_blocks). */
 static int ptm_release_available(stow_ptm_t *m, int pool, uint32_t stream, size_t size) {
     size_t msplit = m->cfg.max_split_size_bytes;
     if (msplit == SIZE_MAX) return 0;
@@ -667,8 +657,8 @@ static int ptm_release_available(stow_ptm_t *m, int pool, uint32_t stream, size_
     key.size = size < msplit ? msplit : size;
     key.addr = 0;
     ptm_block_t *it = tr_lower_bound(p->free_root, &key, 0);
-    if (it && it->stream == stream) {
-        ptm_release_any(m, it);
+    if (it && it->stream == stream && !it->seg) {
+        ptm_release_block(m, it);
         return 1;
     }
     it = tr_before(p->free_root, &key, 0);
@@ -676,8 +666,10 @@ static int ptm_release_available(stow_ptm_t *m, int pool, uint32_t stream, size_
     while (it && released < key.size && it->size >= msplit && it->stream == stream) {
         ptm_block_t *cur = it;
         it = tr_before(p->free_root, cur, 0);
-        released += cur->size;
-        ptm_release_any(m, cur);
+        if (!cur->seg) {
+            released += cur->size;
+            ptm_release_block(m, cur);
+        }
     }
     return released >= key.size;
 }
@@ -696,7 +688,7 @@ static void ptm_garbage_collect(stow_ptm_t *m) {
     n = tr_collect(p->free_root, all, 0, n);
     int64_t total_age = 0, count = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!all[i]->prev && !all[i]->next) {
+        if (!all[i]->prev && !all[i]->next) { /* expandable blocks are never unsplit */
             total_age += p->get_free_blocks_call_count - all[i]->gc_count_base;
             count++;
         }
