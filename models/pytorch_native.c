@@ -11,8 +11,8 @@
  * The control flow follows PyTorch's DeviceCachingAllocator (malloc, free,
  * get_free_block, alloc_block, release_*, map_block, unmap_block) so that every
  * decision that changes reserved bytes is made by the same rule, in the same order.
- * The code is written from the behaviour described in
- * ../shared/notes/allocators.md section 2; none of it is copied.
+ * The rules were learned from PyTorch's source and ../shared/notes/allocators.md
+ * section 2; no PyTorch code is copied.
  *
  * Invariants (checked by stow__ptm_check):
  *   - blocks of one segment form a doubly linked list ordered by address, with no
