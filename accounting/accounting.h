@@ -1,0 +1,171 @@
+/*
+ * accounting/accounting.h: the pool's books. The pool calls these at every
+ * state change, with its lock held; they are inline because they sit on the
+ * alloc/free fast path. Snapshots, scopes, summary and JSON live in
+ * accounting/stats.c and accounting/emit.c.
+ *
+ * Invariants: every stow_stat_t keeps current == allocated - freed and
+ * current <= peak; each scope's peaks are >= the values at its push.
+ */
+#ifndef STOWAGE_ACCOUNTING_H
+#define STOWAGE_ACCOUNTING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stowage.h"
+
+typedef struct stow_scope_frame {
+    uint64_t allocated_at_push, allocated_peak;
+    uint64_t reserved_at_push, reserved_peak;
+} stow_scope_frame_t;
+
+typedef struct stow_accounting {
+    stow_stats_t s;                /* arrays, counters, size classes; snapshot source */
+    uint64_t pending_bytes;        /* PENDING blocks (freed, waiting for events) */
+    uint64_t idle_segment_bytes;   /* segments with live_blocks == 0 */
+    bool reserved_peak_moved;      /* a new reserved peak since the last waste snapshot */
+    unsigned scope_depth;
+    stow_scope_frame_t scope[STOW_SCOPE_MAX_DEPTH];
+} stow_accounting_t;
+
+static inline void stow__stat_add(stow_stat_t *st, uint64_t n)
+{
+    st->current += n;
+    st->allocated += n;
+    if (st->current > st->peak)
+        st->peak = st->current;
+}
+
+static inline void stow__stat_sub(stow_stat_t *st, uint64_t n)
+{
+    st->current -= n;
+    st->freed += n;
+}
+
+/* Adds to the "all" entry and to the pool kind's entry. */
+static inline void stow__stat2_add(stow_stat_t *arr, unsigned kind, uint64_t n)
+{
+    stow__stat_add(&arr[STOW_POOL_ALL], n);
+    stow__stat_add(&arr[kind], n);
+}
+
+static inline void stow__stat2_sub(stow_stat_t *arr, unsigned kind, uint64_t n)
+{
+    stow__stat_sub(&arr[STOW_POOL_ALL], n);
+    stow__stat_sub(&arr[kind], n);
+}
+
+static inline void stow__acct_scope_note_allocated(stow_accounting_t *a)
+{
+    if (a->scope_depth) {
+        stow_scope_frame_t *f = &a->scope[a->scope_depth - 1];
+        uint64_t cur = a->s.allocated_bytes[STOW_POOL_ALL].current;
+        if (cur > f->allocated_peak)
+            f->allocated_peak = cur;
+    }
+}
+
+/* Size class of a request for per-class counters (stowage/stats.h). */
+static inline unsigned stow__size_class_of(size_t requested_bytes)
+{
+    if (requested_bytes <= 512)
+        return 0;
+    unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)(requested_bytes - 1));
+    unsigned cls = lg - 8u; /* (2^lg, 2^(lg+1)] with lg >= 9 -> class lg - 8 */
+    return cls < STOW_SIZE_CLASS_COUNT ? cls : STOW_SIZE_CLASS_COUNT - 1;
+}
+
+/* A block of block_bytes was handed out for requested_bytes. */
+static inline void stow__acct_alloc(stow_accounting_t *a, unsigned kind, uint64_t block_bytes,
+                                    uint64_t requested_bytes, unsigned size_class, bool hit)
+{
+    stow_stats_t *s = &a->s;
+    stow__stat2_add(s->allocated_bytes, kind, block_bytes);
+    stow__stat2_add(s->active_bytes, kind, block_bytes);
+    stow__stat2_add(s->requested_bytes, kind, requested_bytes);
+    stow__stat2_add(s->allocation, kind, 1);
+    stow__stat2_add(s->active, kind, 1);
+    stow_size_class_stats_t *c = &s->size_class[size_class];
+    c->requests++;
+    if (hit) {
+        c->hits++;
+        s->num_cache_hits++;
+    } else {
+        c->misses++;
+        s->num_cache_misses++;
+    }
+    if (++c->live > c->live_peak)
+        c->live_peak = c->live;
+    stow__acct_scope_note_allocated(a);
+}
+
+/* The user freed a block: allocation figures drop now; active ones drop when
+ * the block really becomes free (stow__acct_release_active). */
+static inline void stow__acct_free(stow_accounting_t *a, unsigned kind, uint64_t block_bytes,
+                                   uint64_t requested_bytes, unsigned size_class)
+{
+    stow_stats_t *s = &a->s;
+    stow__stat2_sub(s->allocated_bytes, kind, block_bytes);
+    stow__stat2_sub(s->requested_bytes, kind, requested_bytes);
+    stow__stat2_sub(s->allocation, kind, 1);
+    s->size_class[size_class].live--;
+}
+
+static inline void stow__acct_release_active(stow_accounting_t *a, unsigned kind,
+                                             uint64_t block_bytes)
+{
+    stow__stat2_sub(a->s.active_bytes, kind, block_bytes);
+    stow__stat2_sub(a->s.active, kind, 1);
+}
+
+static inline void stow__acct_segment_add(stow_accounting_t *a, unsigned kind, uint64_t bytes)
+{
+    stow_stats_t *s = &a->s;
+    uint64_t old_peak = s->reserved_bytes[STOW_POOL_ALL].peak;
+    stow__stat2_add(s->reserved_bytes, kind, bytes);
+    stow__stat2_add(s->segment, kind, 1);
+    if (s->reserved_bytes[STOW_POOL_ALL].peak > old_peak)
+        a->reserved_peak_moved = true;
+    if (a->scope_depth) {
+        stow_scope_frame_t *f = &a->scope[a->scope_depth - 1];
+        uint64_t cur = s->reserved_bytes[STOW_POOL_ALL].current;
+        if (cur > f->reserved_peak)
+            f->reserved_peak = cur;
+    }
+}
+
+static inline void stow__acct_segment_remove(stow_accounting_t *a, unsigned kind, uint64_t bytes)
+{
+    stow__stat2_sub(a->s.reserved_bytes, kind, bytes);
+    stow__stat2_sub(a->s.segment, kind, 1);
+}
+
+/* A free block entered (+) or left (-) a free index while not covering its
+ * whole segment: PyTorch's "inactive split". */
+static inline void stow__acct_inactive_split(stow_accounting_t *a, unsigned kind, uint64_t bytes,
+                                             bool add)
+{
+    if (add) {
+        stow__stat2_add(a->s.inactive_split_bytes, kind, bytes);
+        stow__stat2_add(a->s.inactive_split, kind, 1);
+    } else {
+        stow__stat2_sub(a->s.inactive_split_bytes, kind, bytes);
+        stow__stat2_sub(a->s.inactive_split, kind, 1);
+    }
+}
+
+/* accounting/stats.c */
+void stow__acct_init(stow_accounting_t *a);
+/* Records fragmentation now (and its peak); largest_free is the largest cached block. */
+void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t largest_free_bytes);
+/* Takes the waste-at-peak snapshot if reserved reached a new peak since the last one. */
+void stow__acct_note_waste_if_peak(stow_accounting_t *a, uint64_t largest_free_bytes);
+void stow__acct_snapshot(const stow_accounting_t *a, uint64_t largest_free_bytes,
+                         stow_stats_t *out);
+void stow__acct_reset_peak(stow_accounting_t *a, uint64_t largest_free_bytes);
+void stow__acct_reset_accumulated(stow_accounting_t *a);
+stow_status_t stow__acct_scope_push(stow_accounting_t *a, unsigned *depth_out);
+stow_status_t stow__acct_scope_pop(stow_accounting_t *a, stow_scope_result_t *out);
+
+#endif /* STOWAGE_ACCOUNTING_H */

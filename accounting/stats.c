@@ -1,0 +1,141 @@
+/*
+ * accounting/stats.c: snapshots, fragmentation, waste at the reserved peak,
+ * peak resets and nestable high-water-mark scopes. The per-event updates are
+ * the inline functions of accounting/accounting.h.
+ */
+#include "accounting/accounting.h"
+
+#include <string.h>
+
+void stow__acct_init(stow_accounting_t *a)
+{
+    memset(a, 0, sizeof *a);
+    a->s.size = (uint32_t)sizeof(stow_stats_t);
+    a->s.version = STOW_STATS_VERSION;
+}
+
+static uint64_t free_reserved_bytes(const stow_accounting_t *a)
+{
+    return a->s.reserved_bytes[STOW_POOL_ALL].current - a->s.active_bytes[STOW_POOL_ALL].current;
+}
+
+static double fragmentation_of(uint64_t free_bytes, uint64_t largest_free_bytes)
+{
+    if (free_bytes == 0)
+        return 0.0;
+    return 1.0 - (double)largest_free_bytes / (double)free_bytes;
+}
+
+void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t largest_free_bytes)
+{
+    double f = fragmentation_of(free_reserved_bytes(a), largest_free_bytes);
+    a->s.fragmentation = f;
+    if (f > a->s.fragmentation_peak)
+        a->s.fragmentation_peak = f;
+}
+
+static void take_waste_snapshot(stow_accounting_t *a, uint64_t largest_free_bytes)
+{
+    const stow_stats_t *s = &a->s;
+    stow_waste_t *w = &a->s.waste_at_peak;
+    uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
+    uint64_t allocated = s->allocated_bytes[STOW_POOL_ALL].current;
+    uint64_t requested = s->requested_bytes[STOW_POOL_ALL].current;
+    uint64_t active = s->active_bytes[STOW_POOL_ALL].current;
+    w->reserved_bytes = reserved;
+    w->requested_bytes = requested;
+    w->rounding_bytes = allocated - requested;
+    w->pending_bytes = a->pending_bytes;
+    w->idle_cached_bytes = a->idle_segment_bytes;
+    w->split_remainder_bytes = reserved - active - a->idle_segment_bytes;
+    w->fragmentation = fragmentation_of(reserved - active, largest_free_bytes);
+    a->reserved_peak_moved = false;
+}
+
+void stow__acct_note_waste_if_peak(stow_accounting_t *a, uint64_t largest_free_bytes)
+{
+    if (a->reserved_peak_moved)
+        take_waste_snapshot(a, largest_free_bytes);
+}
+
+void stow__acct_snapshot(const stow_accounting_t *a, uint64_t largest_free_bytes,
+                         stow_stats_t *out)
+{
+    *out = a->s;
+    out->free_reserved_bytes = free_reserved_bytes(a);
+    out->largest_free_block_bytes = largest_free_bytes;
+    out->fragmentation = fragmentation_of(out->free_reserved_bytes, largest_free_bytes);
+}
+
+#define RESET_ARRAY_PEAK_(name, label)                  \
+    for (unsigned k = 0; k < STOW_POOL_KINDS; k++)      \
+        a->s.name[k].peak = a->s.name[k].current;
+
+void stow__acct_reset_peak(stow_accounting_t *a, uint64_t largest_free_bytes)
+{
+    STOW_STAT_ARRAY_FIELDS(RESET_ARRAY_PEAK_)
+    for (unsigned c = 0; c < STOW_SIZE_CLASS_COUNT; c++)
+        a->s.size_class[c].live_peak = a->s.size_class[c].live;
+    stow__acct_note_fragmentation(a, largest_free_bytes);
+    a->s.fragmentation_peak = a->s.fragmentation;
+    take_waste_snapshot(a, largest_free_bytes);
+}
+#undef RESET_ARRAY_PEAK_
+
+#define RESET_ARRAY_TOTALS_(name, label)                \
+    for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {    \
+        a->s.name[k].allocated = a->s.name[k].current;  \
+        a->s.name[k].freed = 0;                         \
+    }
+#define RESET_COUNTER_(name, desc) a->s.name = 0;
+
+void stow__acct_reset_accumulated(stow_accounting_t *a)
+{
+    /* allocated - freed must keep equal to current, so the cumulative increase
+     * restarts from the current value (as if everything live was allocated now). */
+    STOW_STAT_ARRAY_FIELDS(RESET_ARRAY_TOTALS_)
+    STOW_COUNTER_FIELDS(RESET_COUNTER_)
+    for (unsigned c = 0; c < STOW_SIZE_CLASS_COUNT; c++) {
+        stow_size_class_stats_t *sc = &a->s.size_class[c];
+        sc->requests = sc->hits = sc->misses = 0;
+    }
+}
+#undef RESET_ARRAY_TOTALS_
+#undef RESET_COUNTER_
+
+stow_status_t stow__acct_scope_push(stow_accounting_t *a, unsigned *depth_out)
+{
+    if (a->scope_depth >= STOW_SCOPE_MAX_DEPTH)
+        return STOW_EBUSY;
+    stow_scope_frame_t *f = &a->scope[a->scope_depth++];
+    f->allocated_at_push = f->allocated_peak = a->s.allocated_bytes[STOW_POOL_ALL].current;
+    f->reserved_at_push = f->reserved_peak = a->s.reserved_bytes[STOW_POOL_ALL].current;
+    if (depth_out)
+        *depth_out = a->scope_depth;
+    return STOW_OK;
+}
+
+stow_status_t stow__acct_scope_pop(stow_accounting_t *a, stow_scope_result_t *out)
+{
+    if (a->scope_depth == 0)
+        return STOW_EINVAL;
+    /* Only the innermost frame is updated per event; its peaks flow into the
+     * parent when it closes, which keeps the per-event cost O(1). */
+    stow_scope_frame_t *f = &a->scope[--a->scope_depth];
+    if (a->scope_depth) {
+        stow_scope_frame_t *parent = &a->scope[a->scope_depth - 1];
+        if (f->allocated_peak > parent->allocated_peak)
+            parent->allocated_peak = f->allocated_peak;
+        if (f->reserved_peak > parent->reserved_peak)
+            parent->reserved_peak = f->reserved_peak;
+    }
+    if (out) {
+        out->allocated_bytes_at_push = f->allocated_at_push;
+        out->allocated_bytes_peak = f->allocated_peak;
+        out->reserved_bytes_at_push = f->reserved_at_push;
+        out->reserved_bytes_peak = f->reserved_peak;
+        out->allocated_bytes_at_pop = a->s.allocated_bytes[STOW_POOL_ALL].current;
+        out->reserved_bytes_at_pop = a->s.reserved_bytes[STOW_POOL_ALL].current;
+    }
+    return STOW_OK;
+}

@@ -1,0 +1,55 @@
+/*
+ * allocator/block_store.c: block metadata in chunks of 512, recycled through a
+ * free list, so that splitting and merging blocks never calls malloc on the
+ * hot path and destroying a pool frees everything at once.
+ */
+#include "allocator/internal.h"
+
+#include <string.h>
+
+#define BLOCKS_PER_CHUNK 512
+
+struct stow_block_chunk {
+    stow_block_chunk_t *next;
+    stow_block_t blocks[BLOCKS_PER_CHUNK];
+};
+
+stow_block_t *stow__block_new(stow_block_store_t *store)
+{
+    if (STOW_UNLIKELY(!store->free_list)) {
+        stow_block_chunk_t *chunk = malloc(sizeof *chunk);
+        if (!chunk)
+            return NULL;
+        chunk->next = store->chunks;
+        store->chunks = chunk;
+        for (size_t i = BLOCKS_PER_CHUNK; i-- > 0;) {
+            chunk->blocks[i].next = store->free_list;
+            store->free_list = &chunk->blocks[i];
+        }
+    }
+    stow_block_t *b = store->free_list;
+    store->free_list = b->next;
+    memset(b, 0, sizeof *b);
+    store->live_count++;
+    return b;
+}
+
+void stow__block_delete(stow_block_store_t *store, stow_block_t *b)
+{
+    free(b->uses);
+    b->uses = NULL;
+    b->next = store->free_list;
+    store->free_list = b;
+    store->live_count--;
+}
+
+void stow__block_store_destroy(stow_block_store_t *store)
+{
+    while (store->chunks) {
+        stow_block_chunk_t *next = store->chunks->next;
+        free(store->chunks);
+        store->chunks = next;
+    }
+    store->free_list = NULL;
+    store->live_count = 0;
+}

@@ -1,0 +1,155 @@
+/*
+ * allocator/check.c: the expensive whole-pool consistency check, computed
+ * independently of the incremental books (SQLite's "compute it two ways").
+ * Used by tests after every event and by STOW_DEBUG >= 3 builds.
+ */
+#include "allocator/internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+
+static stow_status_t violation(char *why, size_t len, const char *fmt, ...)
+{
+    if (why && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, len, fmt, ap);
+        va_end(ap);
+    }
+    return STOW_EINVAL;
+}
+
+typedef struct tally {
+    uint64_t reserved[STOW_POOL_KINDS], segments[STOW_POOL_KINDS];
+    uint64_t allocated[STOW_POOL_KINDS], requested[STOW_POOL_KINDS], active[STOW_POOL_KINDS];
+    uint64_t allocations[STOW_POOL_KINDS], active_count[STOW_POOL_KINDS];
+    uint64_t split_bytes[STOW_POOL_KINDS], split_count[STOW_POOL_KINDS];
+    uint64_t free_blocks, live_blocks, pending_bytes, idle_bytes;
+} tally_t;
+
+static void add2(uint64_t *arr, unsigned kind, uint64_t v)
+{
+    arr[STOW_POOL_ALL] += v;
+    arr[kind] += v;
+}
+
+static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg, tally_t *t,
+                                   char *why, size_t len)
+{
+    unsigned k = seg->pool_kind;
+    add2(t->reserved, k, seg->size_bytes);
+    add2(t->segments, k, 1);
+    uintptr_t expect = seg->base;
+    uint32_t live = 0;
+    const stow_block_t *prev = NULL;
+    for (const stow_block_t *b = seg->first; b; prev = b, b = b->next) {
+        if (b->addr != expect || b->prev != prev || b->segment != seg || b->pool_kind != k)
+            return violation(why, len, "segment %#" PRIxPTR ": block %#" PRIxPTR
+                             " breaks the tiling", seg->base, b->addr);
+        if (b->size_bytes == 0 || b->size_bytes % STOW_MIN_BLOCK_BYTES)
+            return violation(why, len, "block %#" PRIxPTR ": bad size %zu", b->addr,
+                             b->size_bytes);
+        expect += b->size_bytes;
+        if (b->state == BLOCK_FREE) {
+            t->free_blocks++;
+            if (prev && prev->state == BLOCK_FREE && prev->owner == b->owner)
+                return violation(why, len, "blocks %#" PRIxPTR " and %#" PRIxPTR
+                                 " are free, adjacent and unmerged", prev->addr, b->addr);
+            if (b->prev || b->next) {
+                add2(t->split_bytes, k, b->size_bytes);
+                add2(t->split_count, k, 1);
+            }
+            if (stow__ptr_map_get(&pool->live, b->addr) == b)
+                return violation(why, len, "free block %#" PRIxPTR " is in the live map",
+                                 b->addr);
+        } else {
+            live++;
+            t->live_blocks++;
+            if (stow__ptr_map_get(&pool->live, b->addr) != b)
+                return violation(why, len, "live block %#" PRIxPTR " missing from the live map",
+                                 b->addr);
+            add2(t->active, k, b->size_bytes);
+            add2(t->active_count, k, 1);
+            if (b->state == BLOCK_ALLOCATED) {
+                if (b->requested_bytes > b->size_bytes || b->requested_bytes == 0)
+                    return violation(why, len, "block %#" PRIxPTR ": requested %zu > size %zu",
+                                     b->addr, b->requested_bytes, b->size_bytes);
+                add2(t->allocated, k, b->size_bytes);
+                add2(t->requested, k, b->requested_bytes);
+                add2(t->allocations, k, 1);
+            } else {
+                t->pending_bytes += b->size_bytes;
+            }
+        }
+    }
+    if (expect != seg->base + seg->size_bytes)
+        return violation(why, len, "segment %#" PRIxPTR ": blocks cover %zu of %zu bytes",
+                         seg->base, (size_t)(expect - seg->base), seg->size_bytes);
+    if (live != seg->live_blocks)
+        return violation(why, len, "segment %#" PRIxPTR ": live_blocks %u, counted %u",
+                         seg->base, seg->live_blocks, live);
+    if (!live)
+        t->idle_bytes += seg->size_bytes;
+    return STOW_OK;
+}
+
+static stow_status_t compare(const char *name, unsigned k, uint64_t books, uint64_t counted,
+                             char *why, size_t len)
+{
+    if (books == counted)
+        return STOW_OK;
+    return violation(why, len, "%s[%u]: books say %" PRIu64 ", blocks add up to %" PRIu64, name,
+                     k, books, counted);
+}
+
+stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
+{
+    tally_t t = {0};
+    stow_status_t st;
+    for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next)
+        if ((st = check_segment(pool, seg, &t, why, len)) != STOW_OK)
+            return st;
+    const stow_stats_t *s = &pool->acct.s;
+    for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {
+        if ((st = compare("reserved_bytes", k, s->reserved_bytes[k].current, t.reserved[k], why,
+                          len)) ||
+            (st = compare("segment", k, s->segment[k].current, t.segments[k], why, len)) ||
+            (st = compare("allocated_bytes", k, s->allocated_bytes[k].current, t.allocated[k],
+                          why, len)) ||
+            (st = compare("requested_bytes", k, s->requested_bytes[k].current, t.requested[k],
+                          why, len)) ||
+            (st = compare("active_bytes", k, s->active_bytes[k].current, t.active[k], why,
+                          len)) ||
+            (st = compare("allocation", k, s->allocation[k].current, t.allocations[k], why,
+                          len)) ||
+            (st = compare("active", k, s->active[k].current, t.active_count[k], why, len)) ||
+            (st = compare("inactive_split_bytes", k, s->inactive_split_bytes[k].current,
+                          t.split_bytes[k], why, len)) ||
+            (st = compare("inactive_split", k, s->inactive_split[k].current, t.split_count[k],
+                          why, len)))
+            return st;
+        if (s->reserved_bytes[k].current > s->reserved_bytes[k].peak ||
+            s->allocated_bytes[k].current > s->allocated_bytes[k].peak)
+            return violation(why, len, "a current value exceeds its peak");
+    }
+    if ((st = compare("pending_bytes", 0, pool->acct.pending_bytes, t.pending_bytes, why, len)) ||
+        (st = compare("idle_segment_bytes", 0, pool->acct.idle_segment_bytes, t.idle_bytes, why,
+                      len)) ||
+        (st = compare("live map entries", 0, pool->live.count, t.live_blocks, why, len)))
+        return st;
+    uint64_t indexed = pool->any->free[STOW_POOL_SMALL].block_count +
+                       pool->any->free[STOW_POOL_LARGE].block_count;
+    for (size_t i = 0; i < pool->stream_count; i++)
+        indexed += pool->streams[i]->free[STOW_POOL_SMALL].block_count +
+                   pool->streams[i]->free[STOW_POOL_LARGE].block_count;
+    if ((st = compare("free blocks indexed", 0, indexed, t.free_blocks, why, len)))
+        return st;
+    if (!pool->largest_free_dirty) {
+        uint64_t cached = pool->largest_free_cache;
+        pool->largest_free_dirty = true;
+        if ((st = compare("largest free block", 0, cached, stow__pool_largest_free(pool), why,
+                          len)))
+            return st;
+    }
+    return STOW_OK;
+}

@@ -1,0 +1,182 @@
+/*
+ * allocator/free_index.c: the free blocks of one (stream, pool kind), for
+ * exact best fit in O(log n).
+ *
+ * Blocks are binned by size (size_class.c: bins ordered by size, a bitmap of
+ * non-empty bins); each bin is a treap keyed by (size, address) with heap
+ * priorities hashed from the address, so the structure is deterministic.
+ * Best fit = lower_bound((size, 0)) in the request's own bin, else the minimum
+ * of the next non-empty bin: the smallest block that fits, lowest address
+ * among equal sizes, without scanning free blocks.
+ */
+#include "allocator/internal.h"
+
+static bool key_less(const stow_block_t *a, const stow_block_t *b)
+{
+    return a->size_bytes < b->size_bytes ||
+           (a->size_bytes == b->size_bytes && a->addr < b->addr);
+}
+
+static uint32_t priority_of(uintptr_t addr)
+{
+    uint64_t h = (uint64_t)addr * 0xD6E8FEB86659FD93ull;
+    return (uint32_t)(h >> 32);
+}
+
+/* Splits t into keys < key (left) and >= key (right). */
+static void treap_split(stow_block_t *t, const stow_block_t *key, stow_block_t **l,
+                        stow_block_t **r)
+{
+    while (t) {
+        if (key_less(t, key)) {
+            *l = t;
+            l = &t->right;
+            t = t->right;
+        } else {
+            *r = t;
+            r = &t->left;
+            t = t->left;
+        }
+    }
+    *l = NULL;
+    *r = NULL;
+}
+
+/* Merges two treaps where every key of a is below every key of b. */
+static stow_block_t *treap_merge(stow_block_t *a, stow_block_t *b)
+{
+    stow_block_t *root = NULL, **link = &root;
+    while (a && b) {
+        if (a->priority >= b->priority) {
+            *link = a;
+            link = &a->right;
+            a = a->right;
+        } else {
+            *link = b;
+            link = &b->left;
+            b = b->left;
+        }
+    }
+    *link = a ? a : b;
+    return root;
+}
+
+static void bitmap_set(stow_free_index_t *idx, unsigned bin)
+{
+    idx->bitmap[bin / 64] |= (uint64_t)1 << (bin % 64);
+}
+
+static void bitmap_clear(stow_free_index_t *idx, unsigned bin)
+{
+    idx->bitmap[bin / 64] &= ~((uint64_t)1 << (bin % 64));
+}
+
+void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
+{
+    unsigned bin = stow__free_bin_of(b->size_bytes);
+    b->priority = priority_of(b->addr);
+    b->left = b->right = NULL;
+    /* Descend while the existing nodes outrank b, then split the rest under b. */
+    stow_block_t **link = &idx->root[bin];
+    while (*link && (*link)->priority > b->priority)
+        link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
+    treap_split(*link, b, &b->left, &b->right);
+    *link = b;
+    bitmap_set(idx, bin);
+    idx->block_count++;
+    idx->bytes += b->size_bytes;
+}
+
+void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b)
+{
+    unsigned bin = stow__free_bin_of(b->size_bytes);
+    stow_block_t **link = &idx->root[bin];
+    while (*link != b) {
+        stow_assert_internal(*link != NULL);
+        link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
+    }
+    *link = treap_merge(b->left, b->right);
+    b->left = b->right = NULL;
+    if (!idx->root[bin])
+        bitmap_clear(idx, bin);
+    idx->block_count--;
+    idx->bytes -= b->size_bytes;
+}
+
+static int next_nonempty_bin(const stow_free_index_t *idx, unsigned from)
+{
+    unsigned w = from / 64;
+    if (w >= STOW_FREE_BITMAP_WORDS)
+        return -1;
+    uint64_t word = idx->bitmap[w] & (~(uint64_t)0 << (from % 64));
+    for (;;) {
+        if (word)
+            return (int)(w * 64 + (unsigned)__builtin_ctzll(word));
+        if (++w == STOW_FREE_BITMAP_WORDS)
+            return -1;
+        word = idx->bitmap[w];
+    }
+}
+
+stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes)
+{
+    unsigned bin = stow__free_bin_of(size_bytes);
+    int b = next_nonempty_bin(idx, bin);
+    if (b < 0)
+        return NULL;
+    if ((unsigned)b == bin) {
+        stow_block_t *best = NULL;
+        for (stow_block_t *t = idx->root[bin]; t;) {
+            if (t->size_bytes >= size_bytes) { /* (size, 0) <= (t.size, t.addr) */
+                best = t;
+                t = t->left;
+            } else {
+                t = t->right;
+            }
+        }
+        if (best)
+            return best;
+        b = next_nonempty_bin(idx, bin + 1);
+        if (b < 0)
+            return NULL;
+    }
+    stow_block_t *t = idx->root[b];
+    while (t->left)
+        t = t->left;
+    return t;
+}
+
+stow_block_t *stow__free_index_largest(const stow_free_index_t *idx)
+{
+    for (int w = STOW_FREE_BITMAP_WORDS - 1; w >= 0; w--) {
+        if (!idx->bitmap[w])
+            continue;
+        unsigned bin = (unsigned)w * 64 + 63u - (unsigned)__builtin_clzll(idx->bitmap[w]);
+        stow_block_t *t = idx->root[bin];
+        while (t->right)
+            t = t->right;
+        return t;
+    }
+    return NULL;
+}
+
+static size_t collect_tree(stow_block_t *t, stow_block_t **out, size_t n)
+{
+    /* Iterative pre-order with the output array as the stack's tail. */
+    while (t) {
+        out[n++] = t;
+        if (t->right)
+            n = collect_tree(t->right, out, n);
+        t = t->left;
+    }
+    return n;
+}
+
+size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out)
+{
+    size_t n = 0;
+    for (unsigned bin = 0; bin < STOW_FREE_BINS; bin++)
+        if (idx->root[bin])
+            n = collect_tree(idx->root[bin], out, n);
+    return n;
+}

@@ -1,0 +1,132 @@
+/*
+ * allocator/internal.h: cross-file functions of the allocator, grouped by the
+ * file that defines them, and the assertion levels.
+ */
+#ifndef STOWAGE_ALLOCATOR_INTERNAL_H
+#define STOWAGE_ALLOCATOR_INTERNAL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "accounting/accounting.h"
+#include "allocator/types.h"
+
+/* Assertion levels (STOW_DEBUG): 1 caller contracts, 2 internal, 3 expensive
+ * whole-pool checks. Release builds (0) compile them out. A failed assertion is
+ * an allocator bug, never bad user input (which gets a status code). */
+#ifndef STOW_DEBUG
+#define STOW_DEBUG 0
+#endif
+#define STOW_ASSERT_FAIL_(expr) \
+    (fprintf(stderr, "stowage: %s:%d: assertion failed: %s\n", __FILE__, __LINE__, #expr), abort())
+#if STOW_DEBUG >= 1
+#define stow_assert(expr) ((expr) ? (void)0 : STOW_ASSERT_FAIL_(expr))
+#else
+#define stow_assert(expr) ((void)0)
+#endif
+#if STOW_DEBUG >= 2
+#define stow_assert_internal(expr) ((expr) ? (void)0 : STOW_ASSERT_FAIL_(expr))
+#else
+#define stow_assert_internal(expr) ((void)0)
+#endif
+
+#define STOW_LIKELY(x) __builtin_expect(!!(x), 1)
+#define STOW_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- ptr_map.c ---- */
+stow_status_t stow__ptr_map_init(stow_ptr_map_t *map);
+void stow__ptr_map_destroy(stow_ptr_map_t *map);
+void *stow__ptr_map_get(const stow_ptr_map_t *map, uintptr_t key);
+/* Makes room for one more key; call before put, which cannot fail. */
+stow_status_t stow__ptr_map_reserve_one(stow_ptr_map_t *map);
+void stow__ptr_map_put(stow_ptr_map_t *map, uintptr_t key, void *value);
+void *stow__ptr_map_remove(stow_ptr_map_t *map, uintptr_t key);
+
+/* ---- size_class.c ---- */
+/* Rounds a request to its block size; STOW_EOVERFLOW near SIZE_MAX. */
+stow_status_t stow__round_size(const stow_config_t *config, size_t size_bytes, size_t *out);
+unsigned stow__free_bin_of(size_t size_bytes);
+
+/* ---- free_index.c ---- */
+void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b);
+void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b);
+/* Smallest block with size >= size_bytes, lowest address among equals; NULL if none. */
+stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes);
+stow_block_t *stow__free_index_largest(const stow_free_index_t *idx);
+/* Appends every block of idx to out[] (capacity idx->block_count), in no order. */
+size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out);
+
+/* ---- block_store.c ---- */
+stow_block_t *stow__block_new(stow_block_store_t *store);
+void stow__block_delete(stow_block_store_t *store, stow_block_t *b);
+void stow__block_store_destroy(stow_block_store_t *store);
+
+/* ---- options.c ---- */
+/* Checks a configuration; on error writes the offending key into err. */
+stow_status_t stow__config_validate(const stow_config_t *config, char *err, size_t err_len);
+
+/* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
+struct stow_pool {
+    pthread_mutex_t lock;
+    stow_config_t config;
+    const stow_backend_t *backend;
+    size_t granularity_bytes;
+    bool has_events;                 /* backend orders streams with events */
+    size_t capacity_bytes;           /* device total from mem_info */
+    size_t limit_bytes;              /* memory_fraction x capacity */
+    stow_ptr_map_t live;             /* addr -> ALLOCATED or PENDING block */
+    stow_block_store_t blocks;
+    stow_stream_state_t **streams;   /* per-stream free indexes */
+    size_t stream_count, stream_capacity;
+    stow_stream_state_t *last_stream; /* lookup cache: most recent stream */
+    stow_stream_state_t *any;        /* blocks reusable by every stream */
+    stow_segment_t *segments;        /* all segments, most recent first */
+    stow_block_t *pending;           /* PENDING blocks, linked through ->right */
+    stow_accounting_t acct;
+    uint64_t op_count;               /* alloc + free calls, the GC clock */
+    uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
+    bool largest_free_dirty;
+    char oom_message[768];
+};
+
+/* Inserts a FREE block into its owner's index (with accounting). */
+void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b);
+void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b);
+/* Frees a block for good: coalesces and indexes it under `owner`. */
+void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
+uint64_t stow__pool_largest_free(stow_pool_t *pool);
+stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st);
+
+/* ---- segment.c ---- */
+/* Slow path: reserves a segment for a request of `rounded` bytes on `ss` and
+ * returns its single free block (already indexed under ss), or an error after
+ * the release-and-retry path. */
+stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                                 size_t rounded, size_t requested, stow_block_t **out);
+/* Releases segments whose only block is free; all = every such segment,
+ * else only until `want_bytes` were released (oldest idle first). */
+size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes);
+void stow__segment_release_all(stow_pool_t *pool);
+
+/* ---- stream.c ---- */
+stow_stream_state_t *stow__stream_get(stow_pool_t *pool, stow_stream_t stream);
+stow_status_t stow__stream_state_new(stow_pool_t *pool, stow_stream_t stream,
+                                     stow_stream_state_t **out);
+void stow__stream_states_destroy(stow_pool_t *pool);
+/* Frees a block with record_stream users: records events, makes it PENDING. */
+stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b);
+/* Turns PENDING blocks whose events completed into FREE blocks. */
+void stow__stream_process_pending(stow_pool_t *pool);
+/* Moves blocks freed on other streams into `any` once a clearance event
+ * recorded after their free completed; returns whether any moved. */
+bool stow__stream_clear_others(stow_pool_t *pool, stow_stream_state_t *except);
+/* After a device synchronize: everything free is clear for every stream. */
+void stow__stream_clear_all_synchronized(stow_pool_t *pool);
+stow_status_t stow__stream_add_use(stow_pool_t *pool, stow_block_t *b, stow_stream_t stream);
+
+/* ---- check.c ---- */
+/* Walks every structure and checks the invariants of types.h and the books.
+ * Returns STOW_OK or writes the first violation into why. Lock held. */
+stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t why_len);
+
+#endif /* STOWAGE_ALLOCATOR_INTERNAL_H */

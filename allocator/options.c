@@ -1,0 +1,290 @@
+/*
+ * allocator/options.c: stow_config_t defaults and the STOWAGE_CONF parser
+ * (PyTorch's "key:value,key:value" syntax, so users can carry their
+ * PYTORCH_CUDA_ALLOC_CONF settings over).
+ *
+ * Parsing works on a copy and commits only when every key was valid: a bad
+ * setting never half-applies.
+ */
+#include "allocator/internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#define MIB ((size_t)1 << 20)
+#define KEY_MAX 64
+#define VALUE_MAX 256
+
+void stow_config_default(stow_config_t *config)
+{
+    memset(config, 0, sizeof *config);
+    config->policy = STOW_POLICY_CLASSIC;
+    config->max_split_size_bytes = SIZE_MAX;
+    config->max_non_split_rounding_bytes = 20 * MIB;
+    config->garbage_collection_threshold = 0.0;
+    config->memory_fraction = 1.0;
+    config->release_idle_on_grow = true;
+}
+
+static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return STOW_EINVAL;
+}
+
+static bool is_pow2_or_zero(unsigned long v) { return (v & (v - 1)) == 0; }
+
+stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t err_len)
+{
+    if (c->policy != STOW_POLICY_CLASSIC && c->policy != STOW_POLICY_VMM)
+        return fail(err, err_len, "key 'policy': unknown policy %d", (int)c->policy);
+    if (c->max_split_size_bytes < 20 * MIB)
+        return fail(err, err_len, "key 'max_split_size_mb': must be at least 20 (MiB)");
+    if (c->max_non_split_rounding_bytes > ((size_t)1 << 50))
+        return fail(err, err_len, "key 'max_non_split_rounding_mb': too large");
+    if (!(c->garbage_collection_threshold >= 0.0 && c->garbage_collection_threshold < 1.0))
+        return fail(err, err_len, "key 'garbage_collection_threshold': must be in (0, 1)");
+    if (!(c->memory_fraction > 0.0 && c->memory_fraction <= 1.0))
+        return fail(err, err_len, "key 'per_process_memory_fraction': must be in (0, 1]");
+    for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
+        if (!is_pow2_or_zero(c->roundup_power2_divisions[i]) ||
+            c->roundup_power2_divisions[i] > 1024)
+            return fail(err, err_len,
+                        "key 'roundup_power2_divisions': each value must be 0 or a power of two "
+                        "up to 1024");
+    return STOW_OK;
+}
+
+static bool parse_ulong(const char *s, unsigned long long *out)
+{
+    if (!*s || !isdigit((unsigned char)*s))
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_double(const char *s, double *out)
+{
+    if (!*s)
+        return false;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "1")) {
+        *out = true;
+        return true;
+    }
+    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "0")) {
+        *out = false;
+        return true;
+    }
+    return false;
+}
+
+static stow_status_t parse_mb(const char *key, const char *v, size_t *out, char *err,
+                              size_t err_len)
+{
+    unsigned long long mb;
+    if (!parse_ulong(v, &mb) || mb > (SIZE_MAX >> 20))
+        return fail(err, err_len, "key '%s': '%s' is not a size in MiB", key, v);
+    *out = (size_t)mb * MIB;
+    return STOW_OK;
+}
+
+/* "4" for every interval, or "[256:1,512:2,>:8]": interval sizes in MiB, each
+ * setting the divisions from that size up to the next entry. */
+static stow_status_t parse_divisions(const char *v, stow_config_t *c, char *err, size_t err_len)
+{
+    unsigned long long d;
+    if (parse_ulong(v, &d)) {
+        if (d > 1024 || !is_pow2_or_zero((unsigned long)d))
+            return fail(err, err_len,
+                        "key 'roundup_power2_divisions': %s is not 0 or a power of two <= 1024",
+                        v);
+        for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
+            c->roundup_power2_divisions[i] = (unsigned)d;
+        return STOW_OK;
+    }
+    size_t n = strlen(v);
+    if (n < 2 || v[0] != '[' || v[n - 1] != ']')
+        return fail(err, err_len,
+                    "key 'roundup_power2_divisions': '%s' is neither a number nor a list "
+                    "like [256:1,512:2,>:8]",
+                    v);
+    char list[VALUE_MAX];
+    snprintf(list, sizeof list, "%.*s", (int)(n - 2), v + 1);
+    unsigned next_interval = 0;
+    unsigned last_value = 0;
+    for (char *save = NULL, *item = strtok_r(list, "|", &save); item;
+         item = strtok_r(NULL, "|", &save)) {
+        char *colon = strchr(item, ':');
+        unsigned long long val;
+        if (!colon || !parse_ulong(colon + 1, &val) || val > 1024 ||
+            !is_pow2_or_zero((unsigned long)val))
+            return fail(err, err_len, "key 'roundup_power2_divisions': bad entry '%s'", item);
+        *colon = '\0';
+        unsigned upto;
+        if (!strcmp(item, ">")) {
+            upto = STOW_ROUNDUP_INTERVALS;
+        } else {
+            unsigned long long mb;
+            if (!parse_ulong(item, &mb) || mb == 0 || (mb & (mb - 1)))
+                return fail(err, err_len,
+                            "key 'roundup_power2_divisions': interval '%s' is not a power of "
+                            "two (MiB)",
+                            item);
+            unsigned lg = 0;
+            while (((unsigned long long)1 << lg) < mb)
+                lg++;
+            upto = lg + 1 < STOW_ROUNDUP_INTERVALS ? lg + 1 : STOW_ROUNDUP_INTERVALS;
+        }
+        for (; next_interval < upto; next_interval++)
+            c->roundup_power2_divisions[next_interval] = (unsigned)val;
+        last_value = (unsigned)val;
+    }
+    for (; next_interval < STOW_ROUNDUP_INTERVALS; next_interval++)
+        c->roundup_power2_divisions[next_interval] = last_value;
+    return STOW_OK;
+}
+
+static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v, char *err,
+                               size_t err_len)
+{
+    if (!strcmp(key, "policy")) {
+        if (!strcmp(v, "classic"))
+            c->policy = STOW_POLICY_CLASSIC;
+        else if (!strcmp(v, "vmm"))
+            c->policy = STOW_POLICY_VMM;
+        else
+            return fail(err, err_len, "key 'policy': '%s' is not classic or vmm", v);
+        return STOW_OK;
+    }
+    if (!strcmp(key, "expandable_segments")) {
+        bool on;
+        if (!parse_bool(v, &on))
+            return fail(err, err_len, "key 'expandable_segments': '%s' is not True or False", v);
+        c->policy = on ? STOW_POLICY_VMM : STOW_POLICY_CLASSIC;
+        return STOW_OK;
+    }
+    if (!strcmp(key, "max_split_size_mb"))
+        return parse_mb(key, v, &c->max_split_size_bytes, err, err_len);
+    if (!strcmp(key, "max_non_split_rounding_mb"))
+        return parse_mb(key, v, &c->max_non_split_rounding_bytes, err, err_len);
+    if (!strcmp(key, "roundup_power2_divisions"))
+        return parse_divisions(v, c, err, err_len);
+    if (!strcmp(key, "garbage_collection_threshold")) {
+        double t;
+        if (!parse_double(v, &t) || !(t > 0.0 && t < 1.0))
+            return fail(err, err_len,
+                        "key 'garbage_collection_threshold': '%s' is not a number in (0, 1)", v);
+        c->garbage_collection_threshold = t;
+        return STOW_OK;
+    }
+    if (!strcmp(key, "per_process_memory_fraction") || !strcmp(key, "memory_fraction")) {
+        double f;
+        if (!parse_double(v, &f) || !(f > 0.0 && f <= 1.0))
+            return fail(err, err_len, "key '%s': '%s' is not a number in (0, 1]", key, v);
+        c->memory_fraction = f;
+        return STOW_OK;
+    }
+    if (!strcmp(key, "release_idle_on_grow")) {
+        if (!parse_bool(v, &c->release_idle_on_grow))
+            return fail(err, err_len, "key 'release_idle_on_grow': '%s' is not true or false",
+                        v);
+        return STOW_OK;
+    }
+    return fail(err, err_len, "unknown key '%s'", key);
+}
+
+static void trim(char **s)
+{
+    while (isspace((unsigned char)**s))
+        (*s)++;
+    char *e = *s + strlen(*s);
+    while (e > *s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+}
+
+stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,
+                                size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!config || !text)
+        return fail(err, err_len, "no configuration given");
+    stow_config_t c = *config;
+    /* Commas inside [...] belong to the list value: turn them into '|' first. */
+    size_t n = strlen(text);
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return STOW_EHOSTMEM;
+    int depth = 0;
+    for (size_t i = 0; i <= n; i++) {
+        char ch = text[i];
+        depth += ch == '[' ? 1 : ch == ']' ? -1 : 0;
+        copy[i] = (ch == ',' && depth > 0) ? '|' : ch;
+    }
+    stow_status_t st = STOW_OK;
+    for (char *save = NULL, *item = strtok_r(copy, ",", &save); item && st == STOW_OK;
+         item = strtok_r(NULL, ",", &save)) {
+        trim(&item);
+        if (!*item)
+            continue;
+        char *colon = strchr(item, ':');
+        if (!colon) {
+            st = fail(err, err_len, "'%s' is not key:value", item);
+            break;
+        }
+        *colon = '\0';
+        char *key = item, *value = colon + 1;
+        trim(&key);
+        trim(&value);
+        if (strlen(key) >= KEY_MAX || strlen(value) >= VALUE_MAX)
+            st = fail(err, err_len, "key '%.32s': too long", key);
+        else
+            st = apply_key(&c, key, value, err, err_len);
+    }
+    free(copy);
+    if (st == STOW_OK)
+        st = stow__config_validate(&c, err, err_len);
+    if (st == STOW_OK)
+        *config = c;
+    return st;
+}
+
+stow_status_t stow_config_from_env(stow_config_t *config, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    const char *text = getenv("STOWAGE_CONF");
+    if (!text)
+        return STOW_OK;
+    stow_status_t st = stow_config_parse(config, text, err, err_len);
+    if (st != STOW_OK && err && err_len) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "STOWAGE_CONF: %s", err);
+        snprintf(err, err_len, "%s", tmp);
+    }
+    return st;
+}

@@ -1,0 +1,506 @@
+/*
+ * allocator/pool.c: pool create/destroy and the alloc/free fast paths.
+ *
+ * Fast path of an allocation: round the size, find the stream's free lists,
+ * take the best-fitting cached block (free_index.c), split off the remainder,
+ * record it in the live map. A miss goes to segment.c (grow, release and
+ * retry). A free looks the pointer up in the live map (a foreign pointer simply
+ * misses), then coalesces with free neighbours owned by the same stream.
+ */
+#include "allocator/internal.h"
+
+#include <string.h>
+
+unsigned stow_version(void) { return STOW_VERSION_HEX; }
+
+/* ---- free-index bookkeeping shared with segment.c and stream.c ---- */
+
+void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b)
+{
+    stow__free_index_insert(&b->owner->free[b->pool_kind], b);
+    b->counted_split_ = (b->prev || b->next) ? 1 : 0;
+    if (b->counted_split_)
+        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, true);
+    if (!pool->largest_free_dirty && b->size_bytes > pool->largest_free_cache)
+        pool->largest_free_cache = b->size_bytes;
+}
+
+void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b)
+{
+    stow__free_index_remove(&b->owner->free[b->pool_kind], b);
+    if (b->counted_split_)
+        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, false);
+    b->counted_split_ = 0;
+    if (b->size_bytes >= pool->largest_free_cache)
+        pool->largest_free_dirty = true;
+}
+
+static void largest_of_state(const stow_stream_state_t *ss, uint64_t *largest)
+{
+    for (unsigned k = STOW_POOL_SMALL; k <= STOW_POOL_LARGE; k++) {
+        const stow_block_t *b = stow__free_index_largest(&ss->free[k]);
+        if (b && b->size_bytes > *largest)
+            *largest = b->size_bytes;
+    }
+}
+
+uint64_t stow__pool_largest_free(stow_pool_t *pool)
+{
+    if (pool->largest_free_dirty) {
+        uint64_t largest = 0;
+        largest_of_state(pool->any, &largest);
+        for (size_t i = 0; i < pool->stream_count; i++)
+            largest_of_state(pool->streams[i], &largest);
+        pool->largest_free_cache = largest;
+        pool->largest_free_dirty = false;
+    }
+    return pool->largest_free_cache;
+}
+
+/* Merges `b` (FREE, not indexed) with free neighbours of the same owner. */
+static stow_block_t *coalesce(stow_pool_t *pool, stow_block_t *b)
+{
+    stow_block_t *prev = b->prev;
+    if (prev && prev->state == BLOCK_FREE && prev->owner == b->owner) {
+        stow__pool_index_remove(pool, prev);
+        prev->size_bytes += b->size_bytes;
+        prev->next = b->next;
+        if (b->next)
+            b->next->prev = prev;
+        if (b->free_seq > prev->free_seq)
+            prev->free_seq = b->free_seq;
+        stow__block_delete(&pool->blocks, b);
+        b = prev;
+    }
+    stow_block_t *next = b->next;
+    if (next && next->state == BLOCK_FREE && next->owner == b->owner) {
+        stow__pool_index_remove(pool, next);
+        b->size_bytes += next->size_bytes;
+        b->next = next->next;
+        if (next->next)
+            next->next->prev = b;
+        if (next->free_seq > b->free_seq)
+            b->free_seq = next->free_seq;
+        stow__block_delete(&pool->blocks, next);
+    }
+    return b;
+}
+
+void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner)
+{
+    stow_segment_t *seg = b->segment;
+    if (b->state != BLOCK_FREE) {
+        stow__acct_release_active(&pool->acct, b->pool_kind, b->size_bytes);
+        if (--seg->live_blocks == 0) {
+            pool->acct.idle_segment_bytes += seg->size_bytes;
+            seg->idle_since_op = pool->op_count;
+        }
+    }
+    b->state = BLOCK_FREE;
+    b->owner = pool->has_events ? owner : pool->any;
+    b->free_seq = ++b->owner->free_seq;
+    b = coalesce(pool, b);
+    stow__pool_index_insert(pool, b);
+}
+
+/* ---- create / destroy ---- */
+
+static bool backend_valid(const stow_backend_t *b)
+{
+    return b && b->abi_version == STOW_BACKEND_ABI && b->reserve && b->release && b->mem_info &&
+           b->synchronize && b->granularity_bytes >= STOW_MIN_BLOCK_BYTES &&
+           (b->granularity_bytes & (b->granularity_bytes - 1)) == 0;
+}
+
+stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st)
+{
+    pool->acct.s.num_backend_calls++;
+    return st;
+}
+
+stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t *backend,
+                               stow_pool_t **out)
+{
+    if (!out || !backend_valid(backend))
+        return STOW_EINVAL;
+    stow_config_t cfg;
+    if (config)
+        cfg = *config;
+    else
+        stow_config_default(&cfg);
+    if (stow__config_validate(&cfg, NULL, 0) != STOW_OK)
+        return STOW_EINVAL;
+    if (cfg.policy != STOW_POLICY_CLASSIC)
+        return STOW_ENOSYS;
+    size_t free_bytes = 0, total_bytes = 0;
+    stow_status_t st = backend->mem_info(backend->ctx, &free_bytes, &total_bytes);
+    if (st != STOW_OK)
+        return st == STOW_ENODEV ? st : STOW_EBACKEND;
+
+    stow_pool_t *pool = calloc(1, sizeof *pool);
+    if (!pool)
+        return STOW_EHOSTMEM;
+    pool->config = cfg;
+    pool->backend = backend;
+    pool->granularity_bytes = backend->granularity_bytes;
+    pool->has_events = backend->event_record && backend->event_query && backend->event_destroy;
+    pool->capacity_bytes = total_bytes;
+    pool->limit_bytes = cfg.memory_fraction >= 1.0
+                            ? total_bytes
+                            : (size_t)(cfg.memory_fraction * (double)total_bytes);
+    stow__acct_init(&pool->acct);
+    pool->acct.s.num_backend_calls = 1; /* the mem_info above */
+    pool->acct.s.max_split_size_bytes = cfg.max_split_size_bytes;
+    pool->acct.s.capacity_bytes = total_bytes;
+    pool->acct.s.limit_bytes = pool->limit_bytes;
+    if (stow__ptr_map_init(&pool->live) != STOW_OK ||
+        stow__stream_state_new(pool, NULL, &pool->any) != STOW_OK) {
+        stow__ptr_map_destroy(&pool->live);
+        free(pool);
+        return STOW_EHOSTMEM;
+    }
+    pool->any->is_any = true;
+    pthread_mutex_init(&pool->lock, NULL);
+    *out = pool;
+    return STOW_OK;
+}
+
+static void pool_free_memory(stow_pool_t *pool)
+{
+    stow__stream_states_destroy(pool);
+    free(pool->any);
+    stow__ptr_map_destroy(&pool->live);
+    stow__block_store_destroy(&pool->blocks);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+stow_status_t stow_pool_destroy(stow_pool_t *pool)
+{
+    if (!pool)
+        return STOW_OK;
+    pthread_mutex_lock(&pool->lock);
+    if (pool->acct.s.allocation[STOW_POOL_ALL].current) {
+        pthread_mutex_unlock(&pool->lock);
+        return STOW_EBUSY;
+    }
+    stow__segment_release_all(pool);
+    pthread_mutex_unlock(&pool->lock);
+    pool_free_memory(pool);
+    return STOW_OK;
+}
+
+void stow_pool_destroy_force(stow_pool_t *pool)
+{
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    stow__segment_release_all(pool);
+    pthread_mutex_unlock(&pool->lock);
+    pool_free_memory(pool);
+}
+
+/* ---- allocation ---- */
+
+/* PyTorch's max_split_size rules: requests below it never take (and so never
+ * strand) a block at or above it; requests above it accept only a block less
+ * than max_non_split_rounding larger. */
+static bool block_acceptable(const stow_config_t *c, const stow_block_t *b, size_t rounded)
+{
+    if (STOW_LIKELY(c->max_split_size_bytes == SIZE_MAX))
+        return true;
+    if (rounded < c->max_split_size_bytes)
+        return b->size_bytes < c->max_split_size_bytes;
+    return b->size_bytes - rounded < c->max_non_split_rounding_bytes;
+}
+
+static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                              size_t rounded)
+{
+    stow_block_t *b = stow__free_index_best_fit(&ss->free[kind], rounded);
+    if (ss != pool->any && pool->any->free[kind].block_count) {
+        stow_block_t *a = stow__free_index_best_fit(&pool->any->free[kind], rounded);
+        if (a && (!b || a->size_bytes < b->size_bytes ||
+                  (a->size_bytes == b->size_bytes && a->addr < b->addr)))
+            b = a;
+    }
+    return (b && block_acceptable(&pool->config, b, rounded)) ? b : NULL;
+}
+
+static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
+{
+    size_t remaining = b->size_bytes - rounded;
+    if (b->pool_kind == STOW_POOL_SMALL)
+        return remaining >= STOW_MIN_BLOCK_BYTES;
+    /* A large-pool remainder of at most 1 MiB could only ever serve small
+     * requests, which never come to the large pool: keep it in the block. */
+    return b->size_bytes < pool->config.max_split_size_bytes &&
+           remaining > STOW_SMALL_REQUEST_BYTES;
+}
+
+static void split_block(stow_pool_t *pool, stow_block_t *b, size_t rounded)
+{
+    stow_block_t *rem = stow__block_new(&pool->blocks);
+    if (!rem)
+        return; /* out of host memory: hand out the whole block, still correct */
+    rem->addr = b->addr + rounded;
+    rem->size_bytes = b->size_bytes - rounded;
+    rem->segment = b->segment;
+    rem->pool_kind = b->pool_kind;
+    rem->state = BLOCK_FREE;
+    rem->owner = b->owner;
+    rem->free_seq = b->free_seq;
+    rem->prev = b;
+    rem->next = b->next;
+    if (b->next)
+        b->next->prev = rem;
+    b->next = rem;
+    b->size_bytes = rounded;
+    stow__pool_index_insert(pool, rem);
+}
+
+/* Hands out free block b (indexed) for a request; cannot fail. */
+static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
+                       size_t rounded, size_t requested, bool hit)
+{
+    stow__pool_index_remove(pool, b);
+    if (should_split(pool, b, rounded))
+        split_block(pool, b, rounded);
+    stow_segment_t *seg = b->segment;
+    if (seg->live_blocks++ == 0)
+        pool->acct.idle_segment_bytes -= seg->size_bytes;
+    b->state = BLOCK_ALLOCATED;
+    b->owner = ss;
+    b->requested_bytes = requested;
+    b->size_class = (uint8_t)stow__size_class_of(requested);
+    stow__ptr_map_put(&pool->live, b->addr, b);
+    stow__acct_alloc(&pool->acct, b->pool_kind, b->size_bytes, requested, b->size_class, hit);
+}
+
+static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                                size_t rounded, size_t requested, stow_block_t **out)
+{
+    /* Blocks freed on other streams become usable once their work completed. */
+    if (pool->stream_count > 1 && stow__stream_clear_others(pool, ss)) {
+        stow_block_t *b = find_fit(pool, ss, kind, rounded);
+        if (b) {
+            *out = b;
+            return STOW_OK;
+        }
+    }
+    stow_status_t st = stow__segment_grow(pool, ss, kind, rounded, requested, out);
+    if (st != STOW_OK) {
+        stow_size_class_stats_t *c = &pool->acct.s.size_class[stow__size_class_of(requested)];
+        c->requests++;
+        c->misses++;
+    }
+    return st;
+}
+
+stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_t stream,
+                              void **out)
+{
+    if (STOW_UNLIKELY(!pool || !out || size_bytes == 0))
+        return STOW_EINVAL;
+    size_t rounded;
+    stow_status_t st = stow__round_size(&pool->config, size_bytes, &rounded);
+    if (STOW_UNLIKELY(st != STOW_OK))
+        return st;
+    unsigned kind = rounded <= STOW_SMALL_REQUEST_BYTES ? STOW_POOL_SMALL : STOW_POOL_LARGE;
+
+    pthread_mutex_lock(&pool->lock);
+    pool->op_count++;
+    if (STOW_UNLIKELY(pool->pending != NULL))
+        stow__stream_process_pending(pool);
+    stow_stream_state_t *ss = stow__stream_get(pool, stream);
+    /* Room in the live map first, so nothing can fail after the block is taken. */
+    if (STOW_UNLIKELY(!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK)) {
+        pthread_mutex_unlock(&pool->lock);
+        return STOW_EHOSTMEM;
+    }
+    stow_block_t *b = find_fit(pool, ss, kind, rounded);
+    bool hit = b != NULL;
+    if (STOW_UNLIKELY(!hit)) {
+        st = alloc_slow(pool, ss, kind, rounded, size_bytes, &b);
+        if (st != STOW_OK) {
+            pthread_mutex_unlock(&pool->lock);
+            return st;
+        }
+    }
+    take_block(pool, b, ss, rounded, size_bytes, hit);
+    uint64_t largest = stow__pool_largest_free(pool);
+    stow__acct_note_fragmentation(&pool->acct, largest);
+    if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))
+        stow__acct_note_waste_if_peak(&pool->acct, largest);
+    *out = (void *)b->addr;
+    pthread_mutex_unlock(&pool->lock);
+    return STOW_OK;
+}
+
+/* ---- free ---- */
+
+stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
+{
+    if (STOW_UNLIKELY(!pool || !ptr))
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
+    if (STOW_UNLIKELY(!b || b->state != BLOCK_ALLOCATED)) {
+        pool->acct.s.num_invalid_frees++;
+        pthread_mutex_unlock(&pool->lock);
+        return STOW_ENOTOWNED;
+    }
+    pool->op_count++;
+    stow__acct_free(&pool->acct, b->pool_kind, b->size_bytes, b->requested_bytes, b->size_class);
+    if (STOW_UNLIKELY(b->uses != NULL && pool->has_events)) {
+        stow__stream_defer_free(pool, b);
+    } else {
+        stow__ptr_map_remove(&pool->live, b->addr);
+        stow__pool_make_free(pool, b, b->owner);
+    }
+    stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+    pthread_mutex_unlock(&pool->lock);
+    return STOW_OK;
+}
+
+stow_status_t stow_record_stream(stow_pool_t *pool, void *ptr, stow_stream_t stream)
+{
+    if (!pool || !ptr)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
+    stow_status_t st;
+    if (!b || b->state != BLOCK_ALLOCATED)
+        st = STOW_ENOTOWNED;
+    else if (!pool->has_events || stream == b->owner->stream)
+        st = STOW_OK; /* single-stream backend, or the allocation stream: nothing to order */
+    else
+        st = stow__stream_add_use(pool, b, stream);
+    pthread_mutex_unlock(&pool->lock);
+    return st;
+}
+
+stow_status_t stow_empty_cache(stow_pool_t *pool)
+{
+    if (!pool)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_status_t st = STOW_OK;
+    if (pool->has_events) {
+        pool->acct.s.num_sync_all_streams++;
+        st = stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
+        if (st == STOW_OK)
+            stow__stream_clear_all_synchronized(pool);
+    }
+    stow__segment_release_idle(pool, true, 0);
+    stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+    pthread_mutex_unlock(&pool->lock);
+    return st == STOW_OK ? STOW_OK : STOW_EBACKEND;
+}
+
+stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *block_bytes,
+                                   size_t *requested_bytes)
+{
+    if (!pool || !ptr)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
+    stow_status_t st = (b && b->state == BLOCK_ALLOCATED) ? STOW_OK : STOW_ENOTOWNED;
+    if (st == STOW_OK) {
+        if (block_bytes)
+            *block_bytes = b->size_bytes;
+        if (requested_bytes)
+            *requested_bytes = b->requested_bytes;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return st;
+}
+
+size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len)
+{
+    if (!pool)
+        return 0;
+    pthread_mutex_lock(&pool->lock);
+    size_t n = strlen(pool->oom_message);
+    if (buf_len)
+        snprintf(buf, buf_len, "%s", pool->oom_message);
+    pthread_mutex_unlock(&pool->lock);
+    return n;
+}
+
+void stow_pool_config(stow_pool_t *pool, stow_config_t *out)
+{
+    if (pool && out)
+        *out = pool->config;
+}
+
+/* ---- accounting entry points ---- */
+
+stow_status_t stow_pool_stats(stow_pool_t *pool, stow_stats_t *out)
+{
+    if (!pool || !out)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow__acct_snapshot(&pool->acct, stow__pool_largest_free(pool), out);
+    pthread_mutex_unlock(&pool->lock);
+    return STOW_OK;
+}
+
+void stow_stats_reset_peak(stow_pool_t *pool)
+{
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    stow__acct_reset_peak(&pool->acct, stow__pool_largest_free(pool));
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void stow_stats_reset_accumulated(stow_pool_t *pool)
+{
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    stow__acct_reset_accumulated(&pool->acct);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+stow_status_t stow_scope_push(stow_pool_t *pool, unsigned *depth_out)
+{
+    if (!pool)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_status_t st = stow__acct_scope_push(&pool->acct, depth_out);
+    pthread_mutex_unlock(&pool->lock);
+    return st;
+}
+
+stow_status_t stow_scope_pop(stow_pool_t *pool, stow_scope_result_t *out)
+{
+    if (!pool)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_status_t st = stow__acct_scope_pop(&pool->acct, out);
+    pthread_mutex_unlock(&pool->lock);
+    return st;
+}
+
+size_t stow_summary(stow_pool_t *pool, char *buf, size_t buf_len)
+{
+    stow_stats_t s;
+    if (stow_pool_stats(pool, &s) != STOW_OK) {
+        if (buf_len)
+            buf[0] = '\0';
+        return 0;
+    }
+    return stow_stats_summary(&s, buf, buf_len);
+}
+
+stow_status_t stow_pool_check(stow_pool_t *pool, char *why, size_t why_len)
+{
+    if (!pool)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_status_t st = stow__pool_check_locked(pool, why, why_len);
+    pthread_mutex_unlock(&pool->lock);
+    return st;
+}

@@ -1,0 +1,268 @@
+/*
+ * allocator/segment.c: growing the pool, giving memory back, and the
+ * out-of-memory path.
+ *
+ * Growth policy (docs/design.md, "Growth"): a small request gets a 2 MiB
+ * segment that later small requests share; a large request gets a segment of
+ * exactly its size rounded to the backend granularity. Segments are never
+ * over-provisioned "for later": on real traces that slack is what a caching
+ * allocator ends up holding at its peak. Before reserving, segments that are
+ * idle (no live block) are released when that keeps the reservation from
+ * growing (release_idle_on_grow), and the garbage-collection threshold is
+ * enforced. When the backend refuses, every idle segment is released and the
+ * reservation retried once; then STOW_ENOMEM with an explanation.
+ */
+#include "allocator/internal.h"
+
+#include <string.h>
+#include <time.h>
+
+#define SMALL_SEGMENT_BYTES ((size_t)2 << 20)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static stow_status_t segment_size_for(const stow_pool_t *pool, unsigned kind, size_t rounded,
+                                      size_t *out)
+{
+    size_t g = pool->granularity_bytes;
+    size_t want = kind == STOW_POOL_SMALL ? SMALL_SEGMENT_BYTES : rounded;
+    if (want > SIZE_MAX - (g - 1))
+        return STOW_EOVERFLOW;
+    *out = (want + g - 1) & ~(g - 1);
+    return STOW_OK;
+}
+
+static bool segment_idle(const stow_segment_t *seg)
+{
+    return seg->live_blocks == 0 && seg->first->state == BLOCK_FREE &&
+           seg->first->size_bytes == seg->size_bytes;
+}
+
+static void segment_unlink(stow_pool_t *pool, stow_segment_t *seg)
+{
+    if (seg->prev)
+        seg->prev->next = seg->next;
+    else
+        pool->segments = seg->next;
+    if (seg->next)
+        seg->next->prev = seg->prev;
+}
+
+/* Returns an idle segment to the backend; false (and nothing changed) if the
+ * backend refused. */
+static bool segment_release(stow_pool_t *pool, stow_segment_t *seg)
+{
+    stow_status_t st = stow__backend_status(
+        pool, pool->backend->release(pool->backend->ctx, (void *)seg->base, seg->size_bytes));
+    if (st != STOW_OK)
+        return false;
+    pool->acct.s.num_device_free++;
+    stow_block_t *b = seg->first;
+    stow__pool_index_remove(pool, b);
+    stow__block_delete(&pool->blocks, b);
+    stow__acct_segment_remove(&pool->acct, seg->pool_kind, seg->size_bytes);
+    pool->acct.idle_segment_bytes -= seg->size_bytes;
+    segment_unlink(pool, seg);
+    free(seg);
+    return true;
+}
+
+static int by_idle_age(const void *a, const void *b)
+{
+    const stow_segment_t *x = *(stow_segment_t *const *)a, *y = *(stow_segment_t *const *)b;
+    return x->idle_since_op < y->idle_since_op ? -1 : x->idle_since_op > y->idle_since_op;
+}
+
+size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes)
+{
+    size_t count = 0;
+    for (stow_segment_t *s = pool->segments; s; s = s->next)
+        count += segment_idle(s);
+    if (!count)
+        return 0;
+    size_t released = 0;
+    stow_segment_t **idle = malloc(count * sizeof *idle);
+    if (!idle) {
+        /* No room to sort: release in list order, which is still correct. */
+        for (stow_segment_t *s = pool->segments, *next; s && (all || released < want_bytes);
+             s = next) {
+            next = s->next;
+            size_t sz = s->size_bytes;
+            if (segment_idle(s) && segment_release(pool, s))
+                released += sz;
+        }
+        return released;
+    }
+    size_t n = 0;
+    for (stow_segment_t *s = pool->segments; s; s = s->next)
+        if (segment_idle(s))
+            idle[n++] = s;
+    qsort(idle, n, sizeof *idle, by_idle_age); /* oldest idle first */
+    for (size_t i = 0; i < n && (all || released < want_bytes); i++) {
+        size_t sz = idle[i]->size_bytes;
+        if (segment_release(pool, idle[i]))
+            released += sz;
+    }
+    free(idle);
+    return released;
+}
+
+void stow__segment_release_all(stow_pool_t *pool)
+{
+    /* Destroy path: every pending event is moot, every segment goes. */
+    if (pool->has_events && (pool->pending || pool->stream_count)) {
+        pool->acct.s.num_sync_all_streams++;
+        stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
+    }
+    while (pool->segments) {
+        stow_segment_t *seg = pool->segments;
+        stow__backend_status(pool, pool->backend->release(pool->backend->ctx, (void *)seg->base,
+                                                          seg->size_bytes));
+        pool->acct.s.num_device_free++;
+        stow__acct_segment_remove(&pool->acct, seg->pool_kind, seg->size_bytes);
+        segment_unlink(pool, seg);
+        free(seg);
+    }
+}
+
+/* Reserves size bytes within the pool's limit; STOW_ENOMEM when either the
+ * limit or the device says no. */
+static stow_status_t reserve_within_limit(stow_pool_t *pool, stow_stream_state_t *ss,
+                                          size_t size, void **out)
+{
+    uint64_t reserved = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
+    if (size > pool->limit_bytes || reserved > pool->limit_bytes - size)
+        return STOW_ENOMEM;
+    stow_status_t st = stow__backend_status(
+        pool, pool->backend->reserve(pool->backend->ctx, size, ss->is_any ? NULL : ss->stream,
+                                     out));
+    if (st == STOW_OK)
+        pool->acct.s.num_device_alloc++;
+    return st;
+}
+
+/* Releases everything cached that can be released: after a device
+ * synchronize, blocks freed on any stream are free for all, so split-off
+ * pieces from different streams merge and whole segments come back. */
+static void release_cache_for_retry(stow_pool_t *pool)
+{
+    if (pool->has_events) {
+        pool->acct.s.num_sync_all_streams++;
+        if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) ==
+            STOW_OK) {
+            stow__stream_clear_all_synchronized(pool);
+            if (pool->pending)
+                stow__stream_process_pending(pool);
+        }
+    }
+    stow__segment_release_idle(pool, true, 0);
+}
+
+static void format_bytes(char *buf, size_t len, uint64_t bytes)
+{
+    if (bytes >= ((uint64_t)1 << 30))
+        snprintf(buf, len, "%.2f GiB", (double)bytes / (double)(1u << 30));
+    else
+        snprintf(buf, len, "%.2f MiB", (double)bytes / (double)(1u << 20));
+}
+
+/* What a user can do about it, in the spirit of PyTorch's message. */
+static const char *reserve_hint(const stow_pool_t *pool, uint64_t cached_bytes)
+{
+    if (cached_bytes > pool->limit_bytes / 4)
+        return " Much of it is free but fragmented: try max_split_size_mb in STOWAGE_CONF "
+               "so that large cached blocks are not split by small requests.";
+    return "";
+}
+
+static void explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes)
+{
+    const stow_stats_t *s = &pool->acct.s;
+    uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
+    uint64_t active = s->active_bytes[STOW_POOL_ALL].current;
+    char req[32], seg[32], res[32], alloc[32], cached[32], largest[32], cap[32], lim[32];
+    format_bytes(req, sizeof req, requested);
+    format_bytes(seg, sizeof seg, segment_bytes);
+    format_bytes(res, sizeof res, reserved);
+    format_bytes(alloc, sizeof alloc, s->allocated_bytes[STOW_POOL_ALL].current);
+    format_bytes(cached, sizeof cached, reserved - active);
+    format_bytes(largest, sizeof largest, stow__pool_largest_free(pool));
+    format_bytes(cap, sizeof cap, pool->capacity_bytes);
+    format_bytes(lim, sizeof lim, pool->limit_bytes);
+    snprintf(pool->oom_message, sizeof pool->oom_message,
+             "stowage: out of memory: tried to allocate %s (%zu bytes; a new segment of %s). "
+             "Device capacity %s, pool limit %s. The pool has %s reserved, of which %s is "
+             "allocated and %s is free but cached; the largest free block is %s. The cache was "
+             "released and the request retried.%s",
+             req, requested, seg, cap, lim, res, alloc, cached, largest,
+             reserve_hint(pool, reserved - active));
+}
+
+stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                                 size_t rounded, size_t requested, stow_block_t **out)
+{
+    size_t size;
+    if (segment_size_for(pool, kind, rounded, &size) != STOW_OK)
+        return STOW_EOVERFLOW;
+    stow_segment_t *seg = calloc(1, sizeof *seg);
+    stow_block_t *b = stow__block_new(&pool->blocks);
+    if (!seg || !b) {
+        free(seg);
+        if (b)
+            stow__block_delete(&pool->blocks, b);
+        return STOW_EHOSTMEM;
+    }
+    uint64_t reserved = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
+    double gc = pool->config.garbage_collection_threshold;
+    if (gc > 0.0 && (double)(reserved + size) > gc * (double)pool->limit_bytes)
+        pool->acct.s.num_idle_releases += stow__segment_release_idle(
+            pool, false, (size_t)((double)(reserved + size) - gc * (double)pool->limit_bytes)) > 0;
+    else if (pool->config.release_idle_on_grow && pool->acct.idle_segment_bytes)
+        pool->acct.s.num_idle_releases += stow__segment_release_idle(pool, false, size) > 0;
+
+    void *ptr = NULL;
+    stow_status_t st = reserve_within_limit(pool, ss, size, &ptr);
+    if (st == STOW_ENOMEM) {
+        uint64_t t0 = now_ns();
+        pool->acct.s.num_alloc_retries++;
+        release_cache_for_retry(pool);
+        st = reserve_within_limit(pool, ss, size, &ptr);
+        pool->acct.s.retry_time_ns += now_ns() - t0;
+    }
+    if (st != STOW_OK) {
+        free(seg);
+        stow__block_delete(&pool->blocks, b);
+        if (st == STOW_ENOMEM) {
+            pool->acct.s.num_ooms++;
+            explain_oom(pool, requested, size);
+            return STOW_ENOMEM;
+        }
+        return STOW_EBACKEND;
+    }
+    seg->base = (uintptr_t)ptr;
+    seg->size_bytes = size;
+    seg->pool_kind = (uint8_t)kind;
+    seg->first = b;
+    seg->idle_since_op = pool->op_count;
+    seg->next = pool->segments;
+    if (pool->segments)
+        pool->segments->prev = seg;
+    pool->segments = seg;
+    b->addr = seg->base;
+    b->size_bytes = size;
+    b->segment = seg;
+    b->pool_kind = (uint8_t)kind;
+    b->state = BLOCK_FREE;
+    b->owner = pool->has_events ? ss : pool->any;
+    b->free_seq = ++b->owner->free_seq;
+    stow__acct_segment_add(&pool->acct, kind, size);
+    pool->acct.idle_segment_bytes += size;
+    stow__pool_index_insert(pool, b);
+    *out = b;
+    return STOW_OK;
+}

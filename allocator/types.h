@@ -1,0 +1,113 @@
+/*
+ * allocator/types.h: the pool's data structures and their invariants.
+ *
+ * A pool owns segments (one backend reservation each). A segment is cut into
+ * blocks that tile it exactly, linked in address order. A block is FREE (in
+ * exactly one free index), ALLOCATED (in the live map) or PENDING (freed by the
+ * user, in the live map, waiting for events on the streams it was used on).
+ *
+ * Invariants (checked by stow__pool_check, STOW_DEBUG >= 3, and by the tests):
+ *   sum(block sizes of a segment) == segment size; blocks are contiguous
+ *   no two adjacent FREE blocks have the same owner (they would have merged)
+ *   segment->live_blocks == number of its ALLOCATED + PENDING blocks
+ *   allocated_bytes + pending_bytes + free-index bytes == reserved_bytes
+ */
+#ifndef STOWAGE_ALLOCATOR_TYPES_H
+#define STOWAGE_ALLOCATOR_TYPES_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stowage.h"
+
+#define STOW_MIN_BLOCK_BYTES ((size_t)512)       /* every size is a multiple of this */
+#define STOW_SMALL_REQUEST_BYTES ((size_t)1 << 20) /* <= 1 MiB: small pool */
+
+/* Free-index bins. Sizes are multiples of 512 B; with x = size / 512, bins
+ * 0..15 hold x exactly and above that each power of two is cut into 8 bins,
+ * so a bin spans at most 12.5% of its lower bound. Bins are ordered by size,
+ * which makes "first non-empty bin at or above, then the smallest block in it"
+ * an exact best fit. x < 2^55 gives at most 16 + 51 * 8 = 424 bins. */
+#define STOW_FREE_BINS 448
+#define STOW_FREE_BITMAP_WORDS (STOW_FREE_BINS / 64)
+
+typedef struct stow_block stow_block_t;
+typedef struct stow_segment stow_segment_t;
+typedef struct stow_stream_state stow_stream_state_t;
+
+typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED = 1, BLOCK_PENDING = 2 } stow_block_state_t;
+
+/* Streams named by stow_record_stream, and the events recorded on them at free. */
+typedef struct stow_stream_uses {
+    uint32_t count;
+    uint32_t capacity;
+    uint32_t events_outstanding; /* PENDING: events not yet seen complete */
+    struct {
+        stow_stream_t stream;
+        stow_event_t event; /* NULL until the free records it; NULL again once complete */
+    } item[];
+} stow_stream_uses_t;
+
+struct stow_block {
+    uintptr_t addr;               /* device address */
+    size_t size_bytes;            /* multiple of 512 */
+    size_t requested_bytes;       /* ALLOCATED/PENDING: the user's size */
+    stow_block_t *prev, *next;    /* address neighbours in the segment */
+    stow_segment_t *segment;
+    stow_stream_state_t *owner;   /* FREE: the index holding it; else the allocation stream */
+    stow_block_t *left, *right;   /* FREE: treap children; PENDING: pending-list links */
+    stow_stream_uses_t *uses;     /* record_stream users, or NULL */
+    uint64_t free_seq;            /* FREE: owner's free sequence number at insertion */
+    uint32_t priority;            /* treap heap priority (hash of addr) */
+    uint8_t state;                /* stow_block_state_t */
+    uint8_t pool_kind;            /* STOW_POOL_SMALL or STOW_POOL_LARGE */
+    uint8_t size_class;           /* ALLOCATED: stats size class of the request */
+    uint8_t counted_split_;       /* FREE: counted in inactive_split (not a whole segment) */
+};
+
+struct stow_segment {
+    uintptr_t base;
+    size_t size_bytes;
+    stow_segment_t *prev, *next;  /* all segments of the pool */
+    stow_block_t *first;          /* lowest-address block */
+    uint64_t idle_since_op;       /* pool op counter when live_blocks last fell to 0 */
+    uint32_t live_blocks;         /* ALLOCATED + PENDING blocks inside */
+    uint8_t pool_kind;
+};
+
+typedef struct stow_free_index {
+    stow_block_t *root[STOW_FREE_BINS];
+    uint64_t bitmap[STOW_FREE_BITMAP_WORDS]; /* bit b set <=> root[b] != NULL */
+    size_t block_count;
+    size_t bytes;
+} stow_free_index_t;
+
+/* Per-stream free lists. `any` (stream STOW_ANY_STREAM) holds blocks every
+ * stream may reuse: those whose freeing stream's clearance event completed. */
+struct stow_stream_state {
+    stow_stream_t stream;
+    stow_free_index_t free[3];    /* indexed by STOW_POOL_SMALL / STOW_POOL_LARGE */
+    uint64_t free_seq;            /* incremented at each free into this index */
+    stow_event_t clear_event;     /* in flight: covers blocks with free_seq <= clear_upto */
+    uint64_t clear_upto_seq;
+    bool is_any;
+};
+
+typedef struct stow_ptr_map {
+    uintptr_t *keys; /* 0 = empty slot */
+    void **values;
+    size_t capacity; /* power of two */
+    size_t count;
+} stow_ptr_map_t;
+
+/* Block metadata comes from chunks so that a split costs no malloc. */
+typedef struct stow_block_chunk stow_block_chunk_t;
+typedef struct stow_block_store {
+    stow_block_t *free_list; /* linked through ->next */
+    stow_block_chunk_t *chunks;
+    size_t live_count;
+} stow_block_store_t;
+
+#endif /* STOWAGE_ALLOCATOR_TYPES_H */

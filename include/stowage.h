@@ -1,0 +1,262 @@
+/*
+ * stowage.h: the Stowage public API.
+ *
+ * Stowage is a caching allocator for GPU device memory with built-in
+ * accounting. A pool (stow_pool_t) sits on one backend (one device): the CUDA
+ * driver, or the simulated device used by tests and the replay tool.
+ *
+ * Conventions
+ * - Every fallible call returns stow_status_t and writes its result through a
+ *   trailing `out` argument, which is left untouched on error.
+ * - Bad input never aborts the process: it returns STOW_EINVAL, STOW_ENOTOWNED,
+ *   STOW_EOVERFLOW... and changes nothing (accounting stays exact).
+ * - Handles are opaque; each has one create and one destroy.
+ * - Thread safety: a pool may be used from any number of threads; one mutex per
+ *   pool serializes its calls (see docs/design.md, "Locking").
+ */
+#ifndef STOWAGE_H
+#define STOWAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stowage/backend.h"
+#include "stowage/stats.h"
+#include "stowage/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================
+ * Version: same MAJOR => ABI stable.
+ * ====================================================================== */
+#define STOW_VERSION_MAJOR 0
+#define STOW_VERSION_MINOR 1
+#define STOW_VERSION_PATCH 0
+#define STOW_VERSION_HEX \
+    ((STOW_VERSION_MAJOR << 16) | (STOW_VERSION_MINOR << 8) | STOW_VERSION_PATCH)
+/* The library's STOW_VERSION_HEX, to compare with the header's. */
+unsigned stow_version(void);
+
+#if defined(__GNUC__)
+#define STOW_NODISCARD __attribute__((warn_unused_result))
+#else
+#define STOW_NODISCARD
+#endif
+
+/* ======================================================================
+ * Configuration
+ * ====================================================================== */
+typedef enum {
+    STOW_POLICY_CLASSIC = 0, /* caching pool of backend segments (docs/design.md) */
+    STOW_POLICY_VMM = 1      /* page-mapped segments; not implemented yet: ENOSYS */
+} stow_policy_t;
+
+/* roundup_power2_divisions applies per power-of-two interval of the request
+ * size: interval i covers [2^(20+i), 2^(21+i)) bytes; sizes below 1 MiB use
+ * interval 0 and sizes above 64 GiB the last one (PyTorch's convention). */
+#define STOW_ROUNDUP_INTERVALS 16
+
+typedef struct stow_config {
+    stow_policy_t policy;          /* default STOW_POLICY_CLASSIC; key "policy" */
+    size_t max_split_size_bytes;   /* SIZE_MAX = unlimited (default); key "max_split_size_mb",
+                                      at least 20 MiB. Cached blocks this large are never split,
+                                      and smaller requests never take them. */
+    size_t max_non_split_rounding_bytes; /* 20 MiB: how much larger than the request an
+                                            unsplittable block may be; "max_non_split_rounding_mb" */
+    unsigned roundup_power2_divisions[STOW_ROUNDUP_INTERVALS]; /* 0 = off (default); each 0 or a
+                                            power of two; key "roundup_power2_divisions",
+                                            "4" or "[256:1,512:2,>:8]" (interval sizes in MiB) */
+    double garbage_collection_threshold; /* in (0,1); 0 = off (default). When reserved would
+                                            exceed threshold x limit, idle cached segments are
+                                            released first, oldest first. */
+    double memory_fraction;        /* (0,1]; the pool reserves at most this share of the
+                                      device's total memory; 1 by default;
+                                      key "per_process_memory_fraction" */
+    bool release_idle_on_grow;     /* default true: before reserving a new segment, release
+                                      idle cached segments that could not serve the request
+                                      when that keeps reserved memory from growing;
+                                      key "release_idle_on_grow" */
+} stow_config_t;
+
+/* The built-in defaults above. Thread safety: pure. */
+void stow_config_default(stow_config_t *config);
+
+/*
+ * Applies `text` in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value")
+ * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
+ * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
+ * per_process_memory_fraction, release_idle_on_grow (true|false),
+ * expandable_segments (True selects policy vmm). An unknown key or a bad value
+ * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
+ * unchanged.
+ * Thread safety: reentrant. Errors: STOW_EINVAL.
+ */
+stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,
+                                size_t err_len);
+
+/* stow_config_parse of the environment variable STOWAGE_CONF (no-op when unset). */
+stow_status_t stow_config_from_env(stow_config_t *config, char *err, size_t err_len);
+
+/* ======================================================================
+ * Pool
+ * ====================================================================== */
+typedef struct stow_pool stow_pool_t; /* opaque */
+
+/*
+ * Creates a pool on `backend` with `config` (NULL: defaults, then STOWAGE_CONF is
+ * NOT read; call stow_config_from_env yourself to honour it).
+ * Ownership: the pool borrows `backend`, which must outlive it.
+ * Thread safety: safe. Errors: STOW_EINVAL (bad config or backend ABI),
+ * STOW_ENOSYS (policy not available), STOW_EHOSTMEM.
+ */
+STOW_NODISCARD stow_status_t stow_pool_create(const stow_config_t *config,
+                                              const stow_backend_t *backend, stow_pool_t **out);
+
+/*
+ * DESTRUCTOR. Releases every cached segment and frees the pool. With live
+ * allocations it returns STOW_EBUSY and destroys nothing (call
+ * stow_pool_destroy_force to drop them). NULL is a harmless no-op.
+ * Thread safety: no other call on this pool may be running or follow.
+ */
+stow_status_t stow_pool_destroy(stow_pool_t *pool);
+/* DESTRUCTOR that also releases segments holding live allocations. */
+void stow_pool_destroy_force(stow_pool_t *pool);
+
+/*
+ * Allocates size_bytes (> 0) of device memory usable on `stream`. The address
+ * is 512-byte aligned. On out-of-memory the pool releases its cache and
+ * retries; if that fails it returns STOW_ENOMEM and stow_pool_oom_message()
+ * explains why.
+ * Ownership: the caller owns the block until stow_pool_free.
+ * Thread safety: safe. Errors: STOW_EINVAL (size 0, NULL out), STOW_EOVERFLOW
+ * (size near SIZE_MAX), STOW_ENOMEM, STOW_EBACKEND, STOW_EHOSTMEM.
+ */
+STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes,
+                                             stow_stream_t stream, void **out);
+
+/*
+ * Frees a block returned by stow_pool_alloc. It is reusable at once on the
+ * stream it was allocated on; by other streams only after an event recorded
+ * after this free (on every stream named by stow_record_stream) has completed.
+ * A pointer this pool did not hand out, an interior pointer, or a second free
+ * returns STOW_ENOTOWNED and changes nothing.
+ * Thread safety: safe. Errors: STOW_ENOTOWNED, STOW_EINVAL (NULL), STOW_EBACKEND.
+ */
+stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr);
+
+/*
+ * Marks `stream` as a user of the live block at `ptr`: after the free, the
+ * block is reused only once an event recorded on each such stream completed.
+ * Naming the allocation stream is a no-op.
+ * Thread safety: safe. Errors: STOW_ENOTOWNED, STOW_EINVAL, STOW_EHOSTMEM.
+ */
+stow_status_t stow_record_stream(stow_pool_t *pool, void *ptr, stow_stream_t stream);
+
+/*
+ * Returns every fully free cached segment to the backend (waiting for the
+ * streams first) and processes completed events. Live blocks are untouched.
+ * Thread safety: safe. Errors: STOW_EBACKEND.
+ */
+stow_status_t stow_empty_cache(stow_pool_t *pool);
+
+/*
+ * Size (bytes) of the block behind a live pointer, and its requested size.
+ * Errors: STOW_ENOTOWNED.
+ */
+stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *block_bytes,
+                                   size_t *requested_bytes);
+
+/*
+ * The explanation of the last STOW_ENOMEM ("" if none): requested size,
+ * reserved, allocated, free-but-cached, largest free block, device capacity.
+ * Writes at most buf_len bytes, NUL-terminated; returns the full length.
+ * Thread safety: safe.
+ */
+size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len);
+
+/* The pool's configuration as created. */
+void stow_pool_config(stow_pool_t *pool, stow_config_t *out);
+
+/*
+ * Walks every block, segment and free list and checks the pool's invariants
+ * and books (docs/design.md, "Invariants"). STOW_OK, or STOW_EINVAL with the
+ * first violation written into why. O(blocks): for tests and debugging.
+ * Thread safety: safe.
+ */
+stow_status_t stow_pool_check(stow_pool_t *pool, char *why, size_t why_len);
+
+/* ======================================================================
+ * Accounting (stowage/stats.h; docs/stats.md)
+ * ====================================================================== */
+
+/* A consistent snapshot of every figure. Thread safety: safe. Errors: STOW_EINVAL. */
+stow_status_t stow_pool_stats(stow_pool_t *pool, stow_stats_t *out);
+
+/* Sets every peak to its current value (fragmentation_peak and waste_at_peak too).
+ * Open scopes are not affected. Thread safety: safe. */
+void stow_stats_reset_peak(stow_pool_t *pool);
+
+/* Zeroes the cumulative counters (allocated/freed totals, num_*, size classes). */
+void stow_stats_reset_accumulated(stow_pool_t *pool);
+
+/* Nestable high-water-mark scopes: the peaks reached between push and the
+ * matching pop, whatever happens to the global peaks or to inner scopes. */
+#define STOW_SCOPE_MAX_DEPTH 32
+typedef struct stow_scope_result {
+    uint64_t allocated_bytes_at_push;
+    uint64_t allocated_bytes_peak; /* highest allocated_bytes.all inside the scope */
+    uint64_t reserved_bytes_at_push;
+    uint64_t reserved_bytes_peak;
+    uint64_t allocated_bytes_at_pop;
+    uint64_t reserved_bytes_at_pop;
+} stow_scope_result_t;
+/* Errors: STOW_EBUSY when STOW_SCOPE_MAX_DEPTH scopes are open. *depth_out (optional) = new depth. */
+stow_status_t stow_scope_push(stow_pool_t *pool, unsigned *depth_out);
+/* Errors: STOW_EINVAL when no scope is open. */
+stow_status_t stow_scope_pop(stow_pool_t *pool, stow_scope_result_t *out);
+
+/*
+ * A text table in the spirit of torch.cuda.memory_summary(), or one JSON
+ * object (keys follow torch.cuda.memory_stats(): "allocated_bytes.all.current"...).
+ * Both write at most buf_len bytes, NUL-terminated, and return the full length
+ * (snprintf semantics: call with buf_len 0 to size the buffer).
+ * Thread safety: pure functions of the snapshot.
+ */
+size_t stow_stats_summary(const stow_stats_t *stats, char *buf, size_t buf_len);
+size_t stow_stats_json(const stow_stats_t *stats, char *buf, size_t buf_len);
+
+/* Convenience: snapshot + summary of a pool, written to buf as above. */
+size_t stow_summary(stow_pool_t *pool, char *buf, size_t buf_len);
+
+/* ======================================================================
+ * The simulated device (stowage/sim.h has the full control API)
+ * ====================================================================== */
+typedef struct stow_sim_config {
+    size_t capacity_bytes;    /* device memory; 0 = 2^46 bytes (effectively unlimited) */
+    size_t granularity_bytes; /* 0 = 2 MiB */
+    bool manual_events;       /* false: events complete when recorded; true: only when
+                                 stow_sim_complete_stream() says so */
+    bool host_backed;         /* give each reservation real host memory (writable) */
+    /* Host memory for host_backed mode (NULL: aligned_alloc/free). Tests pass
+     * jemalloc's mallocx/sdallocx here; the library never links jemalloc. */
+    void *(*host_alloc)(size_t size_bytes, size_t alignment_bytes, void *arg);
+    void (*host_free)(void *ptr, size_t size_bytes, void *arg);
+    void *host_arg;
+} stow_sim_config_t;
+
+void stow_sim_config_default(stow_sim_config_t *config);
+
+/* Creates a simulated device. Ownership: destroy it with stow_sim_destroy after
+ * every pool on it. Thread safety: the backend locks internally. */
+STOW_NODISCARD stow_status_t stow_sim_create(const stow_sim_config_t *config,
+                                             stow_backend_t **out);
+/* DESTRUCTOR. Returns STOW_EBUSY (and frees anyway) if reservations are still live. */
+stow_status_t stow_sim_destroy(stow_backend_t *backend);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOWAGE_H */

@@ -1,0 +1,82 @@
+/*
+ * stowage/backend.h: the backend vtable, for backend implementers only.
+ *
+ * The backend is the only code that touches device memory and the only vtable
+ * in Stowage. A pool calls it to reserve and release device memory, to order
+ * block reuse across streams with events, and (page-mapped pools) to map
+ * physical granules into virtual ranges. The pool never dereferences device
+ * memory: every piece of allocator metadata lives on the host, which is what
+ * makes the simulated backend (stowage/sim.h) exact.
+ *
+ * Locking: a pool calls every method with its own pool lock held, one call at a
+ * time per pool. A backend shared by several pools must lock internally.
+ */
+#ifndef STOWAGE_BACKEND_H
+#define STOWAGE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stowage/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STOW_BACKEND_ABI 1u
+
+/* A stream: CUstream/cudaStream_t for CUDA (NULL = the legacy default stream);
+ * any distinct value for the simulated device. */
+typedef void *stow_stream_t;
+/* An event handle produced by event_record; opaque to the pool. */
+typedef void *stow_event_t;
+/* A physical memory handle (CUmemGenericAllocationHandle for CUDA). */
+typedef uint64_t stow_phys_t;
+
+typedef struct stow_backend stow_backend_t;
+
+struct stow_backend {
+    uint32_t abi_version;     /* STOW_BACKEND_ABI, else stow_pool_create -> STOW_EINVAL */
+    const char *name;         /* "sim", "sim-host", "cuda" */
+    void *ctx;                /* first argument of every method */
+    size_t granularity_bytes; /* reserve/map unit, a power of two (2 MiB on CUDA) */
+
+    /* pre: size_bytes > 0 && size_bytes % granularity_bytes == 0.
+     * STOW_OK with *out != NULL, or STOW_ENOMEM (device full), or STOW_EBACKEND. */
+    stow_status_t (*reserve)(void *ctx, size_t size_bytes, stow_stream_t stream, void **out);
+    /* pre: (ptr, size_bytes) is exactly a pair that reserve returned, not yet released.
+     * Memory may still be in use by queued stream work only if the backend's release
+     * synchronizes (cudaFree does); the pool calls synchronize first otherwise. */
+    stow_status_t (*release)(void *ctx, void *ptr, size_t size_bytes);
+    /* Free and total device bytes as the device sees them. */
+    stow_status_t (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+    /* Waits until all work queued on all streams has completed. */
+    stow_status_t (*synchronize)(void *ctx);
+
+    /* Stream ordering. All three NULL: the backend has a single stream and every
+     * free is reusable at once by any stream. */
+    /* Records a new event after the work queued so far on `stream`. */
+    stow_status_t (*event_record)(void *ctx, stow_stream_t stream, stow_event_t *out);
+    /* *done = whether all work before the event has completed. Never blocks. */
+    stow_status_t (*event_query)(void *ctx, stow_event_t event, bool *done);
+    /* Returns the event to the backend (pooled there). */
+    stow_status_t (*event_destroy)(void *ctx, stow_event_t event);
+
+    /* Page mapping (CUDA virtual memory management). All NULL when unsupported.
+     * va_reserve: a virtual range of size_bytes (multiple of granularity), no
+     * physical memory behind it. phys_create: a physical handle of size_bytes,
+     * counted against the device capacity (STOW_ENOMEM when full). map: maps the
+     * whole handle at va and grants access. unmap: unmaps [va, va+size_bytes). */
+    stow_status_t (*va_reserve)(void *ctx, size_t size_bytes, void **out);
+    stow_status_t (*va_release)(void *ctx, void *va, size_t size_bytes);
+    stow_status_t (*phys_create)(void *ctx, size_t size_bytes, stow_phys_t *out);
+    stow_status_t (*phys_release)(void *ctx, stow_phys_t handle, size_t size_bytes);
+    stow_status_t (*map)(void *ctx, void *va, size_t size_bytes, stow_phys_t handle);
+    stow_status_t (*unmap)(void *ctx, void *va, size_t size_bytes);
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOWAGE_BACKEND_H */

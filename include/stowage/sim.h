@@ -1,0 +1,77 @@
+/*
+ * stowage/sim.h: control of the simulated device, for tests and the replay tool.
+ *
+ * The simulated device (allocator/backend/sim.c) hands out fake, never
+ * dereferenced addresses from a non-zero base (or real host memory in
+ * host-backed mode), enforces a capacity so that out-of-memory paths run on a
+ * CPU, counts every call, fails the Nth call of a chosen kind on request, and
+ * lets a test decide when stream events complete. It is deterministic.
+ */
+#ifndef STOWAGE_SIM_H
+#define STOWAGE_SIM_H
+
+#include "stowage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STOW_SIM_CALL_MAP(X)                         \
+    X(RESERVE, reserve)                              \
+    X(RELEASE, release)                              \
+    X(MEM_INFO, mem_info)                            \
+    X(SYNCHRONIZE, synchronize)                      \
+    X(EVENT_RECORD, event_record)                    \
+    X(EVENT_QUERY, event_query)                      \
+    X(EVENT_DESTROY, event_destroy)                  \
+    X(VA_RESERVE, va_reserve)                        \
+    X(VA_RELEASE, va_release)                        \
+    X(PHYS_CREATE, phys_create)                      \
+    X(PHYS_RELEASE, phys_release)                    \
+    X(MAP, map)                                      \
+    X(UNMAP, unmap)
+
+typedef enum {
+#define STOW_SIM_CALL_ENUM_(up, low) STOW_SIM_##up,
+    STOW_SIM_CALL_MAP(STOW_SIM_CALL_ENUM_)
+#undef STOW_SIM_CALL_ENUM_
+    STOW_SIM_CALL_KINDS
+} stow_sim_call_t;
+
+typedef struct stow_sim_counters {
+    uint64_t calls[STOW_SIM_CALL_KINDS];  /* every call, failed ones included */
+    uint64_t failures[STOW_SIM_CALL_KINDS];
+    uint64_t reserved_bytes;      /* live reservations + created physical handles */
+    uint64_t reserved_bytes_peak;
+    uint64_t live_reservations;
+    uint64_t pending_events;      /* recorded, not yet complete */
+} stow_sim_counters_t;
+
+/* Name of a call kind ("reserve"...); static. */
+const char *stow_sim_call_name(stow_sim_call_t kind);
+
+/* Snapshot of the counters. */
+void stow_sim_counters(stow_backend_t *sim, stow_sim_counters_t *out);
+
+/* Makes the nth (1-based, counted from now) future call of `kind` fail with
+ * `status` (STOW_ENOMEM for reserve/phys_create, STOW_EBACKEND otherwise if
+ * given STOW_OK). n = 0 cancels. One pending injection per kind. */
+void stow_sim_fail_nth(stow_backend_t *sim, stow_sim_call_t kind, uint64_t n,
+                       stow_status_t status);
+
+/* Makes every call of `kind` fail with probability 1/one_in (0 = never), from a
+ * deterministic generator seeded by `seed`. */
+void stow_sim_fail_random(stow_backend_t *sim, stow_sim_call_t kind, uint32_t one_in,
+                          uint64_t seed);
+
+/* Manual-event mode: completes every event recorded so far on `stream`
+ * (the stream's queued work finished). */
+void stow_sim_complete_stream(stow_backend_t *sim, stow_stream_t stream);
+
+/* Changes the capacity (the OOM threshold) of a live device. */
+void stow_sim_set_capacity(stow_backend_t *sim, size_t capacity_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOWAGE_SIM_H */

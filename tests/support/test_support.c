@@ -1,0 +1,45 @@
+/*
+ * tests/support/test_support.c: helpers shared by the Criterion tests.
+ */
+#include "test_support.h"
+
+#include <jemalloc/jemalloc.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#ifndef STOW_SHARED_DIR
+#define STOW_SHARED_DIR "../shared"
+#endif
+
+const char *ts_shared_trace(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/traces/%s", STOW_SHARED_DIR, name);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+void *ts_host_alloc(size_t size_bytes, size_t alignment_bytes, void *arg)
+{
+    (void)arg;
+    return mallocx(size_bytes, MALLOCX_ALIGN(alignment_bytes));
+}
+
+void ts_host_free(void *ptr, size_t size_bytes, void *arg)
+{
+    (void)arg;
+    sdallocx(ptr, size_bytes, 0);
+}
+
+stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_events)
+{
+    stow_sim_config_t c;
+    stow_sim_config_default(&c);
+    c.capacity_bytes = capacity_bytes;
+    c.host_backed = host_backed;
+    c.manual_events = manual_events;
+    if (host_backed) {
+        c.host_alloc = ts_host_alloc;
+        c.host_free = ts_host_free;
+    }
+    stow_backend_t *b = NULL;
+    return stow_sim_create(&c, &b) == STOW_OK ? b : NULL;
+}

@@ -1,0 +1,24 @@
+/*
+ * tests/support/test_support.h: helpers shared by the Criterion tests.
+ */
+#ifndef STOWAGE_TEST_SUPPORT_H
+#define STOWAGE_TEST_SUPPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "stowage.h"
+#include "stowage/sim.h"
+#include "stowage/trace.h"
+
+/* Path of a shared trace (../shared/traces/NAME), or NULL if absent. */
+const char *ts_shared_trace(const char *name, char *buf, size_t len);
+
+/* jemalloc-backed host memory for host-backed simulated devices. */
+void *ts_host_alloc(size_t size_bytes, size_t alignment_bytes, void *arg);
+void ts_host_free(void *ptr, size_t size_bytes, void *arg);
+
+/* A simulated device with the given capacity (0 = unlimited). */
+stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_events);
+
+#endif
