@@ -1,0 +1,989 @@
+/*
+ * planner/plan.c: the planner's solver (stow_plan_solve).
+ *
+ * Three phases, each keeping the best plan so far:
+ *   1. greedy: best-fit / first-fit placement under several static orders, with
+ *      a max-upper segment tree over buffers sorted by start time, so that one
+ *      placement costs O((k + 1) log n) for k time-overlapping placed buffers;
+ *   2. exact search (<= SEARCH_MAX_BUFFERS buffers): a depth-first
+ *      branch-and-bound over canonical plans, in the spirit of MiniMalloc
+ *      (Moffitt, ASPLOS'23) - see search_dfs for the pruning rules;
+ *   3. repair (larger problems, or what the search left): "squeaky wheel"
+ *      reordering - buffers that end above the target are moved earlier in the
+ *      greedy order, with random perturbation, until the time limit.
+ * Every plan the search or repair accepts passes stow_plan_validate; that file
+ * shares no placement code with this one.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/plan_internal.h"
+
+#define SEARCH_MAX_BUFFERS 4000u /* above this the exact search rarely helps */
+
+typedef struct plan_ctx {
+    size_t n;
+    const stow_plan_buffer_t *b;
+    uint32_t *by_lower; /* buffer indices sorted by lower */
+    uint32_t *pos;      /* pos[i]: index of buffer i in by_lower */
+    uint64_t *lowers;   /* lowers[k] = b[by_lower[k]].lower, for binary search */
+    uint64_t *tree;     /* max upper of placed buffers; 0 = none placed */
+    size_t leaves;
+    uint64_t *pu, *po, *pe; /* by start order: upper (0 = unplaced), offset, end */
+    uint64_t (*iv)[2];    /* scratch: (offset, end) of hits */
+    uint64_t (*iv_tmp)[2]; /* scratch for the radix sort */
+    double deadline;      /* absolute stow__plan_now() time */
+    uint64_t rng;         /* xorshift state */
+} plan_ctx_t;
+
+static uint64_t plan_rand(plan_ctx_t *c)
+{
+    uint64_t x = c->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c->rng = x;
+    return x;
+}
+
+/* ------------------------------------------------------------- greedy -- */
+
+/* The placed set is kept in start-time order, in blocks of BLOCK positions
+ * under a max-upper segment tree: the tree skips blocks with nothing alive
+ * after the query's start, and a block is scanned linearly, which is several
+ * times faster per hit than descending to single leaves. */
+#define BLOCK 16
+
+static void tree_reset(plan_ctx_t *c)
+{
+    memset(c->tree, 0, 2 * c->leaves * sizeof *c->tree);
+    memset(c->pu, 0, c->n * sizeof *c->pu);
+}
+
+static void tree_place(plan_ctx_t *c, uint32_t i, uint64_t offset)
+{
+    size_t p = c->pos[i];
+    uint64_t up = c->b[i].upper;
+    c->pu[p] = up;
+    c->po[p] = offset;
+    c->pe[p] = offset + c->b[i].size;
+    for (size_t k = p / BLOCK + c->leaves; k >= 1; k /= 2) {
+        if (c->tree[k] >= up)
+            break;
+        c->tree[k] = up;
+    }
+}
+
+/* Placed buffers with lower < u (a prefix [0, bound) of by_lower) and upper > l
+ * are exactly the time-overlapping ones; their (offset, end) go to c->iv. */
+static size_t tree_collect(plan_ctx_t *c, size_t k, size_t lo, size_t span, size_t bound,
+                           uint64_t l, size_t nh)
+{
+    if (c->tree[k] <= l || lo * BLOCK >= bound)
+        return nh;
+    if (span == 1) {
+        size_t e = (lo + 1) * BLOCK < bound ? (lo + 1) * BLOCK : bound;
+        for (size_t p = lo * BLOCK; p < e; p++) {
+            if (c->pu[p] > l) {
+                c->iv[nh][0] = c->po[p];
+                c->iv[nh][1] = c->pe[p];
+                nh++;
+            }
+        }
+        return nh;
+    }
+    nh = tree_collect(c, 2 * k, lo, span / 2, bound, l, nh);
+    return tree_collect(c, 2 * k + 1, lo + span / 2, span / 2, bound, l, nh);
+}
+
+static size_t tree_query(plan_ctx_t *c, size_t bound, uint64_t l)
+{
+    return tree_collect(c, 1, 0, c->leaves, bound, l, 0);
+}
+
+/* Sorts (offset, end) pairs by offset. LSD radix on the bytes that differ:
+ * the comparator-based qsort was 80% of the greedy time on 20k-buffer traces,
+ * where each placement sees thousands of time-overlapping buffers. */
+static void iv_sort(uint64_t (*iv)[2], uint64_t (*tmp)[2], size_t n)
+{
+    if (n < 48) {
+        for (size_t i = 1; i < n; i++) {
+            uint64_t a0 = iv[i][0], a1 = iv[i][1];
+            size_t j = i;
+            while (j > 0 && iv[j - 1][0] > a0) {
+                iv[j][0] = iv[j - 1][0];
+                iv[j][1] = iv[j - 1][1];
+                j--;
+            }
+            iv[j][0] = a0;
+            iv[j][1] = a1;
+        }
+        return;
+    }
+    uint64_t all_or = 0, all_and = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        all_or |= iv[i][0];
+        all_and &= iv[i][0];
+    }
+    uint64_t varying = all_or ^ all_and;
+    uint64_t(*src)[2] = iv, (*dst)[2] = tmp;
+    for (unsigned shift = 0; shift < 64; shift += 8) {
+        if (((varying >> shift) & 0xff) == 0)
+            continue;
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[((src[i][0] >> shift) & 0xff) + 1]++;
+        for (size_t d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++) {
+            size_t d = (size_t)((src[i][0] >> shift) & 0xff);
+            dst[count[d]][0] = src[i][0];
+            dst[count[d]][1] = src[i][1];
+            count[d]++;
+        }
+        uint64_t(*t)[2] = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != iv)
+        memcpy(iv, src, n * sizeof iv[0]);
+}
+
+static size_t lower_bound_pos(const plan_ctx_t *c, uint64_t u)
+{
+    size_t lo = 0, hi = c->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->lowers[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+enum { FIT_BEST, FIT_FIRST };
+
+/* Places buffers in `order`; offsets into off. STOW_EOVERFLOW if a top would
+ * not fit in 64 bits. */
+static stow_status_t greedy_run(plan_ctx_t *c, const uint32_t *order, int fit, uint64_t *off,
+                                uint64_t *height)
+{
+    tree_reset(c);
+    uint64_t h = 0;
+    for (size_t t = 0; t < c->n; t++) {
+        uint32_t i = order[t];
+        const stow_plan_buffer_t *bi = &c->b[i];
+        size_t nh = tree_query(c, lower_bound_pos(c, bi->upper), bi->lower);
+        iv_sort(c->iv, c->iv_tmp, nh);
+        uint64_t run_end = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+        for (size_t k = 0; k <= nh; k++) {
+            uint64_t next = k < nh ? c->iv[k][0] : UINT64_MAX;
+            uint64_t start, top;
+            if (next > run_end && stow__plan_align_up(run_end, bi->alignment, &start) &&
+                stow__plan_add(start, bi->size, &top) && top <= next) {
+                uint64_t gap = next - run_end;
+                if (k == nh) {
+                    if (best == UINT64_MAX)
+                        best = start;
+                } else if (fit == FIT_FIRST) {
+                    best = start;
+                    break;
+                } else if (gap < best_gap) {
+                    best_gap = gap;
+                    best = start;
+                }
+            }
+            if (k < nh && c->iv[k][1] > run_end)
+                run_end = c->iv[k][1];
+        }
+        uint64_t top;
+        if (best == UINT64_MAX || !stow__plan_add(best, bi->size, &top))
+            return STOW_EOVERFLOW;
+        off[i] = best;
+        if (top > h)
+            h = top;
+        tree_place(c, i, best);
+    }
+    *height = h;
+    return STOW_OK;
+}
+
+/* Sort keys for the static orders; all descending except where noted. */
+typedef struct order_key {
+    double k1, k2;
+    uint32_t i;
+} order_key_t;
+
+static int order_key_cmp(const void *a, const void *b)
+{
+    const order_key_t *x = a, *y = b;
+    if (x->k1 != y->k1)
+        return x->k1 > y->k1 ? -1 : 1;
+    if (x->k2 != y->k2)
+        return x->k2 > y->k2 ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+enum { ORD_SIZE, ORD_AREA, ORD_LENGTH, ORD_START, ORD_COUNT };
+
+static void make_order(const plan_ctx_t *c, int kind, order_key_t *keys, uint32_t *order)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const stow_plan_buffer_t *bi = &c->b[i];
+        double size = (double)bi->size, len = (double)(bi->upper - bi->lower);
+        keys[i].i = (uint32_t)i;
+        switch (kind) {
+        case ORD_SIZE:
+            keys[i].k1 = size;
+            keys[i].k2 = len;
+            break;
+        case ORD_AREA:
+            keys[i].k1 = size * len;
+            keys[i].k2 = size;
+            break;
+        case ORD_LENGTH:
+            keys[i].k1 = len;
+            keys[i].k2 = size;
+            break;
+        default: /* in start order, as an online allocator would see them */
+            keys[i].k1 = -(double)bi->lower;
+            keys[i].k2 = size;
+            break;
+        }
+    }
+    qsort(keys, c->n, sizeof *keys, order_key_cmp);
+    for (size_t i = 0; i < c->n; i++)
+        order[i] = keys[i].i;
+}
+
+/* -------------------------------------------------------- exact search -- */
+
+/* Plans are canonical when buffers are placed in non-decreasing (offset,
+ * preorder) order, each at its minimum offset: the top of the highest placed
+ * buffer it overlaps in time. Any plan can be pushed down into such a plan
+ * without growing, so the search loses nothing by only enumerating them.
+ * Pruning (all sound for the decision "fits in `cap`"):
+ *   - dominance: a buffer whose minimum offset is at or above the lowest top
+ *     any unplaced buffer could reach would leave a hole that buffer fits in;
+ *   - section inference: in every time section, max(floor, current offset) +
+ *     the sizes still unplaced there must fit under the capacity; the floor of
+ *     a section is raised to the lowest minimum offset of its unplaced buffers. */
+#define UNPLACED UINT64_MAX
+
+typedef struct trail_entry {
+    uint32_t what; /* index; top bit set = section floor, clear = minoff */
+    uint64_t old;
+} trail_entry_t;
+
+typedef struct search {
+    plan_ctx_t *c;
+    size_t n, S;
+    uint64_t cap;
+    uint32_t *sa, *sb;          /* section range [sa, sb) of each buffer */
+    uint32_t *ov_start, *ov;    /* CSR: buffers overlapping each buffer */
+    uint32_t *sec_start, *sec;  /* CSR: buffers alive in each section */
+    uint32_t *pre;              /* preorder rank of each buffer */
+    uint64_t *off, *minoff, *floor, *total;
+    uint64_t *best;             /* the plan found */
+    uint32_t *stamp, stamp_now; /* dedupe of affected sections */
+    uint32_t *affected;
+    trail_entry_t *trail;
+    size_t trail_len, trail_cap;
+    uint32_t *cand;             /* candidate stack shared by all depths */
+    size_t cand_len, cand_cap;
+    size_t placed;
+    int64_t nodes_left;
+    uint64_t nodes;
+    bool oom, timeout;
+} search_t;
+
+enum { SR_FOUND, SR_NONE, SR_ABORT };
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static bool trail_push(search_t *s, uint32_t what, uint64_t old)
+{
+    if (s->trail_len == s->trail_cap) {
+        size_t nc = s->trail_cap ? 2 * s->trail_cap : 4096;
+        trail_entry_t *nt = realloc(s->trail, nc * sizeof *nt);
+        if (nt == NULL) {
+            s->oom = true;
+            return false;
+        }
+        s->trail = nt;
+        s->trail_cap = nc;
+    }
+    s->trail[s->trail_len++] = (trail_entry_t){what, old};
+    return true;
+}
+
+static void trail_undo(search_t *s, size_t mark)
+{
+    while (s->trail_len > mark) {
+        trail_entry_t e = s->trail[--s->trail_len];
+        if (e.what & 0x80000000u)
+            s->floor[e.what & 0x7fffffffu] = e.old;
+        else
+            s->minoff[e.what] = e.old;
+    }
+}
+
+/* Insertion sort: candidate lists are short and qsort has no context pointer. */
+static void cand_sort(const search_t *s, uint32_t *a, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        uint32_t v = a[i];
+        size_t j = i;
+        while (j > 0) {
+            uint32_t u = a[j - 1];
+            if (s->minoff[u] < s->minoff[v] ||
+                (s->minoff[u] == s->minoff[v] && s->pre[u] < s->pre[v]))
+                break;
+            a[j] = u;
+            j--;
+        }
+        a[j] = v;
+    }
+}
+
+static int search_dfs(search_t *s, uint64_t min_off, uint32_t min_pre)
+{
+    if (s->placed == s->n) {
+        memcpy(s->best, s->off, s->n * sizeof *s->off);
+        return SR_FOUND;
+    }
+    if (--s->nodes_left < 0)
+        return SR_ABORT;
+    if ((++s->nodes & 1023) == 0 && stow__plan_now() > s->c->deadline) {
+        s->timeout = true;
+        return SR_ABORT;
+    }
+    uint64_t min_height = UINT64_MAX;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->off[i] == UNPLACED) {
+            uint64_t t = sat_add(s->minoff[i], s->c->b[i].size);
+            if (t < min_height)
+                min_height = t;
+        }
+    if (min_height > s->cap)
+        return SR_NONE;
+    size_t base = s->cand_len;
+    if (s->cand_cap - s->cand_len < s->n - s->placed) {
+        size_t nc = s->cand_cap * 2 + s->n;
+        uint32_t *ncand = realloc(s->cand, nc * sizeof *ncand);
+        if (ncand == NULL) {
+            s->oom = true;
+            return SR_ABORT;
+        }
+        s->cand = ncand;
+        s->cand_cap = nc;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->off[i] != UNPLACED)
+            continue;
+        uint64_t m = s->minoff[i];
+        if (m < min_off || (m == min_off && s->pre[i] < min_pre))
+            continue; /* not canonical */
+        if (m >= min_height)
+            continue; /* dominated */
+        s->cand[s->cand_len++] = (uint32_t)i;
+    }
+    size_t ncand = s->cand_len - base;
+    cand_sort(s, s->cand + base, ncand);
+    int result = SR_NONE;
+    for (size_t k = 0; k < ncand; k++) {
+        uint32_t b = s->cand[base + k];
+        uint64_t o = s->minoff[b], size = s->c->b[b].size;
+        uint64_t top = sat_add(o, size);
+        if (top > s->cap)
+            continue;
+        size_t mark = s->trail_len;
+        s->off[b] = o;
+        s->placed++;
+        s->stamp_now++;
+        size_t naff = 0;
+        bool ok = true;
+        for (uint32_t e = s->ov_start[b]; e < s->ov_start[b + 1] && ok; e++) {
+            uint32_t j = s->ov[e];
+            if (s->off[j] != UNPLACED || s->minoff[j] >= top)
+                continue;
+            uint64_t a = s->c->b[j].alignment, nm;
+            if (!stow__plan_align_up(top, a, &nm))
+                nm = UINT64_MAX;
+            if (!trail_push(s, j, s->minoff[j])) {
+                ok = false;
+                break;
+            }
+            s->minoff[j] = nm;
+            for (uint32_t q = s->sa[j]; q < s->sb[j]; q++)
+                if (s->stamp[q] != s->stamp_now) {
+                    s->stamp[q] = s->stamp_now;
+                    s->affected[naff++] = q;
+                }
+        }
+        for (uint32_t q = s->sa[b]; q < s->sb[b] && ok; q++) {
+            ok = trail_push(s, q | 0x80000000u, s->floor[q]);
+            s->floor[q] = top;
+            s->total[q] -= size;
+        }
+        for (size_t a = 0; a < naff && ok; a++) {
+            uint32_t q = s->affected[a];
+            uint64_t m = UINT64_MAX;
+            for (uint32_t e = s->sec_start[q]; e < s->sec_start[q + 1]; e++) {
+                uint32_t j = s->sec[e];
+                if (s->off[j] == UNPLACED && s->minoff[j] < m)
+                    m = s->minoff[j];
+            }
+            if (m != UINT64_MAX && s->floor[q] < m) {
+                ok = trail_push(s, q | 0x80000000u, s->floor[q]);
+                s->floor[q] = m;
+            }
+        }
+        if (ok) {
+            for (size_t q = 0; q < s->S; q++) {
+                uint64_t f = s->floor[q] > o ? s->floor[q] : o;
+                if (s->total[q] > 0 && sat_add(f, s->total[q]) > s->cap) {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if (s->oom)
+            result = SR_ABORT;
+        else if (ok)
+            result = search_dfs(s, o, s->pre[b]);
+        for (uint32_t q = s->sa[b]; q < s->sb[b]; q++)
+            s->total[q] += size;
+        trail_undo(s, mark);
+        s->off[b] = UNPLACED;
+        s->placed--;
+        if (result != SR_NONE)
+            break;
+    }
+    s->cand_len = base;
+    return result;
+}
+
+static void search_free(search_t *s)
+{
+    free(s->sa);
+    free(s->sb);
+    free(s->ov_start);
+    free(s->ov);
+    free(s->sec_start);
+    free(s->sec);
+    free(s->pre);
+    free(s->off);
+    free(s->minoff);
+    free(s->floor);
+    free(s->total);
+    free(s->best);
+    free(s->stamp);
+    free(s->affected);
+    free(s->trail);
+    free(s->cand);
+    memset(s, 0, sizeof *s);
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static size_t time_index(const uint64_t *t, size_t nt, uint64_t v)
+{
+    size_t lo = 0, hi = nt;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Builds sections and overlap lists; false on allocation failure or when the
+ * problem is too big for the exact search. */
+static bool search_init(search_t *s, plan_ctx_t *c)
+{
+    memset(s, 0, sizeof *s);
+    s->c = c;
+    size_t n = s->n = c->n;
+    uint64_t *t = malloc(2 * n * sizeof *t);
+    if (t == NULL)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        t[2 * i] = c->b[i].lower;
+        t[2 * i + 1] = c->b[i].upper;
+    }
+    qsort(t, 2 * n, sizeof *t, u64_cmp);
+    size_t nt = 0;
+    for (size_t i = 0; i < 2 * n; i++)
+        if (nt == 0 || t[nt - 1] != t[i])
+            t[nt++] = t[i];
+    s->S = nt - 1;
+    s->sa = malloc(n * sizeof *s->sa);
+    s->sb = malloc(n * sizeof *s->sb);
+    s->sec_start = calloc(s->S + 2, sizeof *s->sec_start);
+    s->ov_start = calloc(n + 1, sizeof *s->ov_start);
+    if (!s->sa || !s->sb || !s->sec_start || !s->ov_start) {
+        free(t);
+        return false;
+    }
+    size_t sec_total = 0;
+    for (size_t i = 0; i < n; i++) {
+        s->sa[i] = (uint32_t)time_index(t, nt, c->b[i].lower);
+        s->sb[i] = (uint32_t)time_index(t, nt, c->b[i].upper);
+        sec_total += s->sb[i] - s->sa[i];
+    }
+    free(t);
+    if (sec_total > 32u * 1024 * 1024)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t q = s->sa[i]; q < s->sb[i]; q++)
+            s->sec_start[q + 1]++;
+    for (size_t q = 0; q < s->S; q++)
+        s->sec_start[q + 1] += s->sec_start[q];
+    s->sec = malloc((sec_total ? sec_total : 1) * sizeof *s->sec);
+    uint32_t *fill = calloc(s->S + 1, sizeof *fill);
+    if (s->sec == NULL || fill == NULL) {
+        free(fill);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t q = s->sa[i]; q < s->sb[i]; q++)
+            s->sec[s->sec_start[q] + fill[q]++] = (uint32_t)i;
+    free(fill);
+    /* Overlaps: two buffers overlap iff they share a section. */
+    size_t ov_total = 0;
+    for (size_t pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (size_t i = 0; i < n; i++)
+                s->ov_start[i + 1] += s->ov_start[i];
+            s->ov = malloc((ov_total ? ov_total : 1) * sizeof *s->ov);
+            if (s->ov == NULL)
+                return false;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t k = 0;
+            for (size_t j = 0; j < n; j++) {
+                if (j == i || c->b[j].upper <= c->b[i].lower || c->b[i].upper <= c->b[j].lower)
+                    continue;
+                if (pass == 0)
+                    k++;
+                else
+                    s->ov[s->ov_start[i] + k++] = (uint32_t)j;
+            }
+            if (pass == 0) {
+                s->ov_start[i + 1] = (uint32_t)k;
+                ov_total += k;
+                if (ov_total > 64u * 1024 * 1024)
+                    return false;
+            }
+        }
+    }
+    s->pre = malloc(n * sizeof *s->pre);
+    s->off = malloc(n * sizeof *s->off);
+    s->minoff = malloc(n * sizeof *s->minoff);
+    s->best = malloc(n * sizeof *s->best);
+    s->floor = malloc((s->S + 1) * sizeof *s->floor);
+    s->total = malloc((s->S + 1) * sizeof *s->total);
+    s->stamp = calloc(s->S + 1, sizeof *s->stamp);
+    s->affected = malloc((s->S + 1) * sizeof *s->affected);
+    return s->pre && s->off && s->minoff && s->best && s->floor && s->total && s->stamp &&
+           s->affected;
+}
+
+/* Preorders, after MiniMalloc's "WAT", "TAW", "TWA": W = lifetime length,
+ * A = area, T = the largest section load the buffer sits in. */
+static const char *const preorders[] = {"WAT", "TAW", "TWA"};
+
+typedef struct pre_key {
+    double w, a, t;
+    uint32_t i;
+    const char *how;
+} pre_key_t;
+
+static int pre_key_cmp(const void *x, const void *y)
+{
+    const pre_key_t *p = x, *q = y;
+    for (const char *h = p->how; *h; h++) {
+        double u = *h == 'W' ? p->w : *h == 'A' ? p->a : p->t;
+        double v = *h == 'W' ? q->w : *h == 'A' ? q->a : q->t;
+        if (u != v)
+            return u > v ? -1 : 1;
+    }
+    return (p->i > q->i) - (p->i < q->i);
+}
+
+static bool search_preorder(search_t *s, const char *how)
+{
+    size_t n = s->n;
+    pre_key_t *k = malloc(n * sizeof *k);
+    if (k == NULL)
+        return false;
+    for (size_t q = 0; q < s->S; q++) {
+        s->total[q] = 0;
+        for (uint32_t e = s->sec_start[q]; e < s->sec_start[q + 1]; e++)
+            s->total[q] = sat_add(s->total[q], s->c->b[s->sec[e]].size);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const stow_plan_buffer_t *b = &s->c->b[i];
+        uint64_t tmax = 0;
+        for (uint32_t q = s->sa[i]; q < s->sb[i]; q++)
+            if (s->total[q] > tmax)
+                tmax = s->total[q];
+        k[i] = (pre_key_t){(double)(b->upper - b->lower),
+                           (double)(b->upper - b->lower) * (double)b->size, (double)tmax,
+                           (uint32_t)i, how};
+    }
+    qsort(k, n, sizeof *k, pre_key_cmp);
+    for (size_t r = 0; r < n; r++)
+        s->pre[k[r].i] = (uint32_t)r;
+    free(k);
+    return true;
+}
+
+/* One depth-first search for a plan of height <= cap, under preorder `how`,
+ * giving up after node_limit nodes or at the deadline. */
+static int search_run(search_t *s, uint64_t cap, const char *how, int64_t node_limit)
+{
+    if (!search_preorder(s, how))
+        return SR_ABORT;
+    s->cap = cap;
+    for (size_t i = 0; i < s->n; i++) {
+        s->off[i] = UNPLACED;
+        s->minoff[i] = 0;
+    }
+    for (size_t q = 0; q < s->S; q++) {
+        s->floor[q] = 0;
+        if (s->total[q] > cap)
+            return SR_NONE;
+    }
+    s->placed = 0;
+    s->trail_len = 0;
+    s->cand_len = 0;
+    s->nodes_left = node_limit;
+    return search_dfs(s, 0, 0);
+}
+
+/* Round robin over the preorders with a doubling node limit, as a stuck
+ * ordering is the common failure and another one often finishes at once.
+ * SR_NONE only when a search finished without the node limit (a proof). */
+static int search_decide(search_t *s, uint64_t cap, double deadline)
+{
+    double saved = s->c->deadline;
+    s->c->deadline = deadline;
+    int64_t limit = (int64_t)s->n;
+    int r = SR_ABORT;
+    while (!s->timeout && !s->oom) {
+        for (size_t h = 0; h < sizeof preorders / sizeof preorders[0]; h++) {
+            r = search_run(s, cap, preorders[h], limit);
+            if (r != SR_ABORT || s->timeout || s->oom)
+                break;
+        }
+        if (r != SR_ABORT)
+            break;
+        if (limit > INT64_MAX / 4)
+            break;
+        limit *= 2;
+    }
+    s->timeout = false;
+    s->c->deadline = saved;
+    return r;
+}
+
+/* -------------------------------------------------------------- repair -- */
+
+typedef struct plan_best {
+    uint64_t *off;
+    uint64_t height;
+    uint32_t *order; /* greedy order that produced it (NULL after the search) */
+    int fit;
+    const char *method;
+} plan_best_t;
+
+/* Squeaky wheel (Joslin & Clements, JAIR 1999): the buffers that stick out above
+ * the target are the ones the greedy placed too late, so they move earlier in
+ * the order; the random distance keeps the search from cycling. */
+static stow_status_t repair_run(plan_ctx_t *c, plan_best_t *best, uint64_t goal, uint64_t *off)
+{
+    size_t n = c->n;
+    uint32_t *ord = malloc(n * sizeof *ord);
+    uint8_t *hot = malloc(n);
+    if (ord == NULL || hot == NULL) {
+        free(ord);
+        free(hot);
+        return STOW_EHOSTMEM;
+    }
+    memcpy(ord, best->order, n * sizeof *ord);
+    uint64_t cur_h = best->height;
+    memcpy(off, best->off, n * sizeof *off);
+    stow_status_t rc = STOW_OK;
+    unsigned stale = 0;
+    while (best->height > goal && stow__plan_now() < c->deadline) {
+        /* Offenders: buffers reaching above the target just below the best. */
+        uint64_t target = best->height - 1 > goal ? best->height - 1 : goal;
+        for (size_t i = 0; i < n; i++)
+            hot[i] = off[i] + c->b[i].size > target;
+        /* Pull each offender forward by swapping it with a random earlier
+         * entry; a swap keeps the permutation valid at O(1) cost. */
+        for (size_t t = 0; t < n; t++) {
+            uint32_t i = ord[t];
+            if (!hot[i] || t == 0)
+                continue;
+            size_t j = (size_t)(plan_rand(c) % t);
+            ord[t] = ord[j];
+            ord[j] = i;
+        }
+        uint64_t h;
+        int fit = (plan_rand(c) & 3) == 0 ? FIT_FIRST : best->fit;
+        rc = greedy_run(c, ord, fit, off, &h);
+        if (rc != STOW_OK)
+            break;
+        if (h < best->height) {
+            best->height = h;
+            memcpy(best->off, off, n * sizeof *off);
+            memcpy(best->order, ord, n * sizeof *ord);
+            best->fit = fit;
+            best->method = "greedy+repair";
+            stale = 0;
+        } else if (h > cur_h && ++stale > 8) {
+            /* Drifted away: restart from the best order. */
+            memcpy(ord, best->order, n * sizeof *ord);
+            memcpy(off, best->off, n * sizeof *off);
+            h = best->height;
+            stale = 0;
+        }
+        cur_h = h;
+    }
+    free(ord);
+    free(hot);
+    return rc;
+}
+
+/* --------------------------------------------------------------- solve -- */
+
+stow_plan_options_t stow_plan_options_default(void)
+{
+    stow_plan_options_t o = {0, 10.0, 1};
+    return o;
+}
+
+void stow_plan_result_free(stow_plan_result_t *result)
+{
+    if (result == NULL)
+        return;
+    free(result->offsets);
+    memset(result, 0, sizeof *result);
+}
+
+static void ctx_free(plan_ctx_t *c)
+{
+    free(c->by_lower);
+    free(c->pos);
+    free(c->lowers);
+    free(c->tree);
+    free(c->pu);
+    free(c->po);
+    free(c->pe);
+    free(c->iv);
+    free(c->iv_tmp);
+}
+
+static int by_lower_cmp_pair(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static stow_status_t ctx_init(plan_ctx_t *c, const stow_plan_problem_t *p)
+{
+    memset(c, 0, sizeof *c);
+    size_t n = c->n = p->count;
+    c->b = p->buffers;
+    c->leaves = 1;
+    while (c->leaves * BLOCK < n)
+        c->leaves *= 2;
+    c->by_lower = malloc(n * sizeof *c->by_lower);
+    c->pos = malloc(n * sizeof *c->pos);
+    c->lowers = malloc(n * sizeof *c->lowers);
+    c->tree = malloc(2 * c->leaves * sizeof *c->tree);
+    c->pu = malloc((n ? n : 1) * sizeof *c->pu);
+    c->po = malloc((n ? n : 1) * sizeof *c->po);
+    c->pe = malloc((n ? n : 1) * sizeof *c->pe);
+    c->iv = malloc(n * sizeof *c->iv);
+    c->iv_tmp = malloc(n * sizeof *c->iv_tmp);
+    uint64_t(*pairs)[2] = malloc(n * sizeof *pairs);
+    if (!c->by_lower || !c->pos || !c->lowers || !c->tree || !c->pu || !c->po || !c->pe || !c->iv || !c->iv_tmp || !pairs) {
+        free(pairs);
+        ctx_free(c);
+        return STOW_EHOSTMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pairs[i][0] = p->buffers[i].lower;
+        pairs[i][1] = i;
+    }
+    qsort(pairs, n, sizeof pairs[0], by_lower_cmp_pair);
+    for (size_t k = 0; k < n; k++) {
+        c->by_lower[k] = (uint32_t)pairs[k][1];
+        c->pos[pairs[k][1]] = (uint32_t)k;
+        c->lowers[k] = pairs[k][0];
+    }
+    free(pairs);
+    return STOW_OK;
+}
+
+static uint64_t plan_height(const plan_ctx_t *c, const uint64_t *off)
+{
+    uint64_t h = 0;
+    for (size_t i = 0; i < c->n; i++)
+        if (off[i] + c->b[i].size > h)
+            h = off[i] + c->b[i].size;
+    return h;
+}
+
+/* The exact search, for problems small enough. Without a capacity it first
+ * asks for the lower bound itself (perfect packings are common in practice and
+ * in benchmarks), then bisects between what failed and the best found. */
+static stow_status_t search_phase(plan_ctx_t *c, const stow_plan_problem_t *p, uint64_t lb,
+                                  uint64_t capacity, plan_best_t *best)
+{
+    search_t s;
+    if (!search_init(&s, c)) {
+        search_free(&s);
+        return STOW_OK; /* too big or no memory: the repair phase still runs */
+    }
+    uint64_t lo = lb, hi = best->height - 1;
+    bool first = true;
+    while (lo <= hi && stow__plan_now() < c->deadline) {
+        uint64_t target;
+        double now = stow__plan_now(), left = c->deadline - now, slice;
+        if (capacity != 0) {
+            target = capacity;
+            slice = left;
+        } else if (first) {
+            target = lo;
+            slice = left * 0.5;
+        } else {
+            target = lo + (hi - lo) / 2;
+            slice = left * 0.5;
+        }
+        first = false;
+        int r = search_decide(&s, target, now + slice);
+        if (s.oom)
+            break;
+        if (r == SR_FOUND) {
+            uint64_t h = plan_height(c, s.best);
+            if (h < best->height && stow_plan_validate(p, s.best, 0, NULL, 0) == STOW_OK) {
+                memcpy(best->off, s.best, c->n * sizeof *s.best);
+                best->height = h;
+                best->method = "search";
+            }
+            hi = h - 1;
+            if (capacity != 0)
+                break;
+        } else {
+            if (capacity != 0)
+                break;
+            lo = target + 1;
+        }
+    }
+    search_free(&s);
+    return STOW_OK;
+}
+
+stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
+                              const stow_plan_options_t *opts, stow_plan_result_t *out)
+{
+    if (out == NULL || stow_plan_problem_check(problem, NULL, 0) != STOW_OK)
+        return STOW_EINVAL;
+    stow_plan_options_t o = opts ? *opts : stow_plan_options_default();
+    if (!(o.time_limit_seconds >= 0))
+        return STOW_EINVAL;
+    double t0 = stow__plan_now();
+    size_t n = problem->count;
+    if (n > UINT32_MAX / 4)
+        return STOW_EOVERFLOW;
+    uint64_t lb;
+    stow_status_t rc = stow_plan_lower_bound(problem, &lb);
+    if (rc != STOW_OK)
+        return rc;
+    plan_ctx_t c;
+    rc = ctx_init(&c, problem);
+    if (rc != STOW_OK)
+        return rc;
+    c.deadline = t0 + o.time_limit_seconds;
+    c.rng = o.seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    if (c.rng == 0)
+        c.rng = 1;
+    plan_best_t best = {malloc((n ? n : 1) * sizeof(uint64_t)), UINT64_MAX,
+                        malloc((n ? n : 1) * sizeof(uint32_t)), FIT_BEST, "greedy"};
+    uint64_t *off = malloc((n ? n : 1) * sizeof *off);
+    uint32_t *order = malloc((n ? n : 1) * sizeof *order);
+    order_key_t *keys = malloc((n ? n : 1) * sizeof *keys);
+    if (!best.off || !best.order || !off || !order || !keys) {
+        rc = STOW_EHOSTMEM;
+        goto out;
+    }
+    uint64_t goal = o.capacity != 0 ? (o.capacity > lb ? o.capacity : lb) : lb;
+    if (n == 0)
+        best.height = 0;
+    for (int kind = 0; kind < ORD_COUNT && n > 0; kind++) {
+        make_order(&c, kind, keys, order);
+        for (int fit = FIT_BEST; fit <= FIT_FIRST; fit++) {
+            uint64_t h;
+            rc = greedy_run(&c, order, fit, off, &h);
+            if (rc != STOW_OK)
+                goto out;
+            if (h < best.height) {
+                best.height = h;
+                best.fit = fit;
+                memcpy(best.off, off, n * sizeof *off);
+                memcpy(best.order, order, n * sizeof *order);
+            }
+        }
+        if (best.height <= goal)
+            break;
+    }
+    uint64_t greedy_height = best.height;
+    if (best.height > goal && o.time_limit_seconds > 0 && n <= SEARCH_MAX_BUFFERS) {
+        rc = search_phase(&c, problem, lb, o.capacity, &best);
+        if (rc != STOW_OK)
+            goto out;
+    }
+    if (best.height > goal && o.time_limit_seconds > 0 && stow__plan_now() < c.deadline &&
+        strcmp(best.method, "greedy") == 0) {
+        rc = repair_run(&c, &best, goal, off);
+        if (rc != STOW_OK)
+            goto out;
+    }
+    out->count = n;
+    out->offsets = best.off;
+    best.off = NULL;
+    out->height = best.height;
+    out->lower_bound = lb;
+    out->greedy_height = greedy_height;
+    out->fits = o.capacity == 0 || best.height <= o.capacity;
+    out->optimal = best.height == lb;
+    out->method = best.method;
+    out->seconds = stow__plan_now() - t0;
+    rc = STOW_OK;
+out:
+    free(best.off);
+    free(best.order);
+    free(off);
+    free(order);
+    free(keys);
+    ctx_free(&c);
+    return rc;
+}
