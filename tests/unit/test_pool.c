@@ -1,0 +1,462 @@
+/*
+ * tests/unit/test_pool.c: the classic pool (allocator/pool.c, segment.c):
+ * split and coalesce, best fit, empty_cache, out of memory and its retry,
+ * fault injection, bad input, limits, and the leak gate.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_support.h"
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+
+static stow_backend_t *sim;
+static stow_pool_t *pool;
+
+static void make_pool(size_t capacity, const stow_config_t *cfg)
+{
+    sim = ts_sim(capacity, false, false);
+    cr_assert_not_null(sim);
+    cr_assert_eq(stow_pool_create(cfg, sim, &pool), STOW_OK);
+}
+
+static void check_pool(void)
+{
+    char why[256];
+    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
+}
+
+/* Leak gate: every test ends with a clean destroy and an empty device. */
+static void finish_pool(void)
+{
+    check_pool();
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 0, "device still holds %llu bytes",
+                 (unsigned long long)c.reserved_bytes);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+static stow_stats_t stats_now(void)
+{
+    stow_stats_t s;
+    cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
+    return s;
+}
+
+/* The memory books: every stow_stat_t array and the waste snapshot. Counters
+ * of rejected calls (num_invalid_frees, num_ooms...) may change; these not. */
+static void assert_same_books(const stow_stats_t *a, const stow_stats_t *b)
+{
+#define SAME_ARRAY_(name, label) \
+    cr_assert(memcmp(a->name, b->name, sizeof a->name) == 0, #name " changed");
+    STOW_STAT_ARRAY_FIELDS(SAME_ARRAY_)
+#undef SAME_ARRAY_
+    cr_assert(memcmp(&a->waste_at_peak, &b->waste_at_peak, sizeof a->waste_at_peak) == 0);
+    cr_assert_eq(a->largest_free_block_bytes, b->largest_free_block_bytes);
+    cr_assert_eq(a->free_reserved_bytes, b->free_reserved_bytes);
+}
+
+static void *alloc_ok(size_t size)
+{
+    void *p = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, size, NULL, &p), STOW_OK, "alloc %zu", size);
+    cr_assert_not_null(p);
+    return p;
+}
+
+Test(pool, create_rejects_bad_backend_and_config)
+{
+    stow_backend_t *b = ts_sim(0, false, false);
+    stow_backend_t bad = *b;
+    stow_pool_t *p = (stow_pool_t *)0x1;
+    bad.abi_version = 999;
+    cr_assert_eq(stow_pool_create(NULL, &bad, &p), STOW_EINVAL);
+    bad = *b;
+    bad.reserve = NULL;
+    cr_assert_eq(stow_pool_create(NULL, &bad, &p), STOW_EINVAL);
+    bad = *b;
+    bad.granularity_bytes = 3 * MIB;
+    cr_assert_eq(stow_pool_create(NULL, &bad, &p), STOW_EINVAL);
+    cr_assert_eq(p, (stow_pool_t *)0x1, "out untouched on error");
+    stow_config_t c;
+    stow_config_default(&c);
+    c.memory_fraction = 0.0;
+    cr_assert_eq(stow_pool_create(&c, b, &p), STOW_EINVAL);
+    stow_config_default(&c);
+    c.policy = STOW_POLICY_VMM;
+    cr_assert_eq(stow_pool_create(&c, b, &p), STOW_ENOSYS);
+    cr_assert_eq(stow_pool_create(NULL, b, NULL), STOW_EINVAL);
+    cr_assert_eq(stow_pool_destroy(NULL), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(pool, small_blocks_share_a_segment_and_coalesce)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(1000), *b = alloc_ok(512), *c = alloc_ok(3000);
+    /* Best fit from one 2 MiB segment: consecutive addresses. */
+    cr_assert_eq((char *)b - (char *)a, 1024);
+    cr_assert_eq((char *)c - (char *)b, 512);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, 2 * MIB);
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current, 1024 + 512 + 3072);
+    cr_assert_eq(s.requested_bytes[STOW_POOL_ALL].current, 1000 + 512 + 3000);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    check_pool();
+    s = stats_now();
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].current, 512 + (2 * MIB - 4608));
+    /* The hole is reused by a request that fits it exactly (best fit). */
+    void *d = alloc_ok(400);
+    cr_assert_eq(d, b);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    s = stats_now();
+    /* Everything merged back into one free block covering the segment. */
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s.largest_free_block_bytes, 2 * MIB);
+    cr_assert_eq(s.fragmentation, 0.0);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    s = stats_now();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s.num_device_free, 1);
+    finish_pool();
+}
+
+Test(pool, best_fit_prefers_smallest_then_lowest_address)
+{
+    make_pool(0, NULL);
+    /* Three large segments of 4, 8 and 6 MiB, freed: requests take the best fit. */
+    void *a = alloc_ok(4 * MIB), *b = alloc_ok(8 * MIB), *c = alloc_ok(6 * MIB);
+    void *hold = alloc_ok(2 * MIB + 1);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(alloc_ok(5 * MIB), c);
+    cr_assert_eq(alloc_ok(3 * MIB), a);
+    cr_assert_eq(alloc_ok(7 * MIB), b);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.num_cache_hits, 3);
+    stow_pool_destroy_force(pool);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    (void)hold;
+}
+
+Test(pool, large_remainders_split_only_above_one_mib)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(10 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    /* 10 MiB block, 9.5 MiB request: remainder 0.5 MiB stays in the block. */
+    void *b = alloc_ok(9 * MIB + 512 * KIB);
+    size_t block;
+    cr_assert_eq(stow_pool_block_size(pool, b, &block, NULL), STOW_OK);
+    cr_assert_eq(block, 10 * MIB);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    /* 4 MiB request: the 6 MiB remainder is split off and reusable. */
+    void *c = alloc_ok(4 * MIB);
+    void *d = alloc_ok(6 * MIB);
+    cr_assert_eq((char *)d - (char *)c, (ptrdiff_t)(4 * MIB));
+    cr_assert_eq(stats_now().segment[STOW_POOL_ALL].current, 1);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, bad_input_changes_nothing)
+{
+    make_pool(0, NULL);
+    void *p = alloc_ok(4096);
+    stow_stats_t before = stats_now();
+    void *out = (void *)0x77;
+    cr_assert_eq(stow_pool_alloc(pool, 0, NULL, &out), STOW_EINVAL);
+    cr_assert_eq(stow_pool_alloc(pool, SIZE_MAX, NULL, &out), STOW_EOVERFLOW);
+    cr_assert_eq(stow_pool_alloc(pool, SIZE_MAX - 4096, NULL, &out), STOW_EOVERFLOW);
+    cr_assert_eq(stow_pool_alloc(pool, 16, NULL, NULL), STOW_EINVAL);
+    cr_assert_eq(stow_pool_alloc(NULL, 16, NULL, &out), STOW_EINVAL);
+    cr_assert_eq(out, (void *)0x77, "out untouched on error");
+    int on_stack;
+    cr_assert_eq(stow_pool_free(pool, &on_stack), STOW_ENOTOWNED);
+    cr_assert_eq(stow_pool_free(pool, (char *)p + 512), STOW_ENOTOWNED);
+    cr_assert_eq(stow_pool_free(pool, NULL), STOW_EINVAL);
+    cr_assert_eq(stow_record_stream(pool, &on_stack, (stow_stream_t)2), STOW_ENOTOWNED);
+    cr_assert_eq(stow_pool_block_size(pool, &on_stack, NULL, NULL), STOW_ENOTOWNED);
+    stow_stats_t after = stats_now();
+    assert_same_books(&before, &after);
+    cr_assert_eq(after.num_invalid_frees, before.num_invalid_frees + 2);
+    /* Absurd but representable: the OOM path runs (and may release cache). */
+    cr_assert_eq(stow_pool_alloc(pool, SIZE_MAX / 2 + 1, NULL, &out), STOW_ENOMEM);
+    cr_assert_eq(stats_now().num_ooms, before.num_ooms + 1);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(stow_pool_free(pool, p), STOW_ENOTOWNED, "double free");
+    stow_stats_t s2 = stats_now();
+    cr_assert_eq(s2.num_invalid_frees, s.num_invalid_frees + 1);
+    cr_assert_eq(s2.allocated_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s2.allocation[STOW_POOL_ALL].freed, 1);
+    finish_pool();
+}
+
+Test(pool, destroy_with_live_blocks_is_busy)
+{
+    make_pool(0, NULL);
+    void *p = alloc_ok(100);
+    cr_assert_eq(stow_pool_destroy(pool), STOW_EBUSY);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, out_of_memory_explains_and_changes_nothing)
+{
+    make_pool(8 * MIB, NULL);
+    void *a = alloc_ok(6 * MIB);
+    stow_stats_t before = stats_now();
+    void *out = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, NULL, &out), STOW_ENOMEM);
+    cr_assert_null(out);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.num_ooms, 1);
+    cr_assert_eq(s.num_alloc_retries, 1);
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current,
+                 before.allocated_bytes[STOW_POOL_ALL].current);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current,
+                 before.reserved_bytes[STOW_POOL_ALL].current);
+    char msg[768];
+    size_t n = stow_pool_oom_message(pool, msg, sizeof msg);
+    cr_assert(n > 0 && n < sizeof msg);
+    cr_assert_not_null(strstr(msg, "4.00 MiB"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "6.00 MiB reserved"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "largest free block"), "%s", msg);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, release_and_retry_recovers_cached_memory)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.release_idle_on_grow = false; /* exercise the retry path itself */
+    make_pool(8 * MIB, &c);
+    void *a = alloc_ok(6 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    void *b = alloc_ok(8 * MIB); /* needs the cached 6 MiB back */
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.num_alloc_retries, 1);
+    cr_assert_eq(s.num_ooms, 0);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 8 * MIB);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 8 * MIB);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, release_idle_on_grow_keeps_reserved_flat)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(6 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    void *b = alloc_ok(8 * MIB); /* the idle 6 MiB segment goes first */
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 8 * MIB);
+    cr_assert_eq(s.num_idle_releases, 1);
+    cr_assert_eq(s.num_alloc_retries, 0);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, memory_fraction_limits_reservations)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.memory_fraction = 0.5;
+    make_pool(16 * MIB, &c);
+    void *a = alloc_ok(8 * MIB);
+    void *out;
+    cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, NULL, &out), STOW_ENOMEM);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.limit_bytes, 8 * MIB);
+    cr_assert_eq(s.capacity_bytes, 16 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, max_split_size_keeps_large_blocks_whole)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.max_split_size_bytes = 20 * MIB;
+    c.release_idle_on_grow = false; /* keep the idle oversize segment cached */
+    make_pool(0, &c);
+    void *big = alloc_ok(40 * MIB);
+    cr_assert_eq(stow_pool_free(pool, big), STOW_OK);
+    /* A small-ish large request must not split the oversize block. */
+    void *p = alloc_ok(4 * MIB);
+    cr_assert_neq(p, big);
+    /* A request within max_non_split_rounding (20 MiB) of it takes it whole. */
+    void *q = alloc_ok(30 * MIB);
+    cr_assert_eq(q, big);
+    size_t block;
+    cr_assert_eq(stow_pool_block_size(pool, q, &block, NULL), STOW_OK);
+    cr_assert_eq(block, 40 * MIB);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, injected_backend_failures_return_errors)
+{
+    make_pool(0, NULL);
+    void *out = NULL;
+    stow_sim_fail_nth(sim, STOW_SIM_RESERVE, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, NULL, &out), STOW_EBACKEND);
+    cr_assert_eq(stats_now().reserved_bytes[STOW_POOL_ALL].current, 0);
+    /* An injected ENOMEM is retried once after releasing the cache. */
+    stow_sim_fail_nth(sim, STOW_SIM_RESERVE, 1, STOW_ENOMEM);
+    void *p = alloc_ok(4 * MIB);
+    cr_assert_eq(stats_now().num_alloc_retries, 1);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    /* A failing release leaves the segment cached and the books exact. */
+    stow_sim_fail_nth(sim, STOW_SIM_RELEASE, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 4 * MIB);
+    check_pool();
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(stats_now().reserved_bytes[STOW_POOL_ALL].current, 0);
+    finish_pool();
+}
+
+Test(pool, garbage_collection_threshold_releases_oldest_idle)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.release_idle_on_grow = false;
+    c.garbage_collection_threshold = 0.5;
+    make_pool(32 * MIB, &c);
+    void *a = alloc_ok(6 * MIB), *b = alloc_ok(6 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    /* 12 MiB cached + 8 MiB new > 16 MiB threshold: the oldest idle goes. */
+    void *d = alloc_ok(8 * MIB);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 14 * MIB);
+    cr_assert_eq(s.num_alloc_retries, 0);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, waste_at_peak_adds_up)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(1000);
+    void *b = alloc_ok(3 * MIB + 5);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    stow_stats_t s = stats_now();
+    const stow_waste_t *w = &s.waste_at_peak;
+    cr_assert_eq(w->reserved_bytes, 2 * MIB + 4 * MIB);
+    cr_assert_eq(w->requested_bytes, 1000 + 3 * MIB + 5);
+    cr_assert_eq(w->rounding_bytes, 24 + (4 * MIB - 3 * MIB - 5));
+    cr_assert_eq(w->requested_bytes + w->rounding_bytes + w->split_remainder_bytes +
+                     w->idle_cached_bytes + w->pending_bytes,
+                 w->reserved_bytes);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, summary_and_json_describe_the_pool)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(12345);
+    char buf[16384];
+    size_t n = stow_summary(pool, buf, sizeof buf);
+    cr_assert(n > 0 && n < sizeof buf);
+    cr_assert_not_null(strstr(buf, "Allocated memory"));
+    cr_assert_not_null(strstr(buf, "Reserved memory"));
+    cr_assert_not_null(strstr(buf, "from small pool"));
+    stow_stats_t s = stats_now();
+    n = stow_stats_json(&s, buf, sizeof buf);
+    cr_assert(n > 0 && n < sizeof buf);
+    cr_assert_not_null(strstr(buf, "\"allocated_bytes.all.current\": 12800"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "\"requested_bytes.all.current\": 12345"));
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish_pool();
+}
+
+/* Host-backed device: each live block is filled with its own tag and checked
+ * before it is freed, so any two blocks sharing a byte are caught. */
+Test(pool, host_backed_blocks_never_overlap)
+{
+    sim = ts_sim(64 * MIB, true, false);
+    cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
+    enum { SLOTS = 64 };
+    unsigned char *ptr[SLOTS] = {0};
+    size_t size[SLOTS] = {0};
+    uint64_t rng = 12345;
+    for (int step = 0; step < 4000; step++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned slot = (unsigned)(rng >> 33) % SLOTS;
+        if (ptr[slot]) {
+            for (size_t i = 0; i < size[slot]; i += 61)
+                cr_assert_eq(ptr[slot][i], (unsigned char)slot, "block %u was overwritten", slot);
+            cr_assert_eq(ptr[slot][size[slot] - 1], (unsigned char)slot);
+            cr_assert_eq(stow_pool_free(pool, ptr[slot]), STOW_OK);
+            ptr[slot] = NULL;
+        } else {
+            size_t sz = (rng >> 40) % 8 == 0 ? 1 + (rng >> 20) % (3 * MIB) : 1 + (rng >> 20) % 9000;
+            void *p;
+            if (stow_pool_alloc(pool, sz, NULL, &p) != STOW_OK)
+                continue; /* 64 MiB device: OOM is allowed, corruption is not */
+            ptr[slot] = p;
+            size[slot] = sz;
+            memset(p, (int)slot, sz);
+        }
+    }
+    check_pool();
+    for (unsigned s = 0; s < SLOTS; s++)
+        if (ptr[s])
+            cr_assert_eq(stow_pool_free(pool, ptr[s]), STOW_OK);
+    finish_pool();
+}
+
+static void *thread_body(void *arg)
+{
+    stow_pool_t *p = arg;
+    void *mine[32] = {0};
+    for (int i = 0; i < 20000; i++) {
+        unsigned k = (unsigned)(i * 7919) % 32;
+        if (mine[k]) {
+            if (stow_pool_free(p, mine[k]) != STOW_OK)
+                return (void *)1;
+            mine[k] = NULL;
+        } else if (stow_pool_alloc(p, 512 + (size_t)(i % 5000) * 300, NULL, &mine[k]) != STOW_OK) {
+            return (void *)1;
+        }
+    }
+    for (int k = 0; k < 32; k++)
+        if (mine[k] && stow_pool_free(p, mine[k]) != STOW_OK)
+            return (void *)1;
+    return NULL;
+}
+
+Test(pool, concurrent_threads_keep_books_exact)
+{
+    make_pool(0, NULL);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, thread_body, pool), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        cr_assert_null(r);
+    }
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s.allocation[STOW_POOL_ALL].allocated, s.allocation[STOW_POOL_ALL].freed);
+    cr_assert(s.allocation[STOW_POOL_ALL].allocated >= 4 * 10000);
+    finish_pool();
+}
