@@ -1,0 +1,195 @@
+/*
+ * tests/unit/test_stream.c: stream-ordered reuse (allocator/stream.c) on a
+ * simulated device whose events complete only when the test says so.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "test_support.h"
+
+#define MIB ((size_t)1 << 20)
+#define S1 ((stow_stream_t)(uintptr_t)0x11)
+#define S2 ((stow_stream_t)(uintptr_t)0x22)
+
+static stow_backend_t *sim;
+static stow_pool_t *pool;
+
+static void setup(void)
+{
+    sim = ts_sim(0, false, true);
+    cr_assert_not_null(sim);
+    /* Keep idle segments cached so that reuse, not release, is what is seen. */
+    stow_config_t c;
+    stow_config_default(&c);
+    c.release_idle_on_grow = false;
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+static void finish(void)
+{
+    char why[256];
+    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 0);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+static void *alloc_on(stow_stream_t s, size_t size)
+{
+    void *p = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, size, s, &p), STOW_OK);
+    return p;
+}
+
+static void check(void)
+{
+    char why[256];
+    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
+}
+
+Test(stream, same_stream_reuses_at_once, .init = setup)
+{
+    void *a = alloc_on(S1, 4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(alloc_on(S1, 4 * MIB), a);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_event_records, 0, "single-stream reuse records no event");
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish();
+}
+
+Test(stream, other_stream_waits_for_the_clearance_event, .init = setup)
+{
+    void *a = alloc_on(S1, 4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    /* S1 has not finished: S2 must not get a's memory. */
+    void *b = alloc_on(S2, 4 * MIB);
+    cr_assert_neq(b, a);
+    check();
+    stow_sim_complete_stream(sim, S1);
+    /* Now the event recorded on S1 after the free is complete. */
+    void *d = alloc_on(S2, 4 * MIB);
+    cr_assert_eq(d, a);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_event_records, 1, "one clearance event for the stream");
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    check();
+    finish();
+}
+
+Test(stream, blocks_freed_after_the_event_stay_private, .init = setup)
+{
+    void *a = alloc_on(S1, 4 * MIB);
+    void *a2 = alloc_on(S1, 6 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    void *b = alloc_on(S2, 4 * MIB); /* records the clearance event on S1 */
+    cr_assert_neq(b, a);
+    cr_assert_eq(stow_pool_free(pool, a2), STOW_OK); /* freed after that event */
+    stow_sim_complete_stream(sim, S1);
+    void *c = alloc_on(S2, 4 * MIB); /* gets a, covered by the event */
+    cr_assert_eq(c, a);
+    void *d = alloc_on(S2, 6 * MIB); /* a2 was not covered: new memory */
+    cr_assert_neq(d, a2);
+    for (void **p = (void *[]){b, c, d, NULL}; *p; p++)
+        cr_assert_eq(stow_pool_free(pool, *p), STOW_OK);
+    finish();
+}
+
+Test(stream, record_stream_defers_reuse_until_the_user_stream_finished, .init = setup)
+{
+    void *a = alloc_on(S1, 4 * MIB);
+    cr_assert_eq(stow_record_stream(pool, a, S2), STOW_OK);
+    cr_assert_eq(stow_record_stream(pool, a, S2), STOW_OK, "naming a stream twice is fine");
+    cr_assert_eq(stow_record_stream(pool, a, S1), STOW_OK, "the allocation stream: no-op");
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current, 0, "allocated drops at free");
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 4 * MIB, "still active until S2 is done");
+    cr_assert_eq(s.num_event_records, 1);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_ENOTOWNED, "a pending block is not live");
+    cr_assert_eq(stow_record_stream(pool, a, S2), STOW_ENOTOWNED);
+    void *b = alloc_on(S1, 4 * MIB);
+    cr_assert_neq(b, a, "S2 may still be reading a");
+    check();
+    stow_sim_complete_stream(sim, S2);
+    void *c = alloc_on(S1, 4 * MIB);
+    cr_assert_eq(c, a);
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 8 * MIB);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    finish();
+}
+
+Test(stream, empty_cache_synchronizes_pending_blocks_away, .init = setup)
+{
+    void *a = alloc_on(S1, 4 * MIB);
+    cr_assert_eq(stow_record_stream(pool, a, S2), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    void *b = alloc_on(S2, 2 * MIB);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s.num_sync_all_streams, 1);
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.pending_events, 0, "every event was returned");
+    finish();
+}
+
+Test(stream, failed_event_record_falls_back_to_synchronize, .init = setup)
+{
+    void *a = alloc_on(S1, 4 * MIB);
+    cr_assert_eq(stow_record_stream(pool, a, S2), STOW_OK);
+    stow_sim_fail_nth(sim, STOW_SIM_EVENT_RECORD, 1, STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_sync_all_streams, 1);
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 0, "synchronized: free at once");
+    cr_assert_eq(alloc_on(S1, 4 * MIB), a);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish();
+}
+
+Test(stream, destroy_with_pending_blocks_is_clean, .init = setup)
+{
+    void *a = alloc_on(S1, 4 * MIB);
+    cr_assert_eq(stow_record_stream(pool, a, S2), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 0);
+    cr_assert_eq(c.pending_events, 0);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+Test(stream, out_of_memory_synchronizes_and_reuses_other_streams_blocks)
+{
+    sim = ts_sim(8 * MIB, false, true);
+    cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
+    void *a = alloc_on(S1, 2 * MIB + 1);
+    void *hold = alloc_on(S1, 2 * MIB + 1);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    /* S2 cannot reuse a yet, and the device is nearly full: the retry path
+     * synchronizes, after which a's segment may be reused or released. */
+    void *b = alloc_on(S2, 4 * MIB);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_ooms, 0);
+    cr_assert(s.reserved_bytes[STOW_POOL_ALL].current <= 8 * MIB);
+    check();
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, hold), STOW_OK);
+    finish();
+}
