@@ -1,0 +1,418 @@
+/*
+ * allocator/torch_entry.c: PyTorch CUDAPluggableAllocator entry points
+ * (stowage/torch.h).
+ *
+ * Owns the per-device pools behind the C-ABI hooks PyTorch calls, their lazy
+ * creation and the once-per-device diagnostics. It must not add policy: every
+ * allocation decision is the pool's. The hot path (malloc/free on an existing
+ * pool) is one atomic load plus the pool call.
+ */
+#include "stowage/torch.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stowage/cuda.h"
+
+#define TORCH_MSG_LEN 1024
+#define STOW_LIKELY_(x) __builtin_expect(!!(x), 1)
+
+/* Present once the pool API grows a run-time limit setter (requested in
+ * issue 5); until then the weak reference resolves to NULL. */
+#if defined(__GNUC__)
+stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction)
+    __attribute__((weak));
+#define TORCH_HAVE_WEAK 1
+#else
+#define TORCH_HAVE_WEAK 0
+#endif
+
+typedef struct torch_slot {
+    _Atomic(stow_pool_t *) pool; /* published after creation; Synchronization: torch_lock */
+    stow_backend_t *backend;     /* Synchronization: torch_lock */
+    bool backend_is_sim;
+    double fraction;              /* 0 = not set; Synchronization: torch_lock */
+    atomic_bool logged_create;    /* each diagnostic once per device */
+    atomic_bool logged_oom;
+    atomic_bool logged_error;
+    atomic_bool logged_foreign;
+    atomic_bool logged_fraction;
+    char last_error[TORCH_MSG_LEN]; /* Synchronization: torch_lock */
+} torch_slot_t;
+
+static torch_slot_t slots[STOW_TORCH_MAX_DEVICES];
+static pthread_mutex_t torch_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool logged_bad_device;
+static atomic_bool logged_foreign_record;
+
+static void torch_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void torch_log(const char *fmt, ...)
+{
+    char line[TORCH_MSG_LEN + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "stowage: %s\n", line);
+}
+
+/* true the first time for this flag. */
+static bool first_time(atomic_bool *flag) { return !atomic_exchange(flag, true); }
+
+static torch_slot_t *slot_of(int device)
+{
+    if (device < 0 || device >= STOW_TORCH_MAX_DEVICES)
+        return NULL;
+    return &slots[device];
+}
+
+static bool env_wants_sim(void)
+{
+    const char *v = getenv("STOWAGE_BACKEND");
+    return v && strcmp(v, "sim") == 0;
+}
+
+const char *stow_torch_backend_name(void) { return env_wants_sim() ? "sim" : "cuda"; }
+
+/* "1073741824", "64M", "2G"... 0 when unset or malformed. */
+static size_t env_size(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end = NULL;
+    unsigned long long n = strtoull(v, &end, 10);
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (end == v || *end != '\0' || n > (SIZE_MAX >> shift))
+        return 0;
+    return (size_t)n << shift;
+}
+
+static stow_status_t backend_create(torch_slot_t *s, int device, char *why, size_t why_len)
+{
+    if (env_wants_sim()) {
+        stow_sim_config_t sc;
+        stow_sim_config_default(&sc);
+        sc.capacity_bytes = env_size("STOWAGE_SIM_CAPACITY");
+        stow_status_t st = stow_sim_create(&sc, &s->backend);
+        if (st != STOW_OK)
+            snprintf(why, why_len, "simulated device: %s", stow_strerror(st));
+        s->backend_is_sim = st == STOW_OK;
+        return st;
+    }
+    s->backend_is_sim = false;
+    return stow_cuda_backend_create(device, &s->backend, why, why_len);
+}
+
+static void backend_destroy(torch_slot_t *s)
+{
+    if (!s->backend)
+        return;
+    if (s->backend_is_sim)
+        (void)stow_sim_destroy(s->backend);
+    else
+        stow_cuda_backend_destroy(s->backend);
+    s->backend = NULL;
+}
+
+/* Creates the device's pool. torch_lock held. */
+static stow_status_t pool_create_locked(torch_slot_t *s, int device, char *why, size_t why_len)
+{
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    char err[256] = "";
+    if (stow_config_from_env(&cfg, err, sizeof err) != STOW_OK) {
+        torch_log("STOWAGE_CONF: %s; using the defaults", err);
+        stow_config_default(&cfg);
+    }
+    if (s->fraction > 0.0)
+        cfg.memory_fraction = s->fraction;
+    if (!s->backend) {
+        stow_status_t st = backend_create(s, device, why, why_len);
+        if (st != STOW_OK)
+            return st;
+    }
+    stow_pool_t *pool = NULL;
+    stow_status_t st = stow_pool_create(&cfg, s->backend, &pool);
+    if (st != STOW_OK) {
+        char detail[256] = "";
+        if (!s->backend_is_sim)
+            stow_cuda_last_error(s->backend, detail, sizeof detail);
+        snprintf(why, why_len, "stow_pool_create: %s%s%s", stow_strerror(st),
+                 detail[0] ? ": " : "", detail);
+        backend_destroy(s);
+        return st;
+    }
+    atomic_store_explicit(&s->pool, pool, memory_order_release);
+    return STOW_OK;
+}
+
+/* The device's pool, created on first use; NULL (logged once) on failure. */
+static stow_pool_t *pool_get(torch_slot_t *s, int device)
+{
+    stow_pool_t *pool = atomic_load_explicit(&s->pool, memory_order_acquire);
+    if (STOW_LIKELY_(pool != NULL))
+        return pool;
+    char why[TORCH_MSG_LEN] = "";
+    pthread_mutex_lock(&torch_lock);
+    pool = atomic_load_explicit(&s->pool, memory_order_acquire);
+    stow_status_t st = STOW_OK;
+    if (!pool) {
+        st = pool_create_locked(s, device, why, sizeof why);
+        if (st == STOW_OK)
+            pool = atomic_load_explicit(&s->pool, memory_order_relaxed);
+        else
+            snprintf(s->last_error, sizeof s->last_error, "%s", why);
+    }
+    pthread_mutex_unlock(&torch_lock);
+    if (!pool && first_time(&s->logged_create))
+        torch_log("cannot create the pool for device %d (%s backend): %s", device,
+                  stow_torch_backend_name(), why);
+    return pool;
+}
+
+/* ---- the PyTorch hooks ---- */
+
+void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream)
+{
+    if (size <= 0)
+        return NULL;
+    torch_slot_t *s = slot_of(device);
+    if (!s) {
+        if (first_time(&logged_bad_device))
+            torch_log("device %d is out of range (at most %d devices)", device,
+                      STOW_TORCH_MAX_DEVICES);
+        return NULL;
+    }
+    stow_pool_t *pool = pool_get(s, device);
+    if (!pool)
+        return NULL;
+    void *ptr = NULL;
+    stow_status_t st = stow_pool_alloc(pool, (size_t)size, stream, &ptr);
+    if (STOW_LIKELY_(st == STOW_OK))
+        return ptr;
+
+    char msg[TORCH_MSG_LEN] = "";
+    if (st == STOW_ENOMEM) {
+        stow_pool_oom_message(pool, msg, sizeof msg);
+    } else {
+        char detail[256] = "";
+        if (!s->backend_is_sim)
+            stow_cuda_last_error(s->backend, detail, sizeof detail);
+        snprintf(msg, sizeof msg, "allocating %zd bytes on device %d failed: %s%s%s", size,
+                 device, stow_strerror(st), detail[0] ? ": " : "", detail);
+    }
+    pthread_mutex_lock(&torch_lock);
+    snprintf(s->last_error, sizeof s->last_error, "%s", msg);
+    pthread_mutex_unlock(&torch_lock);
+    if (st == STOW_ENOMEM) {
+        if (first_time(&s->logged_oom))
+            torch_log("out of memory on device %d (logged once; see "
+                      "stowage.torch.memory_summary()): %s",
+                      device, msg);
+    } else if (first_time(&s->logged_error)) {
+        torch_log("%s", msg);
+    }
+    return NULL;
+}
+
+void stow_torch_free(void *ptr, ssize_t size, int device, stow_stream_t stream)
+{
+    (void)size;
+    (void)stream;
+    if (!ptr)
+        return;
+    torch_slot_t *s = slot_of(device);
+    stow_pool_t *pool = s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
+    stow_status_t st = pool ? stow_pool_free(pool, ptr) : STOW_ENOTOWNED;
+    if (STOW_LIKELY_(st == STOW_OK))
+        return;
+    if (st == STOW_ENOTOWNED) {
+        if (s ? first_time(&s->logged_foreign) : first_time(&logged_bad_device))
+            torch_log("free of %p on device %d: not allocated by Stowage; ignored", ptr, device);
+    } else if (s && first_time(&s->logged_error)) {
+        torch_log("free of %p on device %d failed: %s", ptr, device, stow_strerror(st));
+    }
+}
+
+void stow_torch_empty_cache(void)
+{
+    for (int d = 0; d < STOW_TORCH_MAX_DEVICES; d++) {
+        stow_pool_t *pool = atomic_load_explicit(&slots[d].pool, memory_order_acquire);
+        if (!pool)
+            continue;
+        stow_status_t st = stow_empty_cache(pool);
+        if (st != STOW_OK && first_time(&slots[d].logged_error))
+            torch_log("empty_cache on device %d failed: %s", d, stow_strerror(st));
+    }
+}
+
+void stow_torch_record_stream(void *ptr, stow_stream_t stream)
+{
+    if (!ptr)
+        return;
+    /* PyTorch does not pass the device: ask each pool; at most one owns ptr. */
+    for (int d = 0; d < STOW_TORCH_MAX_DEVICES; d++) {
+        stow_pool_t *pool = atomic_load_explicit(&slots[d].pool, memory_order_acquire);
+        if (!pool)
+            continue;
+        stow_status_t st = stow_record_stream(pool, ptr, stream);
+        if (st == STOW_OK)
+            return;
+        if (st != STOW_ENOTOWNED) {
+            if (first_time(&slots[d].logged_error))
+                torch_log("record_stream(%p, %p) on device %d failed: %s", ptr, stream, d,
+                          stow_strerror(st));
+            return;
+        }
+    }
+    if (first_time(&logged_foreign_record))
+        torch_log("record_stream of %p: not allocated by Stowage; ignored", ptr);
+}
+
+void stow_torch_memory_fraction(double fraction, int device)
+{
+    torch_slot_t *s = slot_of(device);
+    if (!s || !(fraction > 0.0 && fraction <= 1.0)) {
+        torch_log("set_per_process_memory_fraction(%g, device %d): out of range; ignored",
+                  fraction, device);
+        return;
+    }
+    pthread_mutex_lock(&torch_lock);
+    s->fraction = fraction;
+    stow_pool_t *pool = atomic_load_explicit(&s->pool, memory_order_relaxed);
+    pthread_mutex_unlock(&torch_lock);
+    if (!pool)
+        return;
+#if TORCH_HAVE_WEAK
+    if (stow_pool_set_memory_fraction) {
+        stow_status_t st = stow_pool_set_memory_fraction(pool, fraction);
+        if (st != STOW_OK)
+            torch_log("set_per_process_memory_fraction(%g, device %d): %s", fraction, device,
+                      stow_strerror(st));
+        return;
+    }
+#endif
+    if (first_time(&s->logged_fraction))
+        torch_log("set_per_process_memory_fraction(%g, device %d): the pool already exists and "
+                  "this version cannot change its limit; set it before the first CUDA "
+                  "allocation or with per_process_memory_fraction in STOWAGE_CONF",
+                  fraction, device);
+}
+
+/* ---- for Python and tests ---- */
+
+stow_pool_t *stow_torch_pool(int device)
+{
+    torch_slot_t *s = slot_of(device);
+    return s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
+}
+
+stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len)
+{
+    if (why && why_len)
+        why[0] = '\0';
+    torch_slot_t *s = slot_of(device);
+    if (!s) {
+        if (why && why_len)
+            snprintf(why, why_len, "device %d out of range", device);
+        return STOW_EINVAL;
+    }
+    if (pool_get(s, device))
+        return STOW_OK;
+    pthread_mutex_lock(&torch_lock);
+    if (why && why_len)
+        snprintf(why, why_len, "%s", s->last_error);
+    pthread_mutex_unlock(&torch_lock);
+    return env_wants_sim() || stow_cuda_probe(NULL, 0) == STOW_CUDA_PROBE_OK ? STOW_EBACKEND
+                                                                              : STOW_ENODEV;
+}
+
+size_t stow_torch_stats_json(int device, char *buf, size_t buf_len)
+{
+    stow_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.size = (uint32_t)sizeof st;
+    st.version = STOW_STATS_VERSION;
+    stow_pool_t *pool = stow_torch_pool(device);
+    if (pool && stow_pool_stats(pool, &st) != STOW_OK) {
+        memset(&st, 0, sizeof st);
+        st.size = (uint32_t)sizeof st;
+        st.version = STOW_STATS_VERSION;
+    }
+    return stow_stats_json(&st, buf, buf_len);
+}
+
+size_t stow_torch_summary(int device, char *buf, size_t buf_len)
+{
+    stow_pool_t *pool = stow_torch_pool(device);
+    if (pool)
+        return stow_summary(pool, buf, buf_len);
+    int n = snprintf(buf, buf_len, "Stowage: no pool on device %d yet (nothing allocated)\n",
+                     device);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+void stow_torch_reset_peak(int device)
+{
+    stow_pool_t *pool = stow_torch_pool(device);
+    if (pool)
+        stow_stats_reset_peak(pool);
+}
+
+void stow_torch_reset_accumulated(int device)
+{
+    stow_pool_t *pool = stow_torch_pool(device);
+    if (pool)
+        stow_stats_reset_accumulated(pool);
+}
+
+size_t stow_torch_last_error(int device, char *buf, size_t buf_len)
+{
+    torch_slot_t *s = slot_of(device);
+    if (!s) {
+        if (buf && buf_len)
+            buf[0] = '\0';
+        return 0;
+    }
+    pthread_mutex_lock(&torch_lock);
+    size_t n = strlen(s->last_error);
+    if (buf && buf_len)
+        snprintf(buf, buf_len, "%s", s->last_error);
+    pthread_mutex_unlock(&torch_lock);
+    return n;
+}
+
+void stow_torch_shutdown(void)
+{
+    pthread_mutex_lock(&torch_lock);
+    for (int d = 0; d < STOW_TORCH_MAX_DEVICES; d++) {
+        torch_slot_t *s = &slots[d];
+        stow_pool_t *pool = atomic_exchange(&s->pool, NULL);
+        if (pool)
+            stow_pool_destroy_force(pool);
+        backend_destroy(s);
+        s->fraction = 0.0;
+        s->last_error[0] = '\0';
+        atomic_store(&s->logged_create, false);
+        atomic_store(&s->logged_oom, false);
+        atomic_store(&s->logged_error, false);
+        atomic_store(&s->logged_foreign, false);
+        atomic_store(&s->logged_fraction, false);
+    }
+    atomic_store(&logged_bad_device, false);
+    atomic_store(&logged_foreign_record, false);
+    pthread_mutex_unlock(&torch_lock);
+}

@@ -1,0 +1,119 @@
+/*
+ * stowage/torch.h: entry points for PyTorch's CUDAPluggableAllocator
+ * (allocator/torch_entry.c; docs/torch.md).
+ *
+ * python/stowage/torch.py installs them with
+ *     torch.cuda.memory.CUDAPluggableAllocator(libstowage.so,
+ *                                              "stow_torch_malloc", "stow_torch_free")
+ * and wires the optional hooks (set_reset_fn = stow_torch_empty_cache,
+ * set_record_stream_fn = stow_torch_record_stream, set_memory_fraction_fn =
+ * stow_torch_memory_fraction). The signatures are exactly those PyTorch calls.
+ *
+ * One pool per device, created on first use (thread-safe lazy init) with the
+ * configuration in STOWAGE_CONF (PYTORCH_CUDA_ALLOC_CONF syntax; a bad value is
+ * reported on stderr and the defaults are used), on the CUDA backend of that
+ * device. Test hook: with STOWAGE_BACKEND=sim in the environment when a pool is
+ * created, it sits on a simulated device instead (capacity STOWAGE_SIM_CAPACITY
+ * bytes, K/M/G suffixes accepted; default unlimited), so everything but CUDA
+ * itself runs in CI without a GPU.
+ *
+ * Diagnostics go to stderr, each kind once per device ("stowage: ..."): pool
+ * creation failure, the first out-of-memory (with stow_pool_oom_message), a
+ * free or record_stream of a pointer Stowage did not hand out.
+ *
+ * Thread safety: every function may be called from any thread.
+ */
+#ifndef STOWAGE_TORCH_H
+#define STOWAGE_TORCH_H
+
+#include <stddef.h>
+#include <sys/types.h> /* ssize_t */
+
+#include "stowage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Devices 0 .. STOW_TORCH_MAX_DEVICES-1 are served. */
+#define STOW_TORCH_MAX_DEVICES 64
+
+/* ---- the hooks PyTorch calls (stream = cudaStream_t) ---- */
+
+/*
+ * alloc_fn. Returns size bytes on `device`, usable on `stream`, or NULL:
+ * - size <= 0: NULL, nothing logged (PyTorch's native allocator also hands out
+ *   a null pointer for empty tensors; the pluggable wrapper stores it and later
+ *   passes it back to stow_torch_free, which ignores it);
+ * - out of memory (after the pool released its cache and retried): NULL; the
+ *   first time per device the explanation goes to stderr. NOTE: the PyTorch
+ *   wrapper read for this (torch/csrc/cuda/CUDAPluggableAllocator.cpp) does not
+ *   check the result, so a NULL becomes a tensor with a null data pointer
+ *   rather than torch.OutOfMemoryError (docs/torch.md);
+ * - device out of range, or no pool could be created: NULL, logged once.
+ */
+void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream);
+
+/* free_fn. `size` and `stream` (the allocation stream, as PyTorch passes it)
+ * are not needed. NULL is ignored; a pointer Stowage did not hand out is
+ * logged once per device and otherwise ignored. */
+void stow_torch_free(void *ptr, ssize_t size, int device, stow_stream_t stream);
+
+/* reset_fn (torch.cuda.empty_cache): stow_empty_cache on every pool. */
+void stow_torch_empty_cache(void);
+
+/* record_stream_fn (Tensor.record_stream): the block at ptr is not reused
+ * until the work queued on `stream` so far has completed. A foreign pointer is
+ * ignored (logged once). */
+void stow_torch_record_stream(void *ptr, stow_stream_t stream);
+
+/* memory_fraction_fn (torch.cuda.set_per_process_memory_fraction). The
+ * fraction (0, 1] is stored for the device and applied when its pool is
+ * created; it overrides per_process_memory_fraction from STOWAGE_CONF. Once
+ * the pool exists, the limit can only change if the library has
+ * stow_pool_set_memory_fraction (not in this version): otherwise the call is
+ * logged once and takes effect only after stow_torch_shutdown. Out-of-range
+ * values are logged and ignored. */
+void stow_torch_memory_fraction(double fraction, int device);
+
+/* ---- for the Python package (ctypes) and tests ---- */
+
+/* The device's pool, or NULL if none was created yet (this never creates one).
+ * Ownership: borrowed; valid until stow_torch_shutdown. */
+stow_pool_t *stow_torch_pool(int device);
+
+/* Creates the device's pool now if needed. Returns its status (STOW_OK when it
+ * exists); the reason of a failure goes into why. */
+stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len);
+
+/* stow_stats_json of the device's pool; a device without a pool gets the JSON
+ * of an all-zero snapshot (same keys), like torch.cuda.memory_stats before any
+ * allocation. snprintf semantics: returns the full length. */
+size_t stow_torch_stats_json(int device, char *buf, size_t buf_len);
+
+/* stow_summary of the device's pool, or a one-line note when it has none. */
+size_t stow_torch_summary(int device, char *buf, size_t buf_len);
+
+/* stow_stats_reset_peak / stow_stats_reset_accumulated; no-ops without a pool. */
+void stow_torch_reset_peak(int device);
+void stow_torch_reset_accumulated(int device);
+
+/* The explanation of the device's last out-of-memory, or of its last failure to
+ * create a pool ("" if none). snprintf semantics. */
+size_t stow_torch_last_error(int device, char *buf, size_t buf_len);
+
+/* The backend kind the pools use or will use: "cuda" or "sim". */
+const char *stow_torch_backend_name(void);
+
+/*
+ * DESTRUCTOR of all state: destroys every pool (live blocks included) and
+ * backend, and forgets stored fractions and logged-once flags. Only for tests
+ * and process exit: a pointer handed to PyTorch must not be used afterwards.
+ * Thread safety: no other call may run concurrently.
+ */
+void stow_torch_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOWAGE_TORCH_H */
