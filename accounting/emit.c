@@ -27,6 +27,31 @@ __attribute__((format(printf, 2, 3))) static void put(out_buf_t *o, const char *
         o->len += (size_t)n;
 }
 
+/* Inner width of the summary table: "| " + 84 characters + " |". */
+#define SUMMARY_WIDTH 84
+
+/* One table line: the text, padded (or cut) to the table width. */
+__attribute__((format(printf, 2, 3))) static void put_row(out_buf_t *o, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    put(o, "| %-*.*s |\n", SUMMARY_WIDTH, SUMMARY_WIDTH, text);
+}
+
+static void put_rule(out_buf_t *o, char c)
+{
+    char line[SUMMARY_WIDTH + 5];
+    line[0] = '|';
+    for (int i = 1; i <= SUMMARY_WIDTH + 2; i++)
+        line[i] = c;
+    line[SUMMARY_WIDTH + 3] = '|';
+    line[SUMMARY_WIDTH + 4] = '\0';
+    put(o, "%s\n", line);
+}
+
 static size_t finish(out_buf_t *o)
 {
     if (o->cap)
@@ -72,10 +97,10 @@ static void summary_stat_rows(out_buf_t *o, const char *label, const stow_stat_t
             snprintf(a, sizeof a, "%" PRIu64, st->allocated);
             snprintf(f, sizeof f, "%" PRIu64, st->freed);
         }
-        put(o, "| %-24s | %12s | %12s | %12s | %12s |\n", k == 0 ? label : pool_kind_label[k],
-            c, p, a, f);
+        put_row(o, "%-24s | %12s | %12s | %12s | %12s", k == 0 ? label : pool_kind_label[k], c,
+                p, a, f);
     }
-    put(o, "|--------------------------------------------------------------------------------|\n");
+    put_rule(o, '-');
 }
 
 static bool name_is_bytes(const char *name)
@@ -92,62 +117,60 @@ size_t stow_stats_summary(const stow_stats_t *s, char *buf, size_t buf_len)
     if (!s)
         return finish(&o);
     char t1[32], t2[32], t3[32];
-    put(&o, "|================================================================================|\n");
-    put(&o, "|                         Stowage memory summary                                  |\n");
-    put(&o, "|--------------------------------------------------------------------------------|\n");
-    put(&o, "| OOMs: %-10" PRIu64 " alloc retries: %-10" PRIu64 " retry time: %-10.3f ms  |\n",
-        s->num_ooms, s->num_alloc_retries, (double)s->retry_time_ns / 1e6);
-    put(&o, "|================================================================================|\n");
-    put(&o, "| %-24s | %12s | %12s | %12s | %12s |\n", "Metric", "Cur Usage", "Peak Usage",
-        "Tot Alloc", "Tot Freed");
-    put(&o, "|--------------------------------------------------------------------------------|\n");
+    put_rule(&o, '=');
+    put_row(&o, "%*s", (SUMMARY_WIDTH + 22) / 2, "Stowage memory summary");
+    put_rule(&o, '-');
+    put_row(&o, "OOMs: %" PRIu64 "   alloc retries: %" PRIu64 "   time retrying: %.3f ms",
+            s->num_ooms, s->num_alloc_retries, (double)s->retry_time_ns / 1e6);
+    put_rule(&o, '=');
+    put_row(&o, "%-24s | %12s | %12s | %12s | %12s", "Metric", "Cur Usage", "Peak Usage",
+            "Tot Alloc", "Tot Freed");
+    put_rule(&o, '-');
 #define SUMMARY_ROW_(name, label) summary_stat_rows(&o, label, s->name, name_is_bytes(#name));
     STOW_STAT_ARRAY_FIELDS(SUMMARY_ROW_)
 #undef SUMMARY_ROW_
-    put(&o, "| Free cached: %-12s largest free block: %-12s fragmentation: %5.1f%% |\n",
-        human_bytes(s->free_reserved_bytes, t1, sizeof t1),
-        human_bytes(s->largest_free_block_bytes, t2, sizeof t2), 100.0 * s->fragmentation);
-    put(&o, "| Peak fragmentation: %5.1f%%   device capacity: %-12s limit: %-12s |\n",
-        100.0 * s->fragmentation_peak, human_bytes(s->capacity_bytes, t1, sizeof t1),
-        human_bytes(s->limit_bytes, t2, sizeof t2));
+    put_row(&o, "Free cached %s; largest free block %s",
+            human_bytes(s->free_reserved_bytes, t1, sizeof t1),
+            human_bytes(s->largest_free_block_bytes, t2, sizeof t2));
+    put_row(&o, "Fragmentation (1 - largest free / free cached) %.1f%%, peak %.1f%%",
+            100.0 * s->fragmentation, 100.0 * s->fragmentation_peak);
+    put_row(&o, "Device capacity %s, pool limit %s",
+            human_bytes(s->capacity_bytes, t1, sizeof t1),
+            human_bytes(s->limit_bytes, t2, sizeof t2));
     const stow_waste_t *w = &s->waste_at_peak;
-    put(&o, "|--------------------------------------------------------------------------------|\n");
-    put(&o, "| At the reserved peak (%s):%*s|\n", human_bytes(w->reserved_bytes, t1, sizeof t1),
-        (int)(56 - (int)snprintf(NULL, 0, "%s", t1)), "");
-    put(&o, "|   requested %-12s rounding %-12s split remainders %-12s  |\n",
-        human_bytes(w->requested_bytes, t1, sizeof t1),
-        human_bytes(w->rounding_bytes, t2, sizeof t2),
-        human_bytes(w->split_remainder_bytes, t3, sizeof t3));
-    put(&o, "|   idle cached segments %-12s pending streams %-12s frag %5.1f%%      |\n",
-        human_bytes(w->idle_cached_bytes, t1, sizeof t1),
-        human_bytes(w->pending_bytes, t2, sizeof t2), 100.0 * w->fragmentation);
-    put(&o, "|--------------------------------------------------------------------------------|\n");
-    put(&o, "| Backend: %-8" PRIu64 " calls, %-8" PRIu64 " reserves, %-8" PRIu64
-            " releases, %-8" PRIu64 " events   |\n",
-        s->num_backend_calls, s->num_device_alloc, s->num_device_free, s->num_event_records);
-    put(&o, "| Cache: %-10" PRIu64 " hits %-10" PRIu64 " misses %-10" PRIu64
-            " invalid frees             |\n",
-        s->num_cache_hits, s->num_cache_misses, s->num_invalid_frees);
-    put(&o, "|--------------------------------------------------------------------------------|\n");
-    put(&o, "| %-24s | %12s | %12s | %12s | %12s |\n", "Request size class", "Requests",
-        "Cache hits", "Misses", "Live (peak)");
+    put_rule(&o, '-');
+    put_row(&o, "At the reserved peak (%s):", human_bytes(w->reserved_bytes, t1, sizeof t1));
+    put_row(&o, "  requested %s, rounding %s, split remainders %s,",
+            human_bytes(w->requested_bytes, t1, sizeof t1),
+            human_bytes(w->rounding_bytes, t2, sizeof t2),
+            human_bytes(w->split_remainder_bytes, t3, sizeof t3));
+    put_row(&o, "  idle cached segments %s, waiting for streams %s, fragmentation %.1f%%",
+            human_bytes(w->idle_cached_bytes, t1, sizeof t1),
+            human_bytes(w->pending_bytes, t2, sizeof t2), 100.0 * w->fragmentation);
+    put_rule(&o, '-');
+    put_row(&o, "Backend calls %" PRIu64 ": %" PRIu64 " reserves, %" PRIu64 " releases, %" PRIu64
+                " events recorded",
+            s->num_backend_calls, s->num_device_alloc, s->num_device_free, s->num_event_records);
+    put_row(&o, "Cache hits %" PRIu64 ", misses %" PRIu64 ", rejected frees %" PRIu64,
+            s->num_cache_hits, s->num_cache_misses, s->num_invalid_frees);
+    put_rule(&o, '-');
+    put_row(&o, "%-24s | %12s | %12s | %12s | %12s", "Request size class", "Requests",
+            "Cache hits", "Misses", "Live (peak)");
     for (unsigned c = 0; c < STOW_SIZE_CLASS_COUNT; c++) {
         const stow_size_class_stats_t *sc = &s->size_class[c];
         if (!sc->requests && !sc->live)
             continue;
         char label[48], live[32];
         uint64_t hi = (uint64_t)512 << c;
-        if (c == 0)
-            snprintf(label, sizeof label, "<= %s", human_bytes(hi, t1, sizeof t1));
-        else if (c + 1 == STOW_SIZE_CLASS_COUNT)
+        if (c + 1 == STOW_SIZE_CLASS_COUNT)
             snprintf(label, sizeof label, "> %s", human_bytes(hi / 2, t1, sizeof t1));
         else
             snprintf(label, sizeof label, "<= %s", human_bytes(hi, t1, sizeof t1));
         snprintf(live, sizeof live, "%" PRIu64 " (%" PRIu64 ")", sc->live, sc->live_peak);
-        put(&o, "| %-24s | %12" PRIu64 " | %12" PRIu64 " | %12" PRIu64 " | %12s |\n", label,
-            sc->requests, sc->hits, sc->misses, live);
+        put_row(&o, "%-24s | %12" PRIu64 " | %12" PRIu64 " | %12" PRIu64 " | %12s", label,
+                sc->requests, sc->hits, sc->misses, live);
     }
-    put(&o, "|================================================================================|\n");
+    put_rule(&o, '=');
     return finish(&o);
 }
 

@@ -30,6 +30,21 @@
 #define stow_assert_internal(expr) ((void)0)
 #endif
 
+/* Level 3: the whole-pool check after every state change (O(blocks)). */
+#if STOW_DEBUG >= 3
+#define stow_assert_expensive(pool)                                            \
+    do {                                                                       \
+        char why_[256];                                                        \
+        if (stow__pool_check_locked((pool), why_, sizeof why_) != STOW_OK) {   \
+            fprintf(stderr, "stowage: %s:%d: pool check failed: %s\n", __FILE__, \
+                    __LINE__, why_);                                           \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+#else
+#define stow_assert_expensive(pool) ((void)0)
+#endif
+
 #define STOW_LIKELY(x) __builtin_expect(!!(x), 1)
 #define STOW_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

@@ -333,6 +333,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))
         stow__acct_note_waste_if_peak(&pool->acct, largest);
     *out = (void *)b->addr;
+    stow_assert_expensive(pool);
     pthread_mutex_unlock(&pool->lock);
     return STOW_OK;
 }
@@ -359,6 +360,7 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
         stow__pool_make_free(pool, b, b->owner);
     }
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+    stow_assert_expensive(pool);
     pthread_mutex_unlock(&pool->lock);
     return STOW_OK;
 }

@@ -1,0 +1,41 @@
+# Stowage: the two commands (README.md).
+#   make demo   installs missing packages, builds, replays the bundled real trace
+#   make test   installs missing packages, builds, runs the whole test suite
+BUILD ?= build
+JOBS ?= 2
+# Debian packages the build and the tests need (toolchain.md). The CUDA
+# toolkit is optional: without it the CUDA backend uses private typedefs.
+DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev
+
+.PHONY: all deps configure build demo test clean
+
+all: build
+
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "Missing Debian packages:$$missing (run 'make deps' as root)"; exit 1; \
+	  fi; \
+	fi
+
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTOW_WERROR=ON -DSTOW_DEBUG=1 >/dev/null
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+demo: build
+	BUILD=$(BUILD) bash bench/demo.sh
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+clean:
+	rm -rf $(BUILD)
