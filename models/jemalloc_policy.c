@@ -1,0 +1,181 @@
+/*
+ * models/jemalloc_policy.c: the `jemalloc` replay policy: the trace's requests
+ * go to jemalloc 5.3 on the host (mallocx/sdallocx), a reference for host cost
+ * per event of a mature general-purpose allocator on the same events.
+ *
+ * Each instance creates a private arena (arenas.create) and allocates with
+ * MALLOCX_ARENA(i) | MALLOCX_TCACHE_NONE, so the arena's statistics are exact
+ * and no thread cache hides blocks. dirty_decay_ms and muzzy_decay_ms are -1 on
+ * that arena: freed pages are never purged, so no madvise() runs on a timer in
+ * the middle of a timed pass (timing is stable) and the arena behaves like a
+ * cache that never returns memory, as the caching policies do. The arena is
+ * destroyed (arena.<i>.destroy) with whatever is still live.
+ *
+ * Memory: jemalloc really reserves host virtual memory for the trace's sizes
+ * (13.6 GB live at gpt2_train's peak), but it never touches the pages of large
+ * allocations (no junk/zero fill in the Debian build), so resident memory stays
+ * at the metadata and the small-size slabs (docs/benchmarks.md has the measured
+ * maximum RSS).
+ *
+ * "Reserved" for this policy is the arena's active pages,
+ * stats.arenas.<i>.pactive x arenas.page: the bytes of pages jemalloc has handed
+ * out, size-class rounding and partly used small slabs included. The statistics
+ * are refreshed by writing "epoch", which costs tens of microseconds, far too
+ * slow per event, and timed passes never read them. In the measured pass the
+ * engine calls sample() after every allocation and before every free: it keeps
+ * usable = sum of nallocx() of live requests (cheap), and since active = usable
+ * + slack with slack >= 0 (partly used slabs, the cache-oblivious page of large
+ * extents), it reads pactive only when usable is within a margin of its running
+ * peak; the margin is max(16 MiB, 2 x the largest slack seen at a read). The
+ * peak is exact whenever the slack at the true peak is below the margin (the
+ * slack seen is a few MiB on the shared traces, docs/benchmarks.md).
+ * There is no device: --capacity and --min-capacity do not apply, and backend
+ * calls are not defined.
+ */
+#include <jemalloc/jemalloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "models/replay_engine.h"
+
+/* Smallest margin of the peak sampling (see je_sample). */
+#define JE_MIN_MARGIN_BYTES ((uint64_t)16 << 20)
+
+typedef struct jemalloc_policy {
+    unsigned arena;
+    int flags;               /* MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE */
+    size_t page_bytes;       /* arenas.page */
+    size_t epoch_mib[1];
+    size_t pactive_mib[4];   /* stats.arenas.<arena>.pactive */
+    uint64_t usable_bytes;   /* sum of nallocx() of live requests (measured pass) */
+    uint64_t usable_peak;    /* its running maximum */
+    uint64_t margin_bytes;   /* read stats when usable >= usable_peak - margin */
+    uint64_t slack_max;      /* max of active - usable seen at a read */
+    uint64_t active_peak;    /* bytes; max of pactive x page over reads */
+    uint64_t stat_reads;     /* epoch refreshes done */
+} jemalloc_policy_t;
+
+static stow_status_t je_set_decay(unsigned arena, const char *which)
+{
+    char name[64];
+    ssize_t never = -1;
+    snprintf(name, sizeof name, "arena.%u.%s", arena, which);
+    return mallctl(name, NULL, NULL, &never, sizeof never) ? STOW_EBACKEND : STOW_OK;
+}
+
+static void je_destroy(void *ctx)
+{
+    jemalloc_policy_t *j = ctx;
+    if (!j)
+        return;
+    char name[64];
+    snprintf(name, sizeof name, "arena.%u.destroy", j->arena);
+    (void)mallctl(name, NULL, NULL, NULL, 0);
+    free(j);
+}
+
+static stow_status_t je_create(const stow_replay_setup_t *setup, void **out)
+{
+    (void)setup;
+    jemalloc_policy_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return STOW_EHOSTMEM;
+    size_t sz = sizeof j->arena;
+    if (mallctl("arenas.create", &j->arena, &sz, NULL, 0)) {
+        free(j);
+        return STOW_EBACKEND;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "stats.arenas.%u.pactive", j->arena);
+    size_t epoch_len = 1, pactive_len = 4;
+    uint64_t epoch = 1;
+    size_t epoch_size = sizeof epoch;
+    sz = sizeof j->page_bytes;
+    /* stats.arenas.<i> names exist only once an epoch refresh has seen arena i. */
+    if (je_set_decay(j->arena, "dirty_decay_ms") != STOW_OK ||
+        je_set_decay(j->arena, "muzzy_decay_ms") != STOW_OK ||
+        mallctl("arenas.page", &j->page_bytes, &sz, NULL, 0) ||
+        mallctl("epoch", &epoch, &epoch_size, &epoch, epoch_size) ||
+        mallctlnametomib("epoch", j->epoch_mib, &epoch_len) ||
+        mallctlnametomib(name, j->pactive_mib, &pactive_len)) {
+        je_destroy(j);
+        return STOW_EBACKEND;
+    }
+    j->flags = MALLOCX_ARENA(j->arena) | MALLOCX_TCACHE_NONE;
+    j->margin_bytes = JE_MIN_MARGIN_BYTES;
+    *out = j;
+    return STOW_OK;
+}
+
+static stow_status_t je_alloc(void *ctx, uint64_t size_bytes, uint32_t stream, uint64_t *handle)
+{
+    (void)stream; /* one host: streams do not matter */
+    jemalloc_policy_t *j = ctx;
+    if (size_bytes > SIZE_MAX / 2)
+        return STOW_EOVERFLOW;
+    void *p = mallocx(size_bytes ? (size_t)size_bytes : 1, j->flags);
+    if (!p)
+        return STOW_ENOMEM;
+    *handle = (uint64_t)(uintptr_t)p;
+    return STOW_OK;
+}
+
+static void je_free(void *ctx, uint64_t handle, uint64_t size_bytes)
+{
+    jemalloc_policy_t *j = ctx;
+    sdallocx((void *)(uintptr_t)handle, size_bytes ? (size_t)size_bytes : 1, j->flags);
+}
+
+/* The arena's active bytes now (refreshes every statistic: slow). */
+static uint64_t je_active_bytes(jemalloc_policy_t *j)
+{
+    uint64_t epoch = 1;
+    size_t sz = sizeof epoch;
+    (void)mallctlbymib(j->epoch_mib, 1, &epoch, &sz, &epoch, sz);
+    size_t pactive = 0;
+    sz = sizeof pactive;
+    if (mallctlbymib(j->pactive_mib, 4, &pactive, &sz, NULL, 0))
+        return 0;
+    return (uint64_t)pactive * j->page_bytes;
+}
+
+static void je_sample(void *ctx, uint64_t handle, uint64_t size_bytes, bool is_alloc)
+{
+    (void)handle;
+    jemalloc_policy_t *j = ctx;
+    uint64_t usable = nallocx(size_bytes ? (size_t)size_bytes : 1, j->flags);
+    if (!is_alloc) {
+        j->usable_bytes -= usable;
+        return;
+    }
+    j->usable_bytes += usable;
+    if (j->usable_bytes > j->usable_peak)
+        j->usable_peak = j->usable_bytes;
+    /* active = usable + slack (slack >= 0); far below the usable peak this
+     * cannot be the active peak unless the slack exceeds the margin. */
+    if (j->usable_bytes + j->margin_bytes < j->usable_peak)
+        return;
+    uint64_t active = je_active_bytes(j);
+    j->stat_reads++;
+    if (active > j->active_peak)
+        j->active_peak = active;
+    uint64_t slack = active > j->usable_bytes ? active - j->usable_bytes : 0;
+    if (slack > j->slack_max)
+        j->slack_max = slack;
+    if (2 * slack > j->margin_bytes)
+        j->margin_bytes = 2 * slack;
+}
+
+static void je_report(void *ctx, stow_replay_report_t *out)
+{
+    jemalloc_policy_t *j = ctx;
+    out->peak_reserved_bytes = j->active_peak;
+    out->has_backend_calls = false;
+    out->fragmentation_at_peak = -1.0;
+}
+
+const stow_replay_policy_t stow__replay_policy_jemalloc = {
+    "jemalloc", "jemalloc 5.3 mallocx/sdallocx on the host, private arena (reference cost)", false,
+    je_create, je_alloc, je_free, je_sample, je_report, je_destroy,
+};

@@ -1,0 +1,557 @@
+/*
+ * models/replay_engine.c: the replay driver, the minimum-capacity search, the
+ * options and the printers of `stowage replay` (contract: replay_engine.h).
+ *
+ * It owns no allocation policy: every decision is the policy's, through the
+ * vtable. The hot loop (pass) makes one indirect call per event for every
+ * policy alike, so host costs compare fairly between policies.
+ */
+#include "models/replay_engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const stow_replay_policy_t *const stow__replay_policies[] = {
+    &stow__replay_policy_classic,
+    &stow__replay_policy_pytorch,
+    &stow__replay_policy_pytorch_expandable,
+    &stow__replay_policy_naive,
+    &stow__replay_policy_jemalloc,
+    NULL,
+};
+
+const stow_replay_policy_t *stow__replay_policy_find(const char *name)
+{
+    for (size_t i = 0; name && stow__replay_policies[i]; i++)
+        if (!strcmp(stow__replay_policies[i]->name, name))
+            return stow__replay_policies[i];
+    return NULL;
+}
+
+/* ---- options ---- */
+
+void stow__replay_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: stowage replay [--policy P] [--capacity BYTES | --min-capacity] [--json]\n"
+            "                      [--repeats N] [--conf KEY:VALUE,...] [--summary] TRACE...\n"
+            "\n"
+            "Replays each .rep trace under a policy and prints peak live bytes (the lower\n"
+            "bound), peak reserved bytes, their ratio, backend calls, OOM errors and host\n"
+            "ns/event (median of N warm repeats, default 5).\n"
+            "  --policy P      a policy below, or all (one table row per trace and policy);\n"
+            "                  may be repeated\n"
+            "  --capacity B    simulated device memory in bytes (suffixes K, M, G, T);\n"
+            "                  default unlimited; device policies only\n"
+            "  --min-capacity  also find the smallest device capacity (a multiple of 2 MiB)\n"
+            "                  at which the trace runs with no OOM error (binary search)\n"
+            "  --conf S        settings in STOWAGE_CONF syntax (also read from STOWAGE_CONF);\n"
+            "                  max_split_size_mb, roundup_power2_divisions and\n"
+            "                  garbage_collection_threshold apply to the pytorch models too\n"
+            "  --json          one JSON object per trace and policy, one per line\n"
+            "  --summary       print the pool's memory summary (classic)\n"
+            "Policies:\n");
+    for (size_t i = 0; stow__replay_policies[i]; i++)
+        fprintf(f, "  %-19s %s\n", stow__replay_policies[i]->name,
+                stow__replay_policies[i]->summary);
+    fprintf(f, "Exit status: 0 ok, 1 replay failure, 2 bad usage or malformed trace.\n");
+}
+
+bool stow__replay_parse_bytes(const char *s, size_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'K': case 'k': shift = 10; end++; break;
+    case 'M': case 'm': shift = 20; end++; break;
+    case 'G': case 'g': shift = 30; end++; break;
+    case 'T': case 't': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift && *end == 'i' && end[1] == 'B')
+        end += 2;
+    else if (*end == 'B')
+        end++;
+    if (*end || v > (SIZE_MAX >> shift))
+        return false;
+    *out = (size_t)(v << shift);
+    return true;
+}
+
+static stow_status_t opts_error(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return STOW_EINVAL;
+}
+
+static bool opts_add_policy(stow_replay_opts_t *o, const stow_replay_policy_t *p)
+{
+    for (unsigned k = 0; k < o->policy_count; k++)
+        if (o->policies[k] == p)
+            return true;
+    if (o->policy_count == STOW_REPLAY_MAX_POLICIES)
+        return false;
+    o->policies[o->policy_count++] = p;
+    return true;
+}
+
+stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t *o, char *err,
+                                      size_t err_len)
+{
+    if (!o || argc < 1 || !argv)
+        return opts_error(err, err_len, "no arguments");
+    memset(o, 0, sizeof *o);
+    o->repeats = 5;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes_value = !strcmp(a, "--policy") || !strcmp(a, "--capacity") ||
+                           !strcmp(a, "--repeats") || !strcmp(a, "--conf");
+        if (takes_value && !v)
+            return opts_error(err, err_len, "option '%s' needs a value", a);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            o->help = true;
+            return STOW_OK;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "--summary")) {
+            o->summary = true;
+        } else if (!strcmp(a, "--min-capacity")) {
+            o->min_capacity = true;
+        } else if (!strcmp(a, "--policy")) {
+            i++;
+            if (!strcmp(v, "all")) {
+                o->all = true;
+                for (size_t k = 0; stow__replay_policies[k]; k++)
+                    (void)opts_add_policy(o, stow__replay_policies[k]);
+            } else {
+                const stow_replay_policy_t *p = stow__replay_policy_find(v);
+                if (!p)
+                    return opts_error(err, err_len, "unknown policy '%s'", v);
+                if (!opts_add_policy(o, p))
+                    return opts_error(err, err_len, "too many policies");
+            }
+        } else if (!strcmp(a, "--capacity")) {
+            i++;
+            if (!stow__replay_parse_bytes(v, &o->capacity_bytes))
+                return opts_error(err, err_len, "--capacity: '%s' is not a byte count", v);
+        } else if (!strcmp(a, "--repeats")) {
+            i++;
+            char *end;
+            errno = 0;
+            unsigned long n = strtoul(v, &end, 10);
+            if (errno || end == v || *end || n > 1000 || *v == '-')
+                return opts_error(err, err_len, "--repeats: '%s' is not 0..1000", v);
+            o->repeats = (unsigned)n;
+        } else if (!strcmp(a, "--conf")) {
+            i++;
+            o->conf = v;
+        } else {
+            return opts_error(err, err_len, "unknown option '%s'", a);
+        }
+    }
+    if (o->min_capacity && o->capacity_bytes)
+        return opts_error(err, err_len, "--min-capacity searches the capacity: drop --capacity");
+    if (i == argc)
+        return opts_error(err, err_len, "no trace given");
+    if (!o->policy_count)
+        o->policies[o->policy_count++] = &stow__replay_policy_classic;
+    o->first_trace = i;
+    return STOW_OK;
+}
+
+/* ---- replays ---- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Per-id state of one replay. */
+typedef struct replay_state {
+    uint64_t *handles;     /* [id_count] */
+    unsigned char *live;   /* [id_count] */
+    uint64_t *sizes;       /* [id_count]: requested size, for leftovers */
+} replay_state_t;
+
+static void state_free(replay_state_t *s)
+{
+    free(s->handles);
+    free(s->live);
+    free(s->sizes);
+}
+
+static stow_status_t state_init(replay_state_t *s, const stow_trace_t *t)
+{
+    size_t n = t->id_count ? t->id_count : 1;
+    s->handles = calloc(n, sizeof *s->handles);
+    s->live = calloc(n, 1);
+    s->sizes = calloc(n, sizeof *s->sizes);
+    if (!s->handles || !s->live || !s->sizes) {
+        state_free(s);
+        return STOW_EHOSTMEM;
+    }
+    for (size_t i = 0; i < t->event_count; i++)
+        if (t->events[i].kind == STOW_TRACE_ALLOC)
+            s->sizes[t->events[i].id] = t->events[i].size_bytes;
+    return STOW_OK;
+}
+
+/* One pass over the trace. Failed allocations are not live, so their frees are
+ * skipped. Returns the number of failed allocations (stops at the first if
+ * stop_on_oom). */
+static uint64_t pass(const stow_replay_policy_t *p, void *ctx, const stow_trace_t *t,
+                     replay_state_t *s, bool sample, bool stop_on_oom)
+{
+    uint64_t ooms = 0;
+    for (size_t i = 0; i < t->event_count; i++) {
+        const stow_trace_event_t *e = &t->events[i];
+        if (e->kind == STOW_TRACE_ALLOC) {
+            bool ok = p->alloc(ctx, e->size_bytes, e->stream, &s->handles[e->id]) == STOW_OK;
+            s->live[e->id] = ok;
+            if (!ok) {
+                ooms++;
+                if (stop_on_oom)
+                    return ooms;
+            } else if (sample) {
+                p->sample(ctx, s->handles[e->id], e->size_bytes, true);
+            }
+        } else if (s->live[e->id]) {
+            if (sample)
+                p->sample(ctx, s->handles[e->id], e->size_bytes, false);
+            p->free(ctx, s->handles[e->id], e->size_bytes);
+            s->live[e->id] = 0;
+        }
+    }
+    return ooms;
+}
+
+static void free_leftovers(const stow_replay_policy_t *p, void *ctx, const stow_trace_t *t,
+                           replay_state_t *s)
+{
+    for (uint32_t id = 0; id < t->id_count; id++)
+        if (s->live[id]) {
+            p->free(ctx, s->handles[id], s->sizes[id]);
+            s->live[id] = 0;
+        }
+}
+
+stow_status_t stow__replay_fits(const stow_replay_policy_t *p, const stow_trace_t *t,
+                                const stow_config_t *config, size_t capacity_bytes, bool *fits)
+{
+    if (!p || !t || !config || !fits || !capacity_bytes)
+        return STOW_EINVAL;
+    if (!p->device)
+        return STOW_ENOSYS;
+    replay_state_t s;
+    stow_status_t st = state_init(&s, t);
+    if (st != STOW_OK)
+        return st;
+    stow_replay_setup_t setup = {config, capacity_bytes};
+    void *ctx = NULL;
+    st = p->create(&setup, &ctx);
+    if (st == STOW_OK) {
+        *fits = pass(p, ctx, t, &s, false, true) == 0;
+        p->destroy(ctx);
+    }
+    state_free(&s);
+    return st;
+}
+
+static void report_progress(stow_replay_progress_fn fn, void *arg, const stow_trace_t *t,
+                            const stow_replay_policy_t *p, const char *fmt, ...)
+{
+    if (!fn)
+        return;
+    char stage[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(stage, sizeof stage, fmt, ap);
+    va_end(ap);
+    fn(arg, t->path ? t->path : "", p->name, stage);
+}
+
+static stow_status_t min_capacity_search(const stow_replay_policy_t *p, const stow_trace_t *t,
+                                         const stow_config_t *config, uint64_t peak_reserved,
+                                         uint64_t *min_bytes, unsigned *probes,
+                                         stow_replay_progress_fn fn, void *arg)
+{
+    const uint64_t step = STOW_REPLAY_CAPACITY_STEP_BYTES;
+    const uint64_t limit = (uint64_t)1 << 46; /* the simulated device's "unlimited" */
+    if (!p || !t || !config || !min_bytes)
+        return STOW_EINVAL;
+    if (!p->device)
+        return STOW_ENOSYS;
+    unsigned n = 0;
+    stow_status_t st = STOW_OK;
+    bool fits = false;
+    if (peak_reserved == 0) {
+        /* Nothing was ever reserved: any device runs it. */
+        *min_bytes = 0;
+        if (probes)
+            *probes = 0;
+        return STOW_OK;
+    }
+    /* Invariant: capacity `lo` fails (or is 0, which holds no reservation) and
+     * capacity `hi` fits. */
+    uint64_t lo = t->peak_live_bytes ? (t->peak_live_bytes + step - 1) / step * step - step : 0;
+    uint64_t hi = (peak_reserved + step - 1) / step * step;
+    if (lo >= hi)
+        lo = hi - step;
+    if (lo) {
+        report_progress(fn, arg, t, p, "min capacity: probe %u", n + 1);
+        st = stow__replay_fits(p, t, config, (size_t)lo, &fits);
+        n++;
+        if (st == STOW_OK && fits) { /* below peak live: impossible unless not 2 MiB-granular */
+            hi = lo;
+            lo = 0;
+        }
+    }
+    for (bool top_fits = false; st == STOW_OK && !top_fits;) {
+        report_progress(fn, arg, t, p, "min capacity: probe %u", n + 1);
+        st = stow__replay_fits(p, t, config, (size_t)hi, &top_fits);
+        n++;
+        if (st == STOW_OK && !top_fits) {
+            lo = hi;
+            hi *= 2;
+            if (hi > limit)
+                st = STOW_ENOMEM;
+        }
+    }
+    while (st == STOW_OK && hi - lo > step) {
+        uint64_t mid = lo + (hi - lo) / step / 2 * step;
+        report_progress(fn, arg, t, p, "min capacity: probe %u", n + 1);
+        st = stow__replay_fits(p, t, config, (size_t)mid, &fits);
+        n++;
+        if (st == STOW_OK) {
+            if (fits)
+                hi = mid;
+            else
+                lo = mid;
+        }
+    }
+    if (probes)
+        *probes = n;
+    if (st == STOW_OK)
+        *min_bytes = hi;
+    return st;
+}
+
+stow_status_t stow__replay_min_capacity(const stow_replay_policy_t *p, const stow_trace_t *t,
+                                        const stow_config_t *config, uint64_t peak_reserved,
+                                        uint64_t *min_bytes, unsigned *probes)
+{
+    return min_capacity_search(p, t, config, peak_reserved, min_bytes, probes, NULL, NULL);
+}
+
+stow_status_t stow__replay_run(const stow_replay_policy_t *p, const stow_trace_t *t,
+                               const stow_config_t *config, size_t capacity_bytes,
+                               unsigned repeats, bool min_capacity,
+                               stow_replay_progress_fn fn, void *arg, stow_replay_result_t *out)
+{
+    if (!p || !t || !config || !out)
+        return STOW_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->policy = p->name;
+    out->events = t->event_count;
+    out->peak_live_bytes = t->peak_live_bytes;
+    out->repeats = repeats;
+    out->fragmentation_at_peak = -1.0;
+
+    replay_state_t s;
+    stow_status_t st = state_init(&s, t);
+    if (st != STOW_OK)
+        return st;
+    uint64_t *times = calloc(repeats ? repeats : 1, sizeof *times);
+    stow_replay_setup_t setup = {config, p->device ? capacity_bytes : 0};
+    void *ctx = NULL;
+    if (!times)
+        st = STOW_EHOSTMEM;
+    else
+        st = p->create(&setup, &ctx);
+    if (st != STOW_OK) {
+        free(times);
+        state_free(&s);
+        return st;
+    }
+
+    report_progress(fn, arg, t, p, "measured pass");
+    out->ooms = pass(p, ctx, t, &s, p->sample != NULL, false);
+    stow_replay_report_t rep = {0};
+    rep.fragmentation_at_peak = -1.0;
+    p->report(ctx, &rep);
+    out->peak_reserved_bytes = rep.peak_reserved_bytes;
+    out->backend_calls = rep.backend_calls;
+    out->has_backend_calls = rep.has_backend_calls;
+    out->fragmentation_at_peak = rep.fragmentation_at_peak;
+    if (rep.stats) {
+        out->stats = *rep.stats;
+        out->has_stats = true;
+    }
+
+    for (unsigned r = 0; r < repeats; r++) {
+        report_progress(fn, arg, t, p, "timed pass %u/%u", r + 1, repeats);
+        free_leftovers(p, ctx, t, &s);
+        uint64_t t0 = now_ns();
+        (void)pass(p, ctx, t, &s, false, false);
+        times[r] = now_ns() - t0;
+    }
+    if (repeats && t->event_count) {
+        qsort(times, repeats, sizeof *times, cmp_u64);
+        double mid = repeats % 2 ? (double)times[repeats / 2]
+                                 : ((double)times[repeats / 2 - 1] + (double)times[repeats / 2]) / 2;
+        out->ns_per_event = mid / (double)t->event_count;
+    }
+    free_leftovers(p, ctx, t, &s);
+    p->destroy(ctx);
+    free(times);
+    state_free(&s);
+
+    if (min_capacity && p->device) {
+        st = min_capacity_search(p, t, config, out->peak_reserved_bytes,
+                                 &out->min_capacity_bytes, &out->min_capacity_probes, fn, arg);
+        out->has_min_capacity = st == STOW_OK;
+    }
+    return st;
+}
+
+/* ---- output ---- */
+
+static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+static void print_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_result_t *r)
+{
+    fprintf(f, "{\"trace\": ");
+    print_json_string(f, trace_path);
+    fprintf(f, ", \"policy\": ");
+    print_json_string(f, r->policy);
+    fprintf(f, ", \"events\": %zu, \"peak_live_bytes\": %" PRIu64
+               ", \"peak_reserved_bytes\": %" PRIu64 ", \"reserved_over_live\": %.6f",
+            r->events, r->peak_live_bytes, r->peak_reserved_bytes,
+            ratio(r->peak_reserved_bytes, r->peak_live_bytes));
+    if (r->has_backend_calls)
+        fprintf(f, ", \"backend_calls\": %" PRIu64, r->backend_calls);
+    else
+        fprintf(f, ", \"backend_calls\": null");
+    fprintf(f, ", \"ns_per_event\": %.1f, \"repeats\": %u, \"ooms\": %" PRIu64, r->ns_per_event,
+            r->repeats, r->ooms);
+    if (r->has_min_capacity)
+        fprintf(f, ", \"min_capacity_bytes\": %" PRIu64 ", \"min_capacity_probes\": %u",
+                r->min_capacity_bytes, r->min_capacity_probes);
+    else
+        fprintf(f, ", \"min_capacity_bytes\": null");
+    if (r->fragmentation_at_peak >= 0)
+        fprintf(f, ", \"fragmentation_at_peak\": %.6f", r->fragmentation_at_peak);
+    if (r->has_stats) {
+        const stow_waste_t *w = &r->stats.waste_at_peak;
+        fprintf(f,
+                ", \"waste_at_peak\": {\"requested_bytes\": %" PRIu64
+                ", \"rounding_bytes\": %" PRIu64 ", \"split_remainder_bytes\": %" PRIu64
+                ", \"idle_cached_bytes\": %" PRIu64 ", \"pending_bytes\": %" PRIu64
+                "}, \"num_alloc_retries\": %" PRIu64,
+                w->requested_bytes, w->rounding_bytes, w->split_remainder_bytes,
+                w->idle_cached_bytes, w->pending_bytes, r->stats.num_alloc_retries);
+    }
+    fprintf(f, "}\n");
+}
+
+void stow__replay_print_text(FILE *f, const char *trace_path, const stow_replay_result_t *r,
+                             bool min_capacity)
+{
+    fprintf(f, "%s  (policy %s)\n", trace_path, r->policy);
+    fprintf(f, "  events                 %zu\n", r->events);
+    fprintf(f, "  peak live bytes        %" PRIu64 "  (lower bound)\n", r->peak_live_bytes);
+    fprintf(f, "  peak reserved bytes    %" PRIu64 "\n", r->peak_reserved_bytes);
+    fprintf(f, "  reserved / live        %.4f\n", ratio(r->peak_reserved_bytes, r->peak_live_bytes));
+    if (min_capacity) {
+        if (r->has_min_capacity)
+            fprintf(f, "  minimum capacity       %" PRIu64 "  (%.4f x live; 2 MiB steps, %u replays)\n",
+                    r->min_capacity_bytes, ratio(r->min_capacity_bytes, r->peak_live_bytes),
+                    r->min_capacity_probes);
+        else
+            fprintf(f, "  minimum capacity       -  (host memory: not defined)\n");
+    }
+    if (r->fragmentation_at_peak >= 0)
+        fprintf(f, "  fragmentation at peak  %.4f\n", r->fragmentation_at_peak);
+    if (r->has_backend_calls)
+        fprintf(f, "  backend calls          %" PRIu64 "\n", r->backend_calls);
+    else
+        fprintf(f, "  backend calls          -  (host memory)\n");
+    fprintf(f, "  OOM errors             %" PRIu64 "\n", r->ooms);
+    fprintf(f, "  host ns / event        %.1f  (median of %u warm repeats)\n", r->ns_per_event,
+            r->repeats);
+}
+
+void stow__replay_print_table_header(FILE *f, bool min_capacity)
+{
+    fprintf(f, "%-24s %-19s %14s %14s %8s", "trace", "policy", "peak live", "peak reserved",
+            "res/live");
+    if (min_capacity)
+        fprintf(f, " %14s %8s", "min capacity", "min/live");
+    fprintf(f, " %13s %9s %5s\n", "backend calls", "ns/event", "OOMs");
+}
+
+void stow__replay_print_table_row(FILE *f, const char *trace_path, const stow_replay_result_t *r,
+                                  bool min_capacity)
+{
+    /* The file name without directory and ".rep". */
+    const char *base = strrchr(trace_path, '/');
+    base = base ? base + 1 : trace_path;
+    size_t len = strlen(base);
+    if (len > 4 && !strcmp(base + len - 4, ".rep"))
+        len -= 4;
+    fprintf(f, "%-24.*s %-19s %14" PRIu64 " %14" PRIu64 " %8.4f", (int)len, base, r->policy,
+            r->peak_live_bytes, r->peak_reserved_bytes,
+            ratio(r->peak_reserved_bytes, r->peak_live_bytes));
+    if (min_capacity) {
+        if (r->has_min_capacity)
+            fprintf(f, " %14" PRIu64 " %8.4f", r->min_capacity_bytes,
+                    ratio(r->min_capacity_bytes, r->peak_live_bytes));
+        else
+            fprintf(f, " %14s %8s", "-", "-");
+    }
+    if (r->has_backend_calls)
+        fprintf(f, " %13" PRIu64, r->backend_calls);
+    else
+        fprintf(f, " %13s", "-");
+    fprintf(f, " %9.1f %5" PRIu64 "\n", r->ns_per_event, r->ooms);
+}

@@ -1,0 +1,212 @@
+/*
+ * models/replay_engine.h: the replay engine behind `stowage replay`: a table of
+ * allocation policies behind one small vtable, a driver that replays a trace
+ * through one of them (measured pass, warm timed passes), the minimum-capacity
+ * search, the command-line options and the text/JSON printers.
+ *
+ * It lives in models/ (static library stowage_models) so that the unit tests
+ * link it; cli/cmd_replay.c is only the glue between argv and these calls.
+ *
+ * Policies (stow__replay_policies, in `--policy all` order):
+ *   classic             the Stowage pool (allocator/) on the simulated device
+ *   pytorch             models/pytorch_model.h, native mode
+ *   pytorch-expandable  the same model, expandable_segments:True
+ *   naive               one backend reservation per request (models/naive.c)
+ *   jemalloc            jemalloc on the host, private arena (models/jemalloc_policy.c)
+ * To add one: define a stow_replay_policy_t and list it in replay_engine.c.
+ *
+ * Thread safety: none. Every call here is single-threaded (one replay at a time
+ * per policy instance); distinct instances are independent, except that
+ * jemalloc instances share the process's jemalloc.
+ */
+#ifndef STOWAGE_MODELS_REPLAY_ENGINE_H
+#define STOWAGE_MODELS_REPLAY_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "stowage.h"
+#include "stowage/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Step of the minimum-capacity search and unit of every simulated device
+ * (cudaMalloc and cuMemCreate granularity): the answer is a multiple of it. */
+#define STOW_REPLAY_CAPACITY_STEP_BYTES ((size_t)2097152)
+
+/* What a policy instance is created with. */
+typedef struct stow_replay_setup {
+    const stow_config_t *config; /* --conf / STOWAGE_CONF settings; never NULL */
+    size_t capacity_bytes;       /* simulated device memory; 0 = unlimited */
+} stow_replay_setup_t;
+
+/* What a policy reports after its measured pass. */
+typedef struct stow_replay_report {
+    uint64_t peak_reserved_bytes;  /* high-water mark of reserved bytes */
+    uint64_t backend_calls;        /* device reserve/release/map/unmap calls */
+    bool has_backend_calls;        /* false: not defined for this policy (host) */
+    double fragmentation_at_peak;  /* < 0: not tracked */
+    stow_stats_t *stats;           /* classic only: full snapshot, else NULL */
+} stow_replay_report_t;
+
+/*
+ * One allocation policy. Handles are opaque to the engine; a FREE passes back
+ * the handle its ALLOC produced together with the requested size.
+ */
+typedef struct stow_replay_policy {
+    const char *name;    /* --policy value */
+    const char *summary; /* one line for --help */
+    bool device;         /* runs on the simulated device: --capacity and
+                            --min-capacity apply; false: host memory (jemalloc) */
+    /* Errors: STOW_EINVAL (setting the policy rejects), STOW_EHOSTMEM... */
+    stow_status_t (*create)(const stow_replay_setup_t *setup, void **out);
+    /* STOW_OK, or STOW_ENOMEM after the policy's own release-and-retry path. */
+    stow_status_t (*alloc)(void *ctx, uint64_t size_bytes, uint32_t stream, uint64_t *handle);
+    /* pre: handle came from alloc, not yet freed. */
+    void (*free)(void *ctx, uint64_t handle, uint64_t size_bytes);
+    /* Optional, measured pass only (never in timed passes): called after each
+     * successful alloc (is_alloc true) and before each free, so that a policy
+     * can sample statistics that are too slow to read per event.
+     * NULL: nothing to sample. */
+    void (*sample)(void *ctx, uint64_t handle, uint64_t size_bytes, bool is_alloc);
+    /* Fills *out after the measured pass (out is zeroed by the engine). */
+    void (*report)(void *ctx, stow_replay_report_t *out);
+    /* DESTRUCTOR; live handles die with the instance. */
+    void (*destroy)(void *ctx);
+} stow_replay_policy_t;
+
+extern const stow_replay_policy_t stow__replay_policy_classic;    /* replay_policies.c */
+extern const stow_replay_policy_t stow__replay_policy_pytorch;    /* replay_policies.c */
+extern const stow_replay_policy_t stow__replay_policy_pytorch_expandable;
+extern const stow_replay_policy_t stow__replay_policy_naive;      /* naive.c */
+extern const stow_replay_policy_t stow__replay_policy_jemalloc;   /* jemalloc_policy.c */
+
+/* The policy table, in `--policy all` order; NULL-terminated. */
+extern const stow_replay_policy_t *const stow__replay_policies[];
+
+/* The policy called `name`, or NULL. */
+const stow_replay_policy_t *stow__replay_policy_find(const char *name);
+
+/* ---------------------------------------------------------------------- */
+/* Options of `stowage replay` */
+
+#define STOW_REPLAY_MAX_POLICIES 16
+
+typedef struct stow_replay_opts {
+    const stow_replay_policy_t *policies[STOW_REPLAY_MAX_POLICIES]; /* to run, in order */
+    unsigned policy_count;
+    bool all;              /* --policy all: print the side-by-side table */
+    size_t capacity_bytes; /* --capacity; 0 = unlimited */
+    unsigned repeats;      /* --repeats: warm timed passes, default 5 */
+    bool min_capacity;     /* --min-capacity */
+    bool json;             /* --json */
+    bool summary;          /* --summary (classic) */
+    bool help;             /* --help / -h given: print usage, exit 0 */
+    const char *conf;      /* --conf, applied after STOWAGE_CONF */
+    int first_trace;       /* argv index of the first trace */
+} stow_replay_opts_t;
+
+/*
+ * Parses argv (argv[0] is "replay"). On success *out holds the options; traces
+ * are argv[out->first_trace .. argc). --help sets out->help and stops parsing.
+ * Errors: STOW_EINVAL with a message in err (unknown option or policy, missing
+ * value, bad byte count, repeats out of 0..1000, --min-capacity with
+ * --capacity, no trace). *out is unspecified on error.
+ */
+stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t *out, char *err,
+                                      size_t err_len);
+
+/* "123", "4K", "16MiB", "2G", "1T" (powers of 1024) -> bytes. False on junk or overflow. */
+bool stow__replay_parse_bytes(const char *text, size_t *out);
+
+/* The --help text. */
+void stow__replay_usage(FILE *f);
+
+/* ---------------------------------------------------------------------- */
+/* Replays */
+
+/* Progress for long runs: called between passes and probes (never per event). */
+typedef void (*stow_replay_progress_fn)(void *arg, const char *trace, const char *policy,
+                                        const char *stage);
+
+typedef struct stow_replay_result {
+    const char *policy;            /* policy name (static) */
+    size_t events;
+    uint64_t peak_live_bytes;      /* lower bound: from the trace */
+    uint64_t peak_reserved_bytes;
+    uint64_t backend_calls;
+    bool has_backend_calls;
+    double fragmentation_at_peak;  /* < 0: not tracked */
+    uint64_t ooms;                 /* allocations that failed in the measured pass */
+    double ns_per_event;           /* median of the warm timed passes; 0 if none */
+    unsigned repeats;
+    bool has_min_capacity;         /* searched and defined */
+    uint64_t min_capacity_bytes;
+    unsigned min_capacity_probes;  /* replays the search ran */
+    bool has_stats;
+    stow_stats_t stats;            /* classic only */
+} stow_replay_result_t;
+
+/*
+ * Replays `trace` through `policy`: one measured pass on a device of
+ * capacity_bytes (0 = unlimited), then `repeats` timed warm passes on the same
+ * instance (live allocations freed in between, untimed), and, if min_capacity
+ * and the policy is a device policy, the minimum-capacity search.
+ * A failed allocation counts in ooms; its free is skipped.
+ * Errors: what policy->create returns; STOW_EHOSTMEM.
+ */
+stow_status_t stow__replay_run(const stow_replay_policy_t *policy, const stow_trace_t *trace,
+                               const stow_config_t *config, size_t capacity_bytes,
+                               unsigned repeats, bool min_capacity,
+                               stow_replay_progress_fn progress, void *progress_arg,
+                               stow_replay_result_t *out);
+
+/*
+ * Whether the whole trace runs on a device of capacity_bytes (> 0) with no
+ * STOW_ENOMEM. One replay, stopped at the first OOM.
+ * Errors: STOW_ENOSYS (host policy), what create returns.
+ */
+stow_status_t stow__replay_fits(const stow_replay_policy_t *policy, const stow_trace_t *trace,
+                                const stow_config_t *config, size_t capacity_bytes, bool *fits);
+
+/*
+ * The smallest multiple of STOW_REPLAY_CAPACITY_STEP_BYTES at which the trace
+ * fits, by binary search. peak_reserved_bytes is the policy's peak at unlimited
+ * capacity: round_up(peak_reserved) fits (the run never notices the limit), and
+ * round_up(peak_live) - step cannot fit, so the search starts on that bracket
+ * (both ends are probed; the top end grows if it does not fit). The answer R is
+ * exact for the step: R fits and R - step does not, both replayed.
+ * Assumes fitting is monotone in capacity between the two (a caching policy may
+ * in principle fit at C and fail at C + step; the search then returns one of
+ * the boundaries).
+ * Errors: STOW_ENOSYS (host policy), what create returns, STOW_ENOMEM (no fit
+ * found below 2^46 bytes).
+ */
+stow_status_t stow__replay_min_capacity(const stow_replay_policy_t *policy,
+                                        const stow_trace_t *trace, const stow_config_t *config,
+                                        uint64_t peak_reserved_bytes, uint64_t *min_bytes,
+                                        unsigned *probes);
+
+/* One JSON object on one line: trace, policy, events, peak_live_bytes,
+ * peak_reserved_bytes, reserved_over_live, backend_calls, ns_per_event, ooms,
+ * min_capacity_bytes (null when not searched or not defined), repeats and, when
+ * known, fragmentation_at_peak, waste_at_peak, num_alloc_retries. */
+void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_result_t *r);
+
+/* The single-policy text block (the `make demo` output). */
+void stow__replay_print_text(FILE *f, const char *trace_path, const stow_replay_result_t *r,
+                             bool min_capacity);
+
+/* The side-by-side table: header once, then one row per (trace, policy). */
+void stow__replay_print_table_header(FILE *f, bool min_capacity);
+void stow__replay_print_table_row(FILE *f, const char *trace_path, const stow_replay_result_t *r,
+                                  bool min_capacity);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOWAGE_MODELS_REPLAY_ENGINE_H */

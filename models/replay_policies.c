@@ -1,0 +1,157 @@
+/*
+ * models/replay_policies.c: the replay-engine adapters of the policies that
+ * already exist elsewhere: `classic` (the Stowage pool of allocator/ on the
+ * simulated device) and `pytorch` / `pytorch-expandable` (models/pytorch_model.h).
+ * Each adapter only translates calls; it must not change any policy decision.
+ */
+#include <stdlib.h>
+
+#include "models/pytorch_model.h"
+#include "models/replay_engine.h"
+#include "stowage.h"
+#include "stowage/sim.h"
+
+/* ---- classic ---- */
+
+typedef struct classic {
+    stow_backend_t *sim;
+    stow_pool_t *pool;
+    stow_stats_t stats; /* filled by report */
+} classic_t;
+
+static void classic_destroy(void *ctx)
+{
+    classic_t *c = ctx;
+    if (!c)
+        return;
+    stow_pool_destroy_force(c->pool);
+    stow_sim_destroy(c->sim);
+    free(c);
+}
+
+static stow_status_t classic_create(const stow_replay_setup_t *setup, void **out)
+{
+    classic_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return STOW_EHOSTMEM;
+    stow_sim_config_t sc;
+    stow_sim_config_default(&sc);
+    sc.capacity_bytes = setup->capacity_bytes;
+    stow_status_t st = stow_sim_create(&sc, &c->sim);
+    if (st == STOW_OK)
+        st = stow_pool_create(setup->config, c->sim, &c->pool);
+    if (st != STOW_OK) {
+        classic_destroy(c);
+        return st;
+    }
+    *out = c;
+    return STOW_OK;
+}
+
+static stow_stream_t classic_stream(uint32_t index)
+{
+    /* Distinct non-NULL handles; index 0 is the default stream. */
+    return (stow_stream_t)(uintptr_t)(index + 1u);
+}
+
+static stow_status_t classic_alloc(void *ctx, uint64_t size_bytes, uint32_t stream,
+                                   uint64_t *handle)
+{
+    classic_t *c = ctx;
+    void *p;
+    stow_status_t st = stow_pool_alloc(c->pool, (size_t)size_bytes, classic_stream(stream), &p);
+    if (st == STOW_OK)
+        *handle = (uint64_t)(uintptr_t)p;
+    return st;
+}
+
+static void classic_free(void *ctx, uint64_t handle, uint64_t size_bytes)
+{
+    (void)size_bytes;
+    classic_t *c = ctx;
+    (void)stow_pool_free(c->pool, (void *)(uintptr_t)handle);
+}
+
+static void classic_report(void *ctx, stow_replay_report_t *out)
+{
+    classic_t *c = ctx;
+    stow_pool_stats(c->pool, &c->stats);
+    out->peak_reserved_bytes = c->stats.reserved_bytes[STOW_POOL_ALL].peak;
+    out->backend_calls = c->stats.num_backend_calls;
+    out->has_backend_calls = true;
+    out->fragmentation_at_peak = c->stats.waste_at_peak.fragmentation;
+    out->stats = &c->stats;
+}
+
+const stow_replay_policy_t stow__replay_policy_classic = {
+    "classic", "the Stowage caching pool on the simulated device", true,
+    classic_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy,
+};
+
+/* ---- pytorch, pytorch-expandable ---- */
+
+static stow_status_t ptm_create_mode(const stow_replay_setup_t *setup, bool expandable,
+                                     void **out)
+{
+    const stow_config_t *c = setup->config;
+    stow_ptm_config_t mc;
+    stow__ptm_config_default(&mc);
+    mc.capacity_bytes = setup->capacity_bytes;
+    mc.expandable = expandable;
+    mc.max_split_size_bytes = c->max_split_size_bytes;
+    mc.max_non_split_rounding_bytes = c->max_non_split_rounding_bytes;
+    for (unsigned i = 0; i < STOW_PTM_ROUNDUP_INTERVALS && i < STOW_ROUNDUP_INTERVALS; i++)
+        mc.roundup_power2_divisions[i] = c->roundup_power2_divisions[i];
+    mc.garbage_collection_threshold = c->garbage_collection_threshold;
+    /* PyTorch's GC acts only under a memory fraction; 1 means "not set". */
+    mc.memory_fraction = c->memory_fraction < 1.0 ? c->memory_fraction : 0.0;
+    stow_ptm_t *m = NULL;
+    stow_status_t st = stow__ptm_create(&mc, &m);
+    if (st == STOW_OK)
+        *out = m;
+    return st;
+}
+
+static stow_status_t ptm_create_native(const stow_replay_setup_t *setup, void **out)
+{
+    return ptm_create_mode(setup, false, out);
+}
+
+static stow_status_t ptm_create_expandable(const stow_replay_setup_t *setup, void **out)
+{
+    return ptm_create_mode(setup, true, out);
+}
+
+static stow_status_t ptm_alloc(void *ctx, uint64_t size_bytes, uint32_t stream, uint64_t *handle)
+{
+    return stow__ptm_alloc(ctx, (size_t)size_bytes, stream, handle);
+}
+
+static void ptm_free(void *ctx, uint64_t handle, uint64_t size_bytes)
+{
+    (void)size_bytes;
+    (void)stow__ptm_free(ctx, handle);
+}
+
+static void ptm_report(void *ctx, stow_replay_report_t *out)
+{
+    stow_ptm_stats_t s;
+    stow__ptm_stats(ctx, &s);
+    out->peak_reserved_bytes = s.reserved_bytes_peak;
+    /* num_device_alloc + num_device_free: cudaMalloc/cudaFree, or map/unmap. */
+    out->backend_calls = s.device_alloc_calls + s.device_free_calls;
+    out->has_backend_calls = true;
+    out->fragmentation_at_peak = -1.0; /* not tracked by the model */
+}
+
+static void ptm_destroy(void *ctx) { stow__ptm_destroy(ctx); }
+
+const stow_replay_policy_t stow__replay_policy_pytorch = {
+    "pytorch", "model of PyTorch's CUDACachingAllocator (native segments)", true,
+    ptm_create_native, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy,
+};
+
+const stow_replay_policy_t stow__replay_policy_pytorch_expandable = {
+    "pytorch-expandable", "the same model with expandable_segments:True", true,
+    ptm_create_expandable, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy,
+};
