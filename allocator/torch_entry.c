@@ -218,10 +218,10 @@ void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream)
     snprintf(s->last_error, sizeof s->last_error, "%s", msg);
     pthread_mutex_unlock(&torch_lock);
     if (st == STOW_ENOMEM) {
+        /* The pool's message starts with "stowage: out of memory". */
         if (first_time(&s->logged_oom))
-            torch_log("out of memory on device %d (logged once; see "
-                      "stowage.torch.memory_summary()): %s",
-                      device, msg);
+            fprintf(stderr, "%s [device %d; later out-of-memory errors on it are not logged]\n",
+                    msg, device);
     } else if (first_time(&s->logged_error)) {
         torch_log("%s", msg);
     }
