@@ -99,6 +99,7 @@ struct stow_pool {
     stow_block_t *pending;           /* PENDING blocks, linked through ->right */
     stow_accounting_t acct;
     uint64_t op_count;               /* alloc + free calls, the GC clock */
+    uint64_t reserved_high_water_bytes; /* highest reserved ever (not reset by users) */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];

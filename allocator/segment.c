@@ -6,11 +6,15 @@
  * segment that later small requests share; a large request gets a segment of
  * exactly its size rounded to the backend granularity. Segments are never
  * over-provisioned "for later": on real traces that slack is what a caching
- * allocator ends up holding at its peak. Before reserving, segments that are
- * idle (no live block) are released when that keeps the reservation from
- * growing (release_idle_on_grow), and the garbage-collection threshold is
- * enforced. When the backend refuses, every idle segment is released and the
- * reservation retried once; then STOW_ENOMEM with an explanation.
+ * allocator ends up holding at its peak. Before reserving, if the new segment
+ * would lift reserved memory above its all-time high-water mark, idle segments
+ * (no live block) are released first, oldest first, as far as that keeps the
+ * mark where it is (release_idle_on_grow). Below the mark nothing is released:
+ * that memory was needed once and will likely be again, so a repeating
+ * workload reaches a steady state with no backend calls at all. The
+ * garbage-collection threshold, when set, is enforced the same way. When the
+ * backend refuses, every idle segment is released and the reservation retried
+ * once; then STOW_ENOMEM with an explanation.
  */
 #include "allocator/internal.h"
 
@@ -222,8 +226,11 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
     if (gc > 0.0 && (double)(reserved + size) > gc * (double)pool->limit_bytes)
         pool->acct.s.num_idle_releases += stow__segment_release_idle(
             pool, false, (size_t)((double)(reserved + size) - gc * (double)pool->limit_bytes)) > 0;
-    else if (pool->config.release_idle_on_grow && pool->acct.idle_segment_bytes)
-        pool->acct.s.num_idle_releases += stow__segment_release_idle(pool, false, size) > 0;
+    else if (pool->config.release_idle_on_grow && pool->acct.idle_segment_bytes &&
+             reserved + size > pool->reserved_high_water_bytes)
+        pool->acct.s.num_idle_releases +=
+            stow__segment_release_idle(pool, false, (size_t)(reserved + size -
+                                                             pool->reserved_high_water_bytes)) > 0;
 
     void *ptr = NULL;
     stow_status_t st = reserve_within_limit(pool, ss, size, &ptr);
@@ -262,6 +269,8 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
     b->free_seq = ++b->owner->free_seq;
     stow__acct_segment_add(&pool->acct, kind, size);
     pool->acct.idle_segment_bytes += size;
+    if (pool->acct.s.reserved_bytes[STOW_POOL_ALL].current > pool->reserved_high_water_bytes)
+        pool->reserved_high_water_bytes = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
     stow__pool_index_insert(pool, b);
     *out = b;
     return STOW_OK;

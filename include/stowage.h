@@ -75,10 +75,10 @@ typedef struct stow_config {
     double memory_fraction;        /* (0,1]; the pool reserves at most this share of the
                                       device's total memory; 1 by default;
                                       key "per_process_memory_fraction" */
-    bool release_idle_on_grow;     /* default true: before reserving a new segment, release
-                                      idle cached segments that could not serve the request
-                                      when that keeps reserved memory from growing;
-                                      key "release_idle_on_grow" */
+    bool release_idle_on_grow;     /* default true: when a new segment would lift reserved
+                                      memory above its all-time high-water mark, release idle
+                                      cached segments (oldest first) so that the mark stays;
+                                      below the mark keep them; key "release_idle_on_grow" */
 } stow_config_t;
 
 /* The built-in defaults above. Thread safety: pure. */

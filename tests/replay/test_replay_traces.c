@@ -163,3 +163,46 @@ Test(replay, gpt2_generate, .timeout = 300)
 {
     check_beats_pytorch("gpt2_generate.rep", 1, 1373634560ull);
 }
+
+/* A repeating workload (the bundled trace replayed again on a warm pool) must
+ * reach a steady state without backend calls: no cudaMalloc/cudaFree churn in
+ * a training loop after its first iteration. */
+Test(replay, steady_state_makes_no_backend_calls)
+{
+    stow_trace_t *t;
+    char err[256];
+    cr_assert_eq(stow_trace_load(STOW_SOURCE_DIR "/bench/traces/resnet50_train.rep", &t, err,
+                                 sizeof err),
+                 STOW_OK, "%s", err);
+    stow_backend_t *sim = ts_sim(0, false, false);
+    stow_pool_t *pool;
+    cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
+    void **ptrs = calloc(t->id_count, sizeof *ptrs);
+    uint64_t calls_before_last = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        stow_stats_t s;
+        stow_pool_stats(pool, &s);
+        calls_before_last = s.num_backend_calls;
+        for (size_t i = 0; i < t->event_count; i++) {
+            const stow_trace_event_t *e = &t->events[i];
+            if (e->kind == STOW_TRACE_ALLOC)
+                cr_assert_eq(stow_pool_alloc(pool, e->size_bytes, NULL, &ptrs[e->id]), STOW_OK);
+            else
+                cr_assert_eq(stow_pool_free(pool, ptrs[e->id]), STOW_OK);
+            if (e->kind == STOW_TRACE_FREE)
+                ptrs[e->id] = NULL;
+        }
+        for (uint32_t id = 0; id < t->id_count; id++)
+            if (ptrs[id]) {
+                cr_assert_eq(stow_pool_free(pool, ptrs[id]), STOW_OK);
+                ptrs[id] = NULL;
+            }
+    }
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_backend_calls, calls_before_last, "backend calls in the third replay");
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    free(ptrs);
+    stow_trace_free(t);
+}
