@@ -1,0 +1,350 @@
+/*
+ * tests/unit/test_cuda.c: the CUDA backend (stowage/cuda.h).
+ *
+ * On a machine without a driver or a GPU, the first tests check that every
+ * entry point fails cleanly with a reason and the GPU tests skip with that
+ * reason (cr_skip_test). On a GPU machine the GPU tests must run and pass:
+ * they write and read device memory through driver calls resolved from the
+ * same libcuda (stow_cuda_driver_symbol), so this file needs no CUDA header.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stowage.h"
+#include "stowage/cuda.h"
+#include "test_support.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* Driver types as the ABI has them (cuda.h is not on the tests' include path). */
+typedef int cu_result_t;
+typedef unsigned long long cu_ptr_t;
+typedef void *cu_stream_t;
+typedef void *cu_ctx_t;
+
+static struct {
+    cu_result_t (*memcpy_htod)(cu_ptr_t dst, const void *src, size_t n);
+    cu_result_t (*memcpy_dtoh)(void *dst, cu_ptr_t src, size_t n);
+    cu_result_t (*memcpy_htod_async)(cu_ptr_t dst, const void *src, size_t n, cu_stream_t s);
+    cu_result_t (*stream_create)(cu_stream_t *s, unsigned flags);
+    cu_result_t (*stream_destroy)(cu_stream_t s);
+    cu_result_t (*stream_synchronize)(cu_stream_t s);
+    cu_result_t (*ctx_get_current)(cu_ctx_t *ctx);
+    cu_result_t (*ctx_synchronize)(void);
+} drv;
+
+static void resolve(void *field, const char *name)
+{
+    void *sym = stow_cuda_driver_symbol(name);
+    cr_assert_not_null(sym, "libcuda lacks %s", name);
+    memcpy(field, &sym, sizeof sym); /* object -> function pointer, as POSIX allows */
+}
+
+/* A backend on device 0, or skip the test with the driver's reason. */
+static stow_backend_t *gpu_or_skip(void)
+{
+    char why[512];
+    if (stow_cuda_probe(why, sizeof why) != STOW_CUDA_PROBE_OK)
+        cr_skip_test("CUDA unavailable: %s", why);
+    stow_backend_t *b = NULL;
+    stow_status_t st = stow_cuda_backend_create(0, &b, why, sizeof why);
+    cr_assert_eq(st, STOW_OK, "stow_cuda_backend_create: %s: %s", stow_strerror(st), why);
+    resolve(&drv.memcpy_htod, "cuMemcpyHtoD_v2");
+    resolve(&drv.memcpy_dtoh, "cuMemcpyDtoH_v2");
+    resolve(&drv.memcpy_htod_async, "cuMemcpyHtoDAsync_v2");
+    resolve(&drv.stream_create, "cuStreamCreate");
+    resolve(&drv.stream_destroy, "cuStreamDestroy_v2");
+    resolve(&drv.stream_synchronize, "cuStreamSynchronize");
+    resolve(&drv.ctx_get_current, "cuCtxGetCurrent");
+    resolve(&drv.ctx_synchronize, "cuCtxSynchronize");
+    return b;
+}
+
+static stow_pool_t *pool_on(stow_backend_t *b, double fraction)
+{
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.memory_fraction = fraction;
+    stow_pool_t *pool = NULL;
+    cr_assert_eq(stow_pool_create(&cfg, b, &pool), STOW_OK);
+    return pool;
+}
+
+static void pool_done(stow_pool_t *pool, stow_backend_t *b)
+{
+    char why[256];
+    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    stow_cuda_backend_destroy(b);
+}
+
+/* Writes a pattern through the driver and reads it back. */
+static void roundtrip(void *dptr, size_t n, unsigned seed)
+{
+    unsigned char *in = malloc(n), *out = malloc(n);
+    cr_assert(in && out);
+    for (size_t i = 0; i < n; i++)
+        in[i] = (unsigned char)(i * 131u + seed);
+    memset(out, 0, n);
+    cr_assert_eq(drv.memcpy_htod((cu_ptr_t)(uintptr_t)dptr, in, n), 0);
+    cr_assert_eq(drv.memcpy_dtoh(out, (cu_ptr_t)(uintptr_t)dptr, n), 0);
+    cr_assert_eq(memcmp(in, out, n), 0, "device memory at %p did not read back", dptr);
+    free(in);
+    free(out);
+}
+
+/* ---- without a GPU (or with one): clean failures ---- */
+
+Test(cuda, probe_and_create_agree)
+{
+    char why[512], why2[512];
+    int p = stow_cuda_probe(why, sizeof why);
+    stow_backend_t *b = NULL;
+    if (p != STOW_CUDA_PROBE_OK) {
+        cr_assert_lt(p, 0);
+        cr_assert_gt(strlen(why), 0, "a failed probe explains itself");
+        cr_assert_eq(stow_cuda_device_count(), 0);
+        cr_assert_eq(stow_cuda_backend_create(0, &b, why2, sizeof why2), STOW_ENODEV);
+        cr_assert_null(b);
+        cr_assert_str_eq(why2, why);
+        cr_assert_null(stow_cuda_driver_symbol("cuInit"));
+        cr_log_info("no CUDA here (expected on CI): %s", why);
+    } else {
+        cr_assert_eq(strlen(why), 0);
+        int n = stow_cuda_device_count();
+        cr_assert_gt(n, 0);
+        cr_assert_eq(stow_cuda_backend_create(n, &b, why2, sizeof why2), STOW_ENODEV);
+        cr_assert_not_null(strstr(why2, "out of range"), "%s", why2);
+        cr_assert_not_null(stow_cuda_driver_symbol("cuInit"));
+    }
+}
+
+Test(cuda, invalid_arguments)
+{
+    char why[128] = "x";
+    stow_backend_t *b = NULL;
+    cr_assert_eq(stow_cuda_backend_create(-1, &b, why, sizeof why), STOW_EINVAL);
+    cr_assert_gt(strlen(why), 0);
+    cr_assert_eq(stow_cuda_backend_create(0, NULL, NULL, 0), STOW_EINVAL);
+    stow_cuda_backend_destroy(NULL);
+    char buf[16] = "junk";
+    cr_assert_eq(stow_cuda_last_error(NULL, buf, sizeof buf), 0);
+    cr_assert_str_eq(buf, "");
+    cr_assert_null(stow_cuda_driver_symbol(NULL));
+    stow_backend_t *sim = ts_sim(0, false, false);
+    cr_assert_eq(stow_cuda_backend_device(sim), -1, "a sim backend is not a CUDA one");
+    stow_cuda_backend_destroy(sim); /* ignored: not ours */
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    cr_assert_eq(stow_cuda_probe(NULL, 0), stow_cuda_probe(why, sizeof why), "probe is stable");
+}
+
+/* ---- GPU tests: skipped without a device ---- */
+
+Test(cuda_gpu, backend_shape)
+{
+    stow_backend_t *b = gpu_or_skip();
+    cr_assert_str_eq(b->name, "cuda");
+    cr_assert_eq(b->abi_version, STOW_BACKEND_ABI);
+    cr_assert_geq(b->granularity_bytes, 2 * MiB);
+    cr_assert_eq(b->granularity_bytes & (b->granularity_bytes - 1), 0);
+    cr_assert(b->event_record && b->event_query && b->event_destroy);
+    cr_assert_eq(stow_cuda_backend_device(b), 0);
+    size_t free_bytes = 0, total_bytes = 0;
+    cr_assert_eq(b->mem_info(b->ctx, &free_bytes, &total_bytes), STOW_OK);
+    cr_assert_gt(total_bytes, 0);
+    cr_assert_leq(free_bytes, total_bytes);
+    cr_log_info("device 0: %zu MiB total, %zu MiB free, granularity %zu KiB, VMM %s",
+                total_bytes >> 20, free_bytes >> 20, b->granularity_bytes >> 10,
+                b->va_reserve ? "yes" : "no");
+    stow_cuda_backend_destroy(b);
+}
+
+Test(cuda_gpu, pool_alloc_write_read)
+{
+    stow_backend_t *b = gpu_or_skip();
+    stow_pool_t *pool = pool_on(b, 1.0);
+    size_t sizes[] = {512, 4096, 1 * MiB, 3 * MiB + 17, 64 * MiB};
+    void *p[5];
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(stow_pool_alloc(pool, sizes[i], NULL, &p[i]), STOW_OK);
+        cr_assert_eq((uintptr_t)p[i] % 512, 0);
+        roundtrip(p[i], sizes[i], (unsigned)i);
+    }
+    for (int i = 0; i < 5; i++)
+        roundtrip(p[i], sizes[i], (unsigned)i + 7); /* no overlap between blocks */
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    pool_done(pool, b);
+}
+
+Test(cuda_gpu, streams_and_record_stream)
+{
+    stow_backend_t *b = gpu_or_skip();
+    stow_pool_t *pool = pool_on(b, 1.0);
+    cu_stream_t s1 = NULL, s2 = NULL;
+    cr_assert_eq(drv.stream_create(&s1, 1 /* CU_STREAM_NON_BLOCKING */), 0);
+    cr_assert_eq(drv.stream_create(&s2, 1), 0);
+    size_t n = 32 * MiB;
+    unsigned char *host = malloc(n);
+    memset(host, 0xAB, n);
+    for (int round = 0; round < 20; round++) {
+        void *p = NULL;
+        cr_assert_eq(stow_pool_alloc(pool, n, s1, &p), STOW_OK);
+        /* use the block on s2, then free it from the s1 side */
+        cr_assert_eq(drv.memcpy_htod_async((cu_ptr_t)(uintptr_t)p, host, n, s2), 0);
+        cr_assert_eq(stow_record_stream(pool, p, s2), STOW_OK);
+        cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    }
+    cr_assert_eq(drv.stream_synchronize(s2), 0);
+    stow_stats_t st;
+    cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
+    cr_assert_geq(st.num_event_records, 1);
+    cr_assert_eq(st.allocation[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(drv.stream_destroy(s1), 0);
+    cr_assert_eq(drv.stream_destroy(s2), 0);
+    free(host);
+    pool_done(pool, b);
+}
+
+Test(cuda_gpu, events_are_pooled)
+{
+    stow_backend_t *b = gpu_or_skip();
+    stow_event_t e1 = NULL, e2 = NULL;
+    cr_assert_eq(b->event_record(b->ctx, NULL, &e1), STOW_OK);
+    cr_assert_eq(drv.ctx_synchronize(), 0);
+    bool done = false;
+    cr_assert_eq(b->event_query(b->ctx, e1, &done), STOW_OK);
+    cr_assert(done);
+    cr_assert_eq(b->event_destroy(b->ctx, e1), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, NULL, &e2), STOW_OK);
+    cr_assert_eq(e1, e2, "the idle event is reused");
+    cr_assert_eq(b->event_destroy(b->ctx, e2), STOW_OK);
+    stow_cuda_backend_destroy(b);
+}
+
+Test(cuda_gpu, oom_under_memory_fraction)
+{
+    stow_backend_t *b = gpu_or_skip();
+    size_t free_bytes = 0, total_bytes = 0;
+    cr_assert_eq(b->mem_info(b->ctx, &free_bytes, &total_bytes), STOW_OK);
+    stow_pool_t *pool = pool_on(b, 0.05);
+    void *p = NULL;
+    size_t too_big = total_bytes / 10;
+    cr_assert_eq(stow_pool_alloc(pool, too_big, NULL, &p), STOW_ENOMEM);
+    char msg[1024];
+    cr_assert_gt(stow_pool_oom_message(pool, msg, sizeof msg), 0);
+    cr_log_info("%s", msg);
+    stow_stats_t st;
+    cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
+    cr_assert_eq(st.num_ooms, 1);
+    cr_assert_eq(stow_pool_alloc(pool, total_bytes / 40, NULL, &p), STOW_OK, "within the limit");
+    roundtrip(p, 1 * MiB, 3);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    pool_done(pool, b);
+}
+
+Test(cuda_gpu, driver_oom_maps_to_enomem)
+{
+    stow_backend_t *b = gpu_or_skip();
+    size_t free_bytes = 0, total_bytes = 0;
+    cr_assert_eq(b->mem_info(b->ctx, &free_bytes, &total_bytes), STOW_OK);
+    size_t g = b->granularity_bytes;
+    size_t huge = (total_bytes / g + 1) * g;
+    void *p = NULL;
+    cr_assert_eq(b->reserve(b->ctx, huge, NULL, &p), STOW_ENOMEM);
+    char err[256];
+    cr_assert_gt(stow_cuda_last_error(b, err, sizeof err), 0);
+    cr_assert_not_null(strstr(err, "OUT_OF_MEMORY"), "%s", err);
+    /* the error is not sticky: the next reservation works */
+    cr_assert_eq(b->reserve(b->ctx, g, NULL, &p), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, p, g), STOW_OK);
+    stow_cuda_backend_destroy(b);
+}
+
+Test(cuda_gpu, empty_cache_returns_memory_to_the_device)
+{
+    stow_backend_t *b = gpu_or_skip();
+    stow_pool_t *pool = pool_on(b, 1.0);
+    void *p = NULL;
+    size_t n = 512 * MiB;
+    cr_assert_eq(stow_pool_alloc(pool, n, NULL, &p), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    size_t free_before = 0, free_after = 0, total = 0;
+    cr_assert_eq(b->mem_info(b->ctx, &free_before, &total), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(b->mem_info(b->ctx, &free_after, &total), STOW_OK);
+    cr_assert_geq(free_after, free_before + n - 64 * MiB, "before %zu after %zu", free_before,
+                  free_after);
+    stow_stats_t st;
+    cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
+    cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, 0);
+    pool_done(pool, b);
+}
+
+Test(cuda_gpu, vmm_map_write_read)
+{
+    stow_backend_t *b = gpu_or_skip();
+    if (!b->va_reserve) {
+        stow_cuda_backend_destroy(b);
+        cr_skip_test("device or driver without virtual memory management");
+    }
+    size_t g = b->granularity_bytes;
+    void *va = NULL;
+    stow_phys_t h1 = 0, h2 = 0;
+    cr_assert_eq(b->va_reserve(b->ctx, 8 * g, &va), STOW_OK);
+    cr_assert_eq(b->phys_create(b->ctx, g, &h1), STOW_OK);
+    cr_assert_eq(b->phys_create(b->ctx, 2 * g, &h2), STOW_OK);
+    cr_assert_eq(b->map(b->ctx, va, g, h1), STOW_OK);
+    cr_assert_eq(b->map(b->ctx, (char *)va + g, 2 * g, h2), STOW_OK);
+    roundtrip(va, 3 * g, 9); /* contiguous across the two handles */
+    cr_assert_eq(b->unmap(b->ctx, va, g), STOW_OK);
+    cr_assert_eq(b->unmap(b->ctx, (char *)va + g, 2 * g), STOW_OK);
+    /* remap h1 elsewhere in the range */
+    cr_assert_eq(b->map(b->ctx, (char *)va + 5 * g, g, h1), STOW_OK);
+    roundtrip((char *)va + 5 * g, g, 10);
+    cr_assert_eq(b->unmap(b->ctx, (char *)va + 5 * g, g), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h1, g), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h2, 2 * g), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, va, 8 * g), STOW_OK);
+    stow_cuda_backend_destroy(b);
+}
+
+typedef struct thread_job {
+    stow_pool_t *pool;
+    int ok;
+    cu_ctx_t ctx_before, ctx_after;
+} thread_job_t;
+
+static void *thread_body(void *arg)
+{
+    thread_job_t *job = arg;
+    drv.ctx_get_current(&job->ctx_before);
+    void *p = NULL;
+    if (stow_pool_alloc(job->pool, 4 * MiB, NULL, &p) != STOW_OK)
+        return NULL;
+    drv.ctx_get_current(&job->ctx_after);
+    unsigned char in[256], out[256];
+    memset(in, 0x5A, sizeof in);
+    job->ok = drv.memcpy_htod((cu_ptr_t)(uintptr_t)p, in, sizeof in) == 0 &&
+              drv.memcpy_dtoh(out, (cu_ptr_t)(uintptr_t)p, sizeof out) == 0 &&
+              memcmp(in, out, sizeof in) == 0 && stow_pool_free(job->pool, p) == STOW_OK;
+    return NULL;
+}
+
+Test(cuda_gpu, fresh_thread_gets_the_primary_context)
+{
+    stow_backend_t *b = gpu_or_skip();
+    stow_pool_t *pool = pool_on(b, 1.0);
+    thread_job_t job = {.pool = pool};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, thread_body, &job), 0);
+    pthread_join(t, NULL);
+    cr_assert_null(job.ctx_before, "a new thread starts without a context");
+    cr_assert_not_null(job.ctx_after, "the backend left the primary context current");
+    cr_assert(job.ok, "allocation and copies from the new thread");
+    pool_done(pool, b);
+}
