@@ -1,0 +1,423 @@
+/*
+ * tests/unit/test_replay_cli.c: the replay engine behind `stowage replay`
+ * (models/replay_engine.h): the policy table, option parsing and its errors,
+ * settings reaching the PyTorch model, the minimum-capacity search on traces
+ * small enough to work out by hand, the JSON keys, and the built CLI itself.
+ * No timing is asserted anywhere.
+ */
+#include <criterion/criterion.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "models/replay_engine.h"
+#include "stowage.h"
+#include "stowage/trace.h"
+
+#define MIB ((uint64_t)1048576)
+
+static stow_trace_t *parse_trace(const char *text)
+{
+    stow_trace_t *t = NULL;
+    char err[256] = "";
+    cr_assert_eq(stow_trace_parse("synthetic", text, strlen(text), &t, err, sizeof err), STOW_OK,
+                 "%s", err);
+    return t;
+}
+
+static stow_config_t config_of(const char *conf)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    char err[256] = "";
+    if (conf)
+        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
+    return c;
+}
+
+static stow_replay_result_t run(const char *policy, const stow_trace_t *t, const char *conf,
+                                size_t capacity, bool min_capacity)
+{
+    const stow_replay_policy_t *p = stow__replay_policy_find(policy);
+    cr_assert_not_null(p, "policy %s", policy);
+    stow_config_t c = config_of(conf);
+    stow_replay_result_t r;
+    cr_assert_eq(stow__replay_run(p, t, &c, capacity, 1, min_capacity, NULL, NULL, &r), STOW_OK);
+    return r;
+}
+
+static bool fits(const char *policy, const stow_trace_t *t, size_t capacity)
+{
+    stow_config_t c = config_of(NULL);
+    bool ok = false;
+    cr_assert_eq(stow__replay_fits(stow__replay_policy_find(policy), t, &c, capacity, &ok),
+                 STOW_OK);
+    return ok;
+}
+
+/* ---- policy table ---- */
+
+Test(replay_policies, table_lists_every_policy_once)
+{
+    const char *want[] = {"classic", "pytorch", "pytorch-expandable", "naive", "jemalloc"};
+    size_t n = 0;
+    while (stow__replay_policies[n])
+        n++;
+    cr_assert_eq(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_str_eq(stow__replay_policies[i]->name, want[i]);
+        cr_assert_eq(stow__replay_policy_find(want[i]), stow__replay_policies[i]);
+    }
+    cr_assert_null(stow__replay_policy_find("vmm"));
+    cr_assert_null(stow__replay_policy_find(NULL));
+    cr_assert_not(stow__replay_policy_jemalloc.device);
+    cr_assert(stow__replay_policy_naive.device);
+}
+
+/* ---- naive: one 2 MiB-granular reservation per request ---- */
+
+/* Live: a0 (3 MiB) + a1 (1 MiB) = 4 MiB, then a1 + a2 (5 MiB) = 6 MiB.
+ * Naive reservations: 4 + 2 = 6 MiB, then 2 + 6 = 8 MiB: peak 8 MiB. With no
+ * cache to release, the minimum capacity is that peak: 8 MiB fits, 6 MiB not. */
+static const char naive_trace[] = "3 6\n"
+                                  "a 0 3145728 0\n"
+                                  "a 1 1048576 0\n"
+                                  "f 0\n"
+                                  "a 2 5242880 0\n"
+                                  "f 1\n"
+                                  "f 2\n";
+
+Test(replay_naive, peak_and_calls_by_hand)
+{
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_replay_result_t r = run("naive", t, NULL, 0, false);
+    cr_assert_eq(r.peak_live_bytes, 6 * MIB);
+    cr_assert_eq(r.peak_reserved_bytes, 8 * MIB);
+    cr_assert_eq(r.backend_calls, 6); /* 3 reserves + 3 releases, measured pass */
+    cr_assert_eq(r.ooms, 0);
+    cr_assert_not(r.has_min_capacity);
+    stow_trace_free(t);
+}
+
+Test(replay_naive, min_capacity_by_hand)
+{
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_replay_result_t r = run("naive", t, NULL, 0, true);
+    cr_assert(r.has_min_capacity);
+    cr_assert_eq(r.min_capacity_bytes, 8 * MIB);
+    cr_assert_gt(r.min_capacity_probes, 0);
+    cr_assert(fits("naive", t, 8 * MIB));
+    cr_assert_not(fits("naive", t, 8 * MIB - 1));
+    cr_assert_not(fits("naive", t, 6 * MIB));
+    stow_trace_free(t);
+}
+
+Test(replay_naive, capacity_makes_ooms)
+{
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_replay_result_t r = run("naive", t, NULL, 6 * MIB, false);
+    cr_assert_eq(r.ooms, 1); /* a2 needs 6 MiB while a1 holds 2 */
+    stow_trace_free(t);
+}
+
+/* Sequential requests reuse nothing but never overlap: min = one 4 MiB block. */
+Test(replay_naive, sequential_min_capacity)
+{
+    stow_trace_t *t = parse_trace("2 4\na 0 3145729 0\nf 0\na 1 3145728 0\nf 1\n");
+    stow_replay_result_t r = run("naive", t, NULL, 0, true);
+    cr_assert_eq(r.min_capacity_bytes, 4 * MIB);
+    stow_trace_free(t);
+}
+
+Test(replay_min_capacity, empty_trace_needs_nothing)
+{
+    stow_trace_t *t = parse_trace("0 0\n");
+    stow_replay_result_t r = run("classic", t, NULL, 0, true);
+    cr_assert(r.has_min_capacity);
+    cr_assert_eq(r.min_capacity_bytes, 0);
+    stow_trace_free(t);
+}
+
+/* The search's answer R is exact for its step on every device policy: R fits,
+ * R - 2 MiB does not, and peak live <= R <= peak reserved (rounded up). */
+static const char churn_trace[] = "8 14\n"
+                                  "a 0 41943040 0\n"
+                                  "a 1 3000000 0\n"
+                                  "a 2 25165824 0\n"
+                                  "f 0\n"
+                                  "a 3 62914560 0\n"
+                                  "f 2\n"
+                                  "a 4 700000 0\n"
+                                  "a 5 33554432 0\n"
+                                  "f 3\n"
+                                  "a 6 83886080 0\n"
+                                  "f 5\n"
+                                  "a 7 12345 0\n"
+                                  "f 6\n"
+                                  "f 1\n";
+
+Test(replay_min_capacity, exact_for_step_on_device_policies)
+{
+    stow_trace_t *t = parse_trace(churn_trace);
+    for (size_t i = 0; stow__replay_policies[i]; i++) {
+        const stow_replay_policy_t *p = stow__replay_policies[i];
+        if (!p->device)
+            continue;
+        stow_replay_result_t r = run(p->name, t, NULL, 0, true);
+        cr_assert(r.has_min_capacity, "%s", p->name);
+        uint64_t m = r.min_capacity_bytes;
+        cr_assert_eq(m % STOW_REPLAY_CAPACITY_STEP_BYTES, 0, "%s", p->name);
+        cr_assert_geq(m, t->peak_live_bytes, "%s", p->name);
+        cr_assert_leq(m, (r.peak_reserved_bytes + 2 * MIB - 1) / (2 * MIB) * (2 * MIB), "%s",
+                      p->name);
+        cr_assert(fits(p->name, t, m), "%s fits at %llu", p->name, (unsigned long long)m);
+        cr_assert_not(fits(p->name, t, m - STOW_REPLAY_CAPACITY_STEP_BYTES), "%s", p->name);
+    }
+    stow_trace_free(t);
+}
+
+Test(replay_min_capacity, host_policy_has_none)
+{
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_config_t c = config_of(NULL);
+    uint64_t m = 0;
+    bool ok;
+    cr_assert_eq(stow__replay_min_capacity(&stow__replay_policy_jemalloc, t, &c, 8 * MIB, &m, NULL),
+                 STOW_ENOSYS);
+    cr_assert_eq(stow__replay_fits(&stow__replay_policy_jemalloc, t, &c, 8 * MIB, &ok),
+                 STOW_ENOSYS);
+    stow_replay_result_t r = run("jemalloc", t, NULL, 0, true);
+    cr_assert_not(r.has_min_capacity);
+    cr_assert_not(r.has_backend_calls);
+    cr_assert_geq(r.peak_reserved_bytes, r.peak_live_bytes); /* active pages >= live */
+    stow_trace_free(t);
+}
+
+/* ---- --conf settings reach the PyTorch models ---- */
+
+/* 21 MiB is rounded to a 22 MiB segment; with 4 divisions per power of two,
+ * [16, 32) MiB is cut in 4 MiB steps: 24 MiB. */
+Test(replay_conf, roundup_power2_divisions_reaches_pytorch)
+{
+    stow_trace_t *t = parse_trace("1 2\na 0 22020097 0\nf 0\n");
+    cr_assert_eq(run("pytorch", t, NULL, 0, false).peak_reserved_bytes, 22 * MIB);
+    cr_assert_eq(run("pytorch", t, "roundup_power2_divisions:4", 0, false).peak_reserved_bytes,
+                 24 * MIB);
+    stow_trace_free(t);
+}
+
+/* A freed 100 MiB segment serves two 30 MiB requests by splitting; with
+ * max_split_size 20 MiB it may not (100 >= 30 + 20 of non-split rounding), so
+ * two new segments are reserved. */
+Test(replay_conf, max_split_size_reaches_pytorch)
+{
+    stow_trace_t *t = parse_trace("3 5\na 0 104857600 0\nf 0\na 1 31457280 0\na 2 31457280 0\n"
+                                  "f 1\n");
+    cr_assert_eq(run("pytorch", t, NULL, 0, false).peak_reserved_bytes, 100 * MIB);
+    cr_assert_eq(run("pytorch", t, "max_split_size_mb:20", 0, false).peak_reserved_bytes,
+                 160 * MIB);
+    stow_trace_free(t);
+}
+
+/* Capacity 200 MiB, fraction 0.99, threshold 0.25: before reserving for the
+ * 62 MiB request, reserved (60 MiB, cached) is over 0.25 x 198 MiB, so GC
+ * releases the cached segment first: peak 62 MiB instead of 122. */
+Test(replay_conf, garbage_collection_threshold_reaches_pytorch)
+{
+    stow_trace_t *t = parse_trace("2 3\na 0 62914560 0\nf 0\na 1 65011712 0\n");
+    cr_assert_eq(run("pytorch", t, "per_process_memory_fraction:0.99", 200 * MIB, false)
+                     .peak_reserved_bytes,
+                 122 * MIB);
+    cr_assert_eq(run("pytorch", t,
+                     "per_process_memory_fraction:0.99,garbage_collection_threshold:0.25",
+                     200 * MIB, false)
+                     .peak_reserved_bytes,
+                 62 * MIB);
+    stow_trace_free(t);
+}
+
+/* ---- options ---- */
+
+static stow_status_t parse(stow_replay_opts_t *o, char *err, size_t len, int argc, ...)
+{
+    char *argv[32];
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    return stow__replay_opts_parse(argc, argv, o, err, len);
+}
+
+Test(replay_opts, defaults_and_all)
+{
+    stow_replay_opts_t o;
+    char err[256];
+    cr_assert_eq(parse(&o, err, sizeof err, 2, "replay", "x.rep"), STOW_OK);
+    cr_assert_eq(o.policy_count, 1);
+    cr_assert_eq(o.policies[0], &stow__replay_policy_classic);
+    cr_assert_eq(o.repeats, 5);
+    cr_assert_eq(o.first_trace, 1);
+    cr_assert_eq(parse(&o, err, sizeof err, 8, "replay", "--policy", "all", "--min-capacity",
+                       "--json", "--repeats", "0", "a.rep"),
+                 STOW_OK);
+    cr_assert(o.all && o.min_capacity && o.json);
+    cr_assert_eq(o.policy_count, 5);
+    cr_assert_eq(o.repeats, 0);
+    cr_assert_eq(o.first_trace, 7);
+    cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "naive", "--policy",
+                       "jemalloc", "t"),
+                 STOW_OK);
+    cr_assert_eq(o.policy_count, 2);
+    cr_assert_eq(o.policies[1], &stow__replay_policy_jemalloc);
+    cr_assert_eq(parse(&o, err, sizeof err, 2, "replay", "--help"), STOW_OK);
+    cr_assert(o.help);
+}
+
+Test(replay_opts, bad_input_is_einval_with_a_message)
+{
+    stow_replay_opts_t o;
+    char err[256];
+    struct {
+        int argc;
+        const char *argv[5];
+        const char *msg;
+    } cases[] = {
+        {3, {"replay", "--policy", "bogus"}, "unknown policy"},
+        {4, {"replay", "--policy", "bogus", "t"}, "unknown policy"},
+        {2, {"replay", "--policy"}, "needs a value"},
+        {4, {"replay", "--capacity", "12Q", "t"}, "not a byte count"},
+        {4, {"replay", "--capacity", "-5", "t"}, "not a byte count"},
+        {4, {"replay", "--repeats", "1001", "t"}, "not 0..1000"},
+        {4, {"replay", "--repeats", "x", "t"}, "not 0..1000"},
+        {5, {"replay", "--min-capacity", "--capacity", "1G", "t"}, "--min-capacity"},
+        {3, {"replay", "--frobnicate", "t"}, "unknown option"},
+        {2, {"replay", "--json"}, "no trace"},
+        {1, {"replay"}, "no trace"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[6] = {0};
+        for (int k = 0; k < cases[i].argc; k++)
+            argv[k] = (char *)cases[i].argv[k];
+        err[0] = 0;
+        cr_assert_eq(stow__replay_opts_parse(cases[i].argc, argv, &o, err, sizeof err),
+                     STOW_EINVAL, "case %zu", i);
+        cr_assert_not_null(strstr(err, cases[i].msg), "case %zu: '%s'", i, err);
+    }
+}
+
+Test(replay_opts, byte_counts)
+{
+    size_t v = 0;
+    cr_assert(stow__replay_parse_bytes("123", &v) && v == 123);
+    cr_assert(stow__replay_parse_bytes("4K", &v) && v == 4096);
+    cr_assert(stow__replay_parse_bytes("16MiB", &v) && v == 16 * MIB);
+    cr_assert(stow__replay_parse_bytes("2G", &v) && v == 2048 * MIB);
+    cr_assert(stow__replay_parse_bytes("1T", &v) && v == ((size_t)1 << 40));
+    cr_assert(stow__replay_parse_bytes("512B", &v) && v == 512);
+    const char *bad[] = {"", "-1", " 1", "1X", "1KiBB", "1Mi", "99999999999999999999",
+                         "17179869184T"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_not(stow__replay_parse_bytes(bad[i], &v), "'%s'", bad[i]);
+}
+
+/* ---- output ---- */
+
+static char *json_of(const char *trace_path, const stow_replay_result_t *r)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    stow__replay_print_json(f, trace_path, r);
+    fclose(f);
+    return buf;
+}
+
+Test(replay_output, json_keys_present)
+{
+    const char *keys[] = {"\"trace\": \"dir/\\\"q\\\".rep\"", "\"policy\": \"classic\"",
+                          "\"events\": 6",  "\"peak_live_bytes\": 6291456",
+                          "\"peak_reserved_bytes\": ", "\"reserved_over_live\": ",
+                          "\"backend_calls\": ", "\"ns_per_event\": ", "\"ooms\": 0",
+                          "\"min_capacity_bytes\": "};
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_replay_result_t r = run("classic", t, NULL, 0, true);
+    char *js = json_of("dir/\"q\".rep", &r);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_assert_not_null(strstr(js, keys[i]), "missing %s in %s", keys[i], js);
+    cr_assert_null(strstr(js, "null"), "%s", js);
+    cr_assert_eq(js[strlen(js) - 1], '\n');
+    free(js);
+
+    r = run("jemalloc", t, NULL, 0, true);
+    js = json_of("t.rep", &r);
+    cr_assert_not_null(strstr(js, "\"min_capacity_bytes\": null"), "%s", js);
+    cr_assert_not_null(strstr(js, "\"backend_calls\": null"), "%s", js);
+    free(js);
+    stow_trace_free(t);
+}
+
+/* ---- the built CLI (build/stowage, next to this test binary) ---- */
+
+static bool cli_path(char *buf, size_t len)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    char *slash = strrchr(buf, '/');
+    if (!slash || (size_t)(slash - buf) + sizeof "/stowage" > len)
+        return false;
+    strcpy(slash, "/stowage");
+    return access(buf, X_OK) == 0;
+}
+
+static int cli_run(const char *args, char *out, size_t out_len)
+{
+    char exe[4096], cmd[8192];
+    if (!cli_path(exe, sizeof exe))
+        cr_skip_test("build/stowage not built");
+    snprintf(cmd, sizeof cmd, "'%s' replay %s 2>/dev/null", exe, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, out_len - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(replay_cli, bad_usage_exits_2)
+{
+    char out[4096];
+    cr_assert_eq(cli_run("--policy bogus x.rep", out, sizeof out), 2);
+    cr_assert_eq(cli_run("--capacity 1G --min-capacity x.rep", out, sizeof out), 2);
+    cr_assert_eq(cli_run("/nonexistent/trace.rep", out, sizeof out), 2);
+    cr_assert_eq(cli_run("--help", out, sizeof out), 0);
+    cr_assert_not_null(strstr(out, "jemalloc"));
+}
+
+Test(replay_cli, all_policies_json_one_line_each)
+{
+    char path[] = "/tmp/stow_replay_cli_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, naive_trace, sizeof naive_trace - 1), (ssize_t)(sizeof naive_trace - 1));
+    close(fd);
+    char args[256], out[16384];
+    snprintf(args, sizeof args, "--policy all --min-capacity --json --repeats 1 %s", path);
+    int rc = cli_run(args, out, sizeof out);
+    unlink(path);
+    cr_assert_eq(rc, 0, "%s", out);
+    size_t lines = 0;
+    for (const char *c = out; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 5, "%s", out);
+    cr_assert_not_null(strstr(out, "\"policy\": \"naive\""));
+    cr_assert_not_null(strstr(out, "\"min_capacity_bytes\": 8388608"), "%s", out);
+}
