@@ -196,6 +196,8 @@ static void describe_result(CUresult r, char *buf, size_t len)
         msg = NULL;
     if (name)
         snprintf(buf, len, "%s: %s", name, msg ? msg : "(no message)");
+    else if ((int)r == 34) /* the toolkit's stub libcuda.so found instead of a driver */
+        snprintf(buf, len, "CUresult 34 (CUDA_ERROR_STUB_LIBRARY: libcuda.so.1 is a stub)");
     else
         snprintf(buf, len, "CUresult %d", (int)r);
 }
