@@ -15,6 +15,9 @@
  * shares no placement code with this one.
  */
 #include <math.h>
+#ifdef PLAN_DEBUG
+#include <stdio.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,7 +296,9 @@ typedef struct search {
     size_t trail_len, trail_cap;
     uint32_t *cand;             /* candidate stack shared by all depths */
     size_t cand_len, cand_cap;
-    size_t placed;
+    uint32_t *cuts;             /* unplaced buffers crossing boundary q|q+1 */
+    uint32_t *all;              /* 0..n-1, the root partition */
+    const char *how;            /* current preorder heuristic */
     int64_t nodes_left;
     uint64_t nodes;
     bool oom, timeout;
@@ -351,29 +356,95 @@ static void cand_sort(const search_t *s, uint32_t *a, size_t n)
     }
 }
 
-static int search_dfs(search_t *s, uint64_t min_off, uint32_t min_pre)
+/* A sub-problem: the unplaced buffers inside sections [s0, s1). */
+typedef struct part {
+    const uint32_t *bufs;
+    size_t nb;
+    uint32_t s0, s1;
+} part_t;
+
+static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t min_pre);
+static bool search_rerank(search_t *s, const uint32_t *bufs, size_t nb);
+
+/* Dynamic decomposition (MiniMalloc's "cutlines"): once every buffer crossing a
+ * section boundary is placed, the two sides no longer interact, so each side
+ * is solved on its own and a failure on one side never re-searches the other.
+ * Called after `b` was placed; returns the result of the remaining search. */
+static int search_split(search_t *s, const part_t *pt, uint32_t b, uint64_t o)
 {
-    if (s->placed == s->n) {
-        memcpy(s->best, s->off, s->n * sizeof *s->off);
-        return SR_FOUND;
+    size_t ncut = 0;
+    for (uint32_t q = s->sa[b]; q + 1 < s->sb[b]; q++)
+        if (--s->cuts[q] == 0)
+            ncut++;
+    int result;
+    if (ncut == 0) {
+        result = search_dfs(s, pt, o, s->pre[b]);
+    } else {
+        uint32_t *sub = malloc((pt->nb ? pt->nb : 1) * sizeof *sub);
+        result = sub == NULL ? SR_ABORT : SR_FOUND;
+        uint32_t lo = pt->s0;
+        for (uint32_t q = pt->s0; q < pt->s1 && result == SR_FOUND; q++) {
+            /* a cut after section q, or the end of the partition */
+            if (q + 1 < pt->s1 && s->cuts[q] != 0)
+                continue;
+            uint32_t hi = q + 1;
+            size_t ns = 0;
+            for (size_t k = 0; k < pt->nb; k++) {
+                uint32_t j = pt->bufs[k];
+                if (s->off[j] == UNPLACED && s->sa[j] < hi && s->sb[j] > lo)
+                    sub[ns++] = j;
+            }
+            if (ns > 0) {
+                /* The child gets its own preorder from the current section
+                 * loads, as MiniMalloc does: the loads that made the parent's
+                 * order are stale once part of the problem is placed. */
+                uint32_t *saved = malloc(ns * sizeof *saved);
+                if (saved == NULL) {
+                    result = SR_ABORT;
+                    break;
+                }
+                for (size_t k = 0; k < ns; k++)
+                    saved[k] = s->pre[sub[k]];
+                part_t child = {sub, ns, lo, hi};
+                result = search_rerank(s, sub, ns) ? search_dfs(s, &child, 0, 0) : SR_ABORT;
+                for (size_t k = 0; k < ns; k++)
+                    s->pre[sub[k]] = saved[k];
+                free(saved);
+            }
+            lo = hi;
+        }
+        free(sub);
     }
+    for (uint32_t q = s->sa[b]; q + 1 < s->sb[b]; q++)
+        s->cuts[q]++;
+    return result;
+}
+
+static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t min_pre)
+{
+    uint64_t min_height = UINT64_MAX;
+    size_t left = 0;
+    for (size_t k = 0; k < pt->nb; k++) {
+        uint32_t i = pt->bufs[k];
+        if (s->off[i] == UNPLACED) {
+            uint64_t t = sat_add(s->minoff[i], s->c->b[i].size);
+            if (t < min_height)
+                min_height = t;
+            left++;
+        }
+    }
+    if (left == 0)
+        return SR_FOUND;
     if (--s->nodes_left < 0)
         return SR_ABORT;
     if ((++s->nodes & 1023) == 0 && stow__plan_now() > s->c->deadline) {
         s->timeout = true;
         return SR_ABORT;
     }
-    uint64_t min_height = UINT64_MAX;
-    for (size_t i = 0; i < s->n; i++)
-        if (s->off[i] == UNPLACED) {
-            uint64_t t = sat_add(s->minoff[i], s->c->b[i].size);
-            if (t < min_height)
-                min_height = t;
-        }
     if (min_height > s->cap)
         return SR_NONE;
     size_t base = s->cand_len;
-    if (s->cand_cap - s->cand_len < s->n - s->placed) {
+    if (s->cand_cap - s->cand_len < left) {
         size_t nc = s->cand_cap * 2 + s->n;
         uint32_t *ncand = realloc(s->cand, nc * sizeof *ncand);
         if (ncand == NULL) {
@@ -383,7 +454,8 @@ static int search_dfs(search_t *s, uint64_t min_off, uint32_t min_pre)
         s->cand = ncand;
         s->cand_cap = nc;
     }
-    for (size_t i = 0; i < s->n; i++) {
+    for (size_t k = 0; k < pt->nb; k++) {
+        uint32_t i = pt->bufs[k];
         if (s->off[i] != UNPLACED)
             continue;
         uint64_t m = s->minoff[i];
@@ -391,7 +463,7 @@ static int search_dfs(search_t *s, uint64_t min_off, uint32_t min_pre)
             continue; /* not canonical */
         if (m >= min_height)
             continue; /* dominated */
-        s->cand[s->cand_len++] = (uint32_t)i;
+        s->cand[s->cand_len++] = i;
     }
     size_t ncand = s->cand_len - base;
     cand_sort(s, s->cand + base, ncand);
@@ -404,10 +476,17 @@ static int search_dfs(search_t *s, uint64_t min_off, uint32_t min_pre)
             continue;
         size_t mark = s->trail_len;
         s->off[b] = o;
-        s->placed++;
+        s->best[b] = o; /* the last write on the successful path wins */
         s->stamp_now++;
         size_t naff = 0;
         bool ok = true;
+        /* Floors of b's sections first, so that the affected-section filter
+         * below sees them. */
+        for (uint32_t q = s->sa[b]; q < s->sb[b] && ok; q++) {
+            ok = trail_push(s, q | 0x80000000u, s->floor[q]);
+            s->floor[q] = top;
+            s->total[q] -= size;
+        }
         for (uint32_t e = s->ov_start[b]; e < s->ov_start[b + 1] && ok; e++) {
             uint32_t j = s->ov[e];
             if (s->off[j] != UNPLACED || s->minoff[j] >= top)
@@ -420,32 +499,32 @@ static int search_dfs(search_t *s, uint64_t min_off, uint32_t min_pre)
                 break;
             }
             s->minoff[j] = nm;
+            /* A section whose floor is already >= nm cannot rise: j itself
+             * bounds the lowest minimum offset there by nm. */
             for (uint32_t q = s->sa[j]; q < s->sb[j]; q++)
-                if (s->stamp[q] != s->stamp_now) {
+                if (s->stamp[q] != s->stamp_now && s->floor[q] < nm) {
                     s->stamp[q] = s->stamp_now;
                     s->affected[naff++] = q;
                 }
         }
-        for (uint32_t q = s->sa[b]; q < s->sb[b] && ok; q++) {
-            ok = trail_push(s, q | 0x80000000u, s->floor[q]);
-            s->floor[q] = top;
-            s->total[q] -= size;
-        }
         for (size_t a = 0; a < naff && ok; a++) {
             uint32_t q = s->affected[a];
-            uint64_t m = UINT64_MAX;
+            uint64_t m = UINT64_MAX, fl = s->floor[q];
             for (uint32_t e = s->sec_start[q]; e < s->sec_start[q + 1]; e++) {
                 uint32_t j = s->sec[e];
-                if (s->off[j] == UNPLACED && s->minoff[j] < m)
+                if (s->off[j] == UNPLACED && s->minoff[j] < m) {
                     m = s->minoff[j];
+                    if (m <= fl)
+                        break; /* no raise possible */
+                }
             }
-            if (m != UINT64_MAX && s->floor[q] < m) {
-                ok = trail_push(s, q | 0x80000000u, s->floor[q]);
+            if (m != UINT64_MAX && fl < m) {
+                ok = trail_push(s, q | 0x80000000u, fl);
                 s->floor[q] = m;
             }
         }
         if (ok) {
-            for (size_t q = 0; q < s->S; q++) {
+            for (uint32_t q = pt->s0; q < pt->s1; q++) {
                 uint64_t f = s->floor[q] > o ? s->floor[q] : o;
                 if (s->total[q] > 0 && sat_add(f, s->total[q]) > s->cap) {
                     ok = false;
@@ -456,12 +535,12 @@ static int search_dfs(search_t *s, uint64_t min_off, uint32_t min_pre)
         if (s->oom)
             result = SR_ABORT;
         else if (ok)
-            result = search_dfs(s, o, s->pre[b]);
+            result = search_split(s, pt, b, o);
+        /* sections of b were all updated unless a trail push failed (oom) */
         for (uint32_t q = s->sa[b]; q < s->sb[b]; q++)
             s->total[q] += size;
         trail_undo(s, mark);
         s->off[b] = UNPLACED;
-        s->placed--;
         if (result != SR_NONE)
             break;
     }
@@ -487,6 +566,8 @@ static void search_free(search_t *s)
     free(s->affected);
     free(s->trail);
     free(s->cand);
+    free(s->cuts);
+    free(s->all);
     memset(s, 0, sizeof *s);
 }
 
@@ -597,7 +678,12 @@ static bool search_init(search_t *s, plan_ctx_t *c)
     s->total = malloc((s->S + 1) * sizeof *s->total);
     s->stamp = calloc(s->S + 1, sizeof *s->stamp);
     s->affected = malloc((s->S + 1) * sizeof *s->affected);
-    return s->pre && s->off && s->minoff && s->best && s->floor && s->total && s->stamp &&
+    s->cuts = malloc((s->S + 1) * sizeof *s->cuts);
+    s->all = malloc(n * sizeof *s->all);
+    if (s->all != NULL)
+        for (size_t i = 0; i < n; i++)
+            s->all[i] = (uint32_t)i;
+    return s->cuts && s->all && s->pre && s->off && s->minoff && s->best && s->floor && s->total && s->stamp &&
            s->affected;
 }
 
@@ -651,12 +737,36 @@ static bool search_preorder(search_t *s, const char *how)
     return true;
 }
 
+static bool search_rerank(search_t *s, const uint32_t *bufs, size_t nb)
+{
+    pre_key_t *k = malloc((nb ? nb : 1) * sizeof *k);
+    if (k == NULL)
+        return false;
+    for (size_t r = 0; r < nb; r++) {
+        uint32_t i = bufs[r];
+        const stow_plan_buffer_t *b = &s->c->b[i];
+        uint64_t tmax = 0;
+        for (uint32_t q = s->sa[i]; q < s->sb[i]; q++)
+            if (s->total[q] > tmax)
+                tmax = s->total[q];
+        k[r] = (pre_key_t){(double)(b->upper - b->lower),
+                           (double)(b->upper - b->lower) * (double)b->size, (double)tmax, i,
+                           s->how};
+    }
+    qsort(k, nb, sizeof *k, pre_key_cmp);
+    for (size_t r = 0; r < nb; r++)
+        s->pre[k[r].i] = (uint32_t)r;
+    free(k);
+    return true;
+}
+
 /* One depth-first search for a plan of height <= cap, under preorder `how`,
  * giving up after node_limit nodes or at the deadline. */
 static int search_run(search_t *s, uint64_t cap, const char *how, int64_t node_limit)
 {
     if (!search_preorder(s, how))
         return SR_ABORT;
+    s->how = how;
     s->cap = cap;
     for (size_t i = 0; i < s->n; i++) {
         s->off[i] = UNPLACED;
@@ -667,11 +777,15 @@ static int search_run(search_t *s, uint64_t cap, const char *how, int64_t node_l
         if (s->total[q] > cap)
             return SR_NONE;
     }
-    s->placed = 0;
+    memset(s->cuts, 0, (s->S + 1) * sizeof *s->cuts);
+    for (size_t i = 0; i < s->n; i++)
+        for (uint32_t q = s->sa[i]; q + 1 < s->sb[i]; q++)
+            s->cuts[q]++;
     s->trail_len = 0;
     s->cand_len = 0;
     s->nodes_left = node_limit;
-    return search_dfs(s, 0, 0);
+    part_t root = {s->all, s->n, 0, (uint32_t)s->S};
+    return search_dfs(s, &root, 0, 0);
 }
 
 /* Round robin over the preorders with a doubling node limit, as a stuck
@@ -695,6 +809,10 @@ static int search_decide(search_t *s, uint64_t cap, double deadline)
             break;
         limit *= 2;
     }
+#ifdef PLAN_DEBUG
+    fprintf(stderr, "search cap=%llu r=%d nodes=%llu limit=%lld\n", (unsigned long long)cap, r,
+            (unsigned long long)s->nodes, (long long)limit);
+#endif
     s->timeout = false;
     s->c->deadline = saved;
     return r;
