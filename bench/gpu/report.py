@@ -1,0 +1,50 @@
+"""Prints the short table of bench/gpu/run.sh from results/*.json."""
+
+import glob
+import json
+import os
+import sys
+
+d = sys.argv[1] if len(sys.argv) > 1 else "out-gpu/results"
+
+
+def load(name):
+    p = os.path.join(d, name)
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except Exception:
+        return None
+
+
+MiB = 1 << 20
+g = load("gputests.json")
+if g:
+    print("\n== GPU checks (PyTorch on Stowage)")
+    for k, v in sorted(g["checks"].items()):
+        print("  %-30s %s" % (k, v))
+
+print("\n== training (median step ms, peak allocated / reserved MiB, last loss)")
+print("  %-10s %-12s %10s %12s %12s %9s" % ("model", "allocator", "step ms", "peak alloc", "peak resv", "loss"))
+for p in sorted(glob.glob(os.path.join(d, "train_*.json"))):
+    r = json.load(open(p))
+    if "skipped" in r:
+        print("  %-10s %-12s %s" % (r["model"], r["mode"], "skipped: " + r["skipped"][:70]))
+        continue
+    print("  %-10s %-12s %10.1f %12.0f %12.0f %9.4f" % (
+        r["model"], r["mode"], r["step_ms_median"], r["peak_allocated_bytes"] / MiB,
+        r["peak_reserved_bytes"] / MiB, r["losses"][-1]))
+
+rt = load("replay_torch.json")
+rc = load("replay_cuda.json")
+if rt or rc:
+    print("\n== trace replay, ns/event (warm)")
+    print("  %-26s %12s %12s %12s %14s" % ("trace", "torch(py)", "stowage(py)", "py loop", "stowage(C)"))
+    for name in sorted(set((rt or {}).keys()) | set((rc or {}).keys())):
+        a = (rt or {}).get(name, {})
+        c = (rc or {}).get(name, {})
+        f = lambda v: ("%12.0f" % v) if isinstance(v, (int, float)) else "%12s" % "-"
+        print("  %-26s %s %s %s %14s" % (name, f(a.get("torch_ns_per_event")),
+                                          f(a.get("stowage_ns_per_event")),
+                                          f(a.get("loop_overhead_ns")),
+                                          f(c.get("warm_ns_per_event")).strip()))

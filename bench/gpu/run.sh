@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh: everything Stowage checks on a GPU machine, in ONE call
+# (budget: well under 10 minutes). Run from the repository root:
+#     bash bench/gpu/run.sh            # results under $OUT (default ./out-gpu)
+# Parts, each in its own process with a timeout; a failure is reported, never fatal:
+#   1 build      libstowage.so (CMake; direct gcc fallback when jemalloc/Criterion are missing)
+#   2 ctest      tests/unit/test_cuda (the Criterion GPU tests), when Criterion exists
+#   3 gputests   bench/gpu/gpu_tests.py: PyTorch on Stowage (write/read, streams +
+#                record_stream, OOM under a memory fraction, empty_cache, stats)
+#   4 replay     bench/gpu/replay_cuda (C, pool on the CUDA backend) and
+#                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process)
+#   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, a few steps each with
+#                PyTorch native, native expandable_segments, Stowage classic (vmm when available)
+# The table printed last summarises results/*.json.
+set -u
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+OUT="${OUT:-$ROOT/out-gpu}"
+mkdir -p "$OUT/logs" "$OUT/results"
+BUILD="$ROOT/build-gpu"
+TRACES="$ROOT/.gpu-carry/traces"
+[ -d "$TRACES" ] || TRACES="$ROOT/../shared/traces"
+PY="${PYTHON:-python3}"
+T0=$(date +%s)
+STATUS="$OUT/status.txt"
+: > "$STATUS"
+
+part() { # part NAME TIMEOUT_S CMD...
+    local name="$1" t="$2"; shift 2
+    local s=$(date +%s)
+    timeout --kill-after=10 "$t" "$@" > "$OUT/logs/$name.log" 2>&1
+    local rc=$?
+    local verdict=ok
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="TIMEOUT(${t}s)"
+    [ $rc -ne 0 ] && [ "$verdict" = ok ] && verdict="FAIL(rc=$rc)"
+    printf '%-28s %-14s %4ss\n' "$name" "$verdict" "$(( $(date +%s) - s ))" | tee -a "$STATUS"
+    [ $rc -ne 0 ] && tail -n 15 "$OUT/logs/$name.log" | sed 's/^/    | /'
+    return 0
+}
+
+{
+    echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -3
+    "$PY" -c 'import torch,sys; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
+    for m in transformers timm torchvision; do "$PY" -c "import $m; print('$m', $m.__version__)" 2>&1 | tail -1; done
+    gcc --version | head -1; cmake --version | head -1
+    pkg-config --modversion criterion jemalloc 2>&1 | tr '\n' ' '; echo
+} > "$OUT/logs/env.log" 2>&1
+cat "$OUT/logs/env.log"
+
+# ---- 1 build ----
+build_lib() {
+    local tests=OFF
+    pkg-config --exists criterion && pkg-config --exists jemalloc && tests=ON
+    if pkg-config --exists jemalloc; then
+        cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTOW_BUILD_TESTS=$tests >/dev/null &&
+        cmake --build "$BUILD" -j"$(nproc)" --target stowage &&
+        { [ $tests = OFF ] || cmake --build "$BUILD" -j"$(nproc)" --target test_cuda test_torch_entry; } &&
+        return 0
+        echo "cmake build failed; falling back to gcc"
+    else
+        echo "jemalloc missing (CMakeLists requires it): building libstowage.so with gcc directly"
+    fi
+    mkdir -p "$BUILD"
+    local cuinc=""
+    [ -f /usr/local/cuda/include/cuda.h ] && cuinc="-DSTOW_HAVE_CUDA_HEADERS=1 -isystem /usr/local/cuda/include"
+    gcc -std=c11 -O2 -fPIC -shared -D_GNU_SOURCE -DSTOW_DEBUG=1 $cuinc -Iinclude -I. \
+        allocator/*.c allocator/backend/*.c accounting/*.c trace/*.c planner/*.c \
+        -o "$BUILD/libstowage.so" -lpthread -ldl -lm
+}
+export BUILD
+export -f build_lib
+part build 240 bash -c build_lib
+LIB="$BUILD/libstowage.so"
+export STOWAGE_LIB="$LIB"
+part check_no_cuda_link 20 bash tests/check_no_cuda_link.sh "$LIB"
+part replay_cuda_build 60 gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude bench/gpu/replay_cuda.c \
+    -o "$BUILD/replay_cuda" -L"$BUILD" -Wl,-rpath,"$BUILD" -lstowage -lpthread
+
+# ---- 2 Criterion GPU tests ----
+if [ -x "$BUILD/test_cuda" ]; then
+    part ctest_cuda 150 "$BUILD/test_cuda" --verbose --jobs 1
+    part ctest_torch_entry 60 "$BUILD/test_torch_entry"
+else
+    echo "ctest_cuda                   SKIP (no Criterion)" | tee -a "$STATUS"
+fi
+
+# ---- 3 PyTorch on Stowage: functional GPU checks ----
+part gputests 150 "$PY" bench/gpu/gpu_tests.py --out "$OUT/results/gputests.json"
+
+# ---- 4 replay: ns/event ----
+if [ -x "$BUILD/replay_cuda" ]; then
+    part replay_cuda 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda.json" \
+        "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
+        "$TRACES/gpt2_generate.rep"
+fi
+part replay_torch 180 "$PY" bench/gpu/replay_torch.py --out "$OUT/results/replay_torch.json" \
+    "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
+
+# ---- 5 training runs (each its own process) ----
+for model in gpt2 resnet50; do
+    for mode in native expandable stowage stowage_vmm; do
+        part "train_${model}_${mode}" 110 "$PY" bench/gpu/train.py --model "$model" --mode "$mode" \
+            --steps 6 --out "$OUT/results/train_${model}_${mode}.json"
+    done
+done
+
+echo
+echo "== summary ($(( $(date +%s) - T0 ))s total; logs in $OUT/logs)"
+cat "$STATUS"
+"$PY" bench/gpu/report.py "$OUT/results" 2>&1 || echo "(report failed)"

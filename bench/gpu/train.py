@@ -1,0 +1,111 @@
+"""A few training steps of one model under one allocator (one process per run).
+
+    python3 bench/gpu/train.py --model gpt2|resnet50 --mode native|expandable|stowage|stowage_vmm
+
+Prints and writes: loss per step, median step time, peak allocated and peak
+reserved (from torch.cuda for native modes, from stowage for Stowage modes).
+Random init, no network: GPT-2 small from a transformers config; ResNet-50 from
+torchvision (or timm).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import common
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model", choices=["gpt2", "resnet50"], required=True)
+ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_vmm"], required=True)
+ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--out")
+args = ap.parse_args()
+
+result = {"model": args.model, "mode": args.mode}
+if args.mode == "expandable":
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+if args.mode.startswith("stowage"):
+    import ctypes
+    import stowage
+    import stowage.torch
+    conf = "policy:vmm" if args.mode == "stowage_vmm" else None
+    if conf:
+        os.environ["STOWAGE_CONF"] = conf
+    # Create the pool now (before torch initialises CUDA) to fail early, e.g. a policy
+    # this library does not implement yet.
+    why = ctypes.create_string_buffer(512)
+    st = stowage._lib.load().stow_torch_pool_init(0, why, len(why))
+    if st != 0:
+        result["skipped"] = "pool creation failed: %s: %s" % (stowage._lib.strerror(st),
+                                                             why.value.decode())
+        common.write_json(args.out, result)
+        sys.exit(0)
+    stowage.torch.enable()
+
+import torch  # noqa: E402
+
+dev = torch.device("cuda", 0)
+torch.manual_seed(0)
+if args.model == "gpt2":
+    from transformers import GPT2Config, GPT2LMHeadModel
+    model = GPT2LMHeadModel(GPT2Config()).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch, seq = 8, 1024
+
+    def step():
+        ids = torch.randint(0, 50257, (batch, seq), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+else:
+    try:
+        import torchvision
+        model = torchvision.models.resnet50()
+    except Exception:
+        import timm
+        model = timm.create_model("resnet50", pretrained=False)
+    model = model.to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    lossf = torch.nn.CrossEntropyLoss()
+    batch = 128
+
+    def step():
+        x = torch.randn(batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (batch,), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+losses, times = [], []
+for i in range(args.steps):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    loss = step()
+    torch.cuda.synchronize()
+    times.append(time.perf_counter() - t)
+    losses.append(float(loss.item()))
+    print("step %d loss %.4f time %.1f ms" % (i, losses[-1], times[-1] * 1e3), flush=True)
+
+if args.mode.startswith("stowage"):
+    s = stowage.memory_stats()
+    peak_alloc, peak_res = s["allocated_bytes.all.peak"], s["reserved_bytes.all.peak"]
+    result["num_alloc_retries"] = s.get("num_alloc_retries")
+    result["num_device_alloc"] = s.get("num_device_alloc")
+else:
+    peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+result.update({
+    "losses": losses,
+    "step_ms_median": 1e3 * statistics.median(times[2:] if len(times) > 3 else times),
+    "first_step_ms": 1e3 * times[0],
+    "peak_allocated_bytes": int(peak_alloc),
+    "peak_reserved_bytes": int(peak_res),
+})
+common.write_json(args.out, result)
