@@ -1,0 +1,359 @@
+/*
+ * tests/unit/test_options.c: allocator/options.c.
+ *
+ * Defaults; stow_config_parse on every documented key, the list syntax of
+ * roundup_power2_divisions and surrounding whitespace; every bad input returns
+ * STOW_EINVAL, names the key in err and leaves the config byte-for-byte
+ * unchanged; stow_config_from_env and its "STOWAGE_CONF: " prefix.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <criterion/criterion.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocator/internal.h"
+
+#define MIB ((size_t)1 << 20)
+
+static void parse_ok(stow_config_t *c, const char *text)
+{
+    char err[256] = "garbage";
+    stow_status_t st = stow_config_parse(c, text, err, sizeof err);
+    cr_assert_eq(st, STOW_OK, "'%s' -> %d (%s)", text, (int)st, err);
+    cr_assert_str_empty(err, "err must be cleared on success, got '%s'", err);
+}
+
+/* Parses `text` on a non-default config and expects EINVAL with `needle` in
+ * the message and no change at all. */
+static void parse_bad(const char *text, const char *needle)
+{
+    stow_config_t c, before;
+    stow_config_default(&c);
+    c.max_split_size_bytes = 64 * MIB;
+    c.roundup_power2_divisions[3] = 2;
+    c.memory_fraction = 0.5;
+    c.garbage_collection_threshold = 0.25;
+    memcpy(&before, &c, sizeof c);
+    char err[256] = "";
+    stow_status_t st = stow_config_parse(&c, text, err, sizeof err);
+    cr_assert_eq(st, STOW_EINVAL, "'%s' -> %d", text, (int)st);
+    cr_assert_eq(memcmp(&c, &before, sizeof c), 0, "'%s' changed the config", text);
+    cr_assert(strstr(err, needle) != NULL, "'%s': err '%s' lacks '%s'", text, err, needle);
+}
+
+Test(options, defaults)
+{
+    stow_config_t c;
+    memset(&c, 0xAB, sizeof c);
+    stow_config_default(&c);
+    cr_assert_eq(c.policy, STOW_POLICY_CLASSIC);
+    cr_assert_eq(c.max_split_size_bytes, SIZE_MAX);
+    cr_assert_eq(c.max_non_split_rounding_bytes, 20 * MIB);
+    for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
+        cr_assert_eq(c.roundup_power2_divisions[i], 0);
+    cr_assert(c.garbage_collection_threshold == 0.0);
+    cr_assert(c.memory_fraction == 1.0);
+    cr_assert(c.release_idle_on_grow);
+    char err[64];
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_OK);
+}
+
+Test(options, empty_text_changes_nothing)
+{
+    stow_config_t c, before;
+    stow_config_default(&c);
+    before = c;
+    parse_ok(&c, "");
+    parse_ok(&c, "  ,, , ");
+    cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
+}
+
+Test(options, every_key)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "max_split_size_mb:20");
+    cr_assert_eq(c.max_split_size_bytes, 20 * MIB);
+    parse_ok(&c, "max_split_size_mb:512");
+    cr_assert_eq(c.max_split_size_bytes, 512 * MIB);
+    parse_ok(&c, "max_non_split_rounding_mb:0");
+    cr_assert_eq(c.max_non_split_rounding_bytes, 0);
+    parse_ok(&c, "max_non_split_rounding_mb:64");
+    cr_assert_eq(c.max_non_split_rounding_bytes, 64 * MIB);
+    parse_ok(&c, "garbage_collection_threshold:0.6");
+    cr_assert(c.garbage_collection_threshold == 0.6);
+    parse_ok(&c, "per_process_memory_fraction:0.75");
+    cr_assert(c.memory_fraction == 0.75);
+    parse_ok(&c, "per_process_memory_fraction:1");
+    cr_assert(c.memory_fraction == 1.0);
+    parse_ok(&c, "release_idle_on_grow:false");
+    cr_assert(!c.release_idle_on_grow);
+    parse_ok(&c, "release_idle_on_grow:true");
+    cr_assert(c.release_idle_on_grow);
+    parse_ok(&c, "release_idle_on_grow:False");
+    cr_assert(!c.release_idle_on_grow);
+    parse_ok(&c, "release_idle_on_grow:1");
+    cr_assert(c.release_idle_on_grow);
+    parse_ok(&c, "policy:vmm");
+    cr_assert_eq(c.policy, STOW_POLICY_VMM);
+    parse_ok(&c, "policy:classic");
+    cr_assert_eq(c.policy, STOW_POLICY_CLASSIC);
+    parse_ok(&c, "expandable_segments:True");
+    cr_assert_eq(c.policy, STOW_POLICY_VMM);
+    parse_ok(&c, "expandable_segments:False");
+    cr_assert_eq(c.policy, STOW_POLICY_CLASSIC);
+    parse_ok(&c, "roundup_power2_divisions:4");
+    for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
+        cr_assert_eq(c.roundup_power2_divisions[i], 4);
+    parse_ok(&c, "roundup_power2_divisions:0");
+    for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
+        cr_assert_eq(c.roundup_power2_divisions[i], 0);
+}
+
+Test(options, several_keys_and_whitespace)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "  max_split_size_mb : 128 ,\tgarbage_collection_threshold:0.5,"
+                 " roundup_power2_divisions: 8 ,release_idle_on_grow :false  ");
+    cr_assert_eq(c.max_split_size_bytes, 128 * MIB);
+    cr_assert(c.garbage_collection_threshold == 0.5);
+    cr_assert_eq(c.roundup_power2_divisions[0], 8);
+    cr_assert_eq(c.roundup_power2_divisions[STOW_ROUNDUP_INTERVALS - 1], 8);
+    cr_assert(!c.release_idle_on_grow);
+}
+
+Test(options, later_key_wins)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "max_split_size_mb:100,max_split_size_mb:200");
+    cr_assert_eq(c.max_split_size_bytes, 200 * MIB);
+}
+
+Test(options, parse_applies_on_top_of_config)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.memory_fraction = 0.5;
+    parse_ok(&c, "max_split_size_mb:40");
+    cr_assert(c.memory_fraction == 0.5);
+    cr_assert_eq(c.max_split_size_bytes, 40 * MIB);
+}
+
+Test(options, divisions_list)
+{
+    /* Interval i covers [2^(20+i), 2^(21+i)) bytes; "M:v" sets the interval of
+     * M MiB (and every not-yet-set interval below it) to v; ">:v" the rest. */
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "roundup_power2_divisions:[256:1,512:2,>:8]");
+    for (unsigned i = 0; i <= 8; i++) /* 1 MiB .. [256 MiB, 512 MiB) */
+        cr_assert_eq(c.roundup_power2_divisions[i], 1, "interval %u", i);
+    cr_assert_eq(c.roundup_power2_divisions[9], 2); /* [512 MiB, 1 GiB) */
+    for (unsigned i = 10; i < STOW_ROUNDUP_INTERVALS; i++)
+        cr_assert_eq(c.roundup_power2_divisions[i], 8, "interval %u", i);
+}
+
+Test(options, divisions_list_without_tail_repeats_last)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "roundup_power2_divisions:[1:4,64:16]");
+    cr_assert_eq(c.roundup_power2_divisions[0], 4);
+    for (unsigned i = 1; i <= 6; i++)
+        cr_assert_eq(c.roundup_power2_divisions[i], 16, "interval %u", i);
+    for (unsigned i = 7; i < STOW_ROUNDUP_INTERVALS; i++)
+        cr_assert_eq(c.roundup_power2_divisions[i], 16, "interval %u", i);
+}
+
+Test(options, divisions_list_with_other_keys)
+{
+    /* Commas inside [...] belong to the list, not to the key list. */
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "max_split_size_mb:64,roundup_power2_divisions:[2:2,>:4],per_process_memory_fraction:0.5");
+    cr_assert_eq(c.max_split_size_bytes, 64 * MIB);
+    cr_assert_eq(c.roundup_power2_divisions[0], 2);
+    cr_assert_eq(c.roundup_power2_divisions[1], 2);
+    cr_assert_eq(c.roundup_power2_divisions[2], 4);
+    cr_assert(c.memory_fraction == 0.5);
+}
+
+Test(options, divisions_list_huge_interval_clamps)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "roundup_power2_divisions:[1048576:2]");
+    for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
+        cr_assert_eq(c.roundup_power2_divisions[i], 2);
+}
+
+Test(options, unknown_key)
+{
+    parse_bad("max_split_size:20", "max_split_size");
+    parse_bad("bogus:1", "unknown key 'bogus'");
+    parse_bad("max_split_size_mb:30,bogus:1", "bogus");
+}
+
+Test(options, not_key_value)
+{
+    parse_bad("max_split_size_mb", "max_split_size_mb");
+    parse_bad("max_split_size_mb:64,oops", "oops");
+}
+
+Test(options, bad_sizes)
+{
+    parse_bad("max_split_size_mb:19", "max_split_size_mb");
+    parse_bad("max_split_size_mb:0", "max_split_size_mb");
+    parse_bad("max_split_size_mb:", "max_split_size_mb");
+    parse_bad("max_split_size_mb:-20", "max_split_size_mb");
+    parse_bad("max_split_size_mb:+20", "max_split_size_mb");
+    parse_bad("max_split_size_mb:20.5", "max_split_size_mb");
+    parse_bad("max_split_size_mb:20MB", "max_split_size_mb");
+    parse_bad("max_split_size_mb:99999999999999999999999", "max_split_size_mb");
+    parse_bad("max_split_size_mb:18446744073709551615", "max_split_size_mb");
+    parse_bad("max_non_split_rounding_mb:abc", "max_non_split_rounding_mb");
+    parse_bad("max_non_split_rounding_mb:2000000000", "max_non_split_rounding_mb");
+}
+
+Test(options, bad_fractions)
+{
+    parse_bad("per_process_memory_fraction:0", "per_process_memory_fraction");
+    parse_bad("per_process_memory_fraction:1.5", "per_process_memory_fraction");
+    parse_bad("per_process_memory_fraction:-0.5", "per_process_memory_fraction");
+    parse_bad("per_process_memory_fraction:nan", "per_process_memory_fraction");
+    parse_bad("per_process_memory_fraction:inf", "per_process_memory_fraction");
+    parse_bad("per_process_memory_fraction:0.5x", "per_process_memory_fraction");
+    parse_bad("per_process_memory_fraction:", "per_process_memory_fraction");
+    parse_bad("garbage_collection_threshold:0", "garbage_collection_threshold");
+    parse_bad("garbage_collection_threshold:1", "garbage_collection_threshold");
+    parse_bad("garbage_collection_threshold:1.5", "garbage_collection_threshold");
+    parse_bad("garbage_collection_threshold:x", "garbage_collection_threshold");
+}
+
+Test(options, bad_enums_and_bools)
+{
+    parse_bad("policy:fast", "policy");
+    parse_bad("policy:", "policy");
+    parse_bad("expandable_segments:yes", "expandable_segments");
+    parse_bad("release_idle_on_grow:2", "release_idle_on_grow");
+}
+
+Test(options, bad_divisions)
+{
+    parse_bad("roundup_power2_divisions:3", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:2048", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:-4", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[256:3]", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[300:2]", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[0:2]", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[256:2", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:256:2]", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[256]", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[256:]", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[<:2]", "roundup_power2_divisions");
+    parse_bad("roundup_power2_divisions:[256:2048]", "roundup_power2_divisions");
+}
+
+Test(options, bad_key_after_good_keys_applies_nothing)
+{
+    /* Parsing commits only when every key is valid. */
+    parse_bad("max_split_size_mb:100,roundup_power2_divisions:4,per_process_memory_fraction:2",
+              "per_process_memory_fraction");
+}
+
+Test(options, too_long)
+{
+    char text[1024];
+    memset(text, 'k', 200);
+    strcpy(text + 200, ":1");
+    parse_bad(text, "too long");
+    snprintf(text, sizeof text, "max_split_size_mb:%0300d", 64);
+    parse_bad(text, "max_split_size_mb");
+}
+
+Test(options, null_arguments_and_small_err)
+{
+    stow_config_t c, before;
+    stow_config_default(&c);
+    before = c;
+    char err[8] = "xxxxxxx";
+    cr_assert_eq(stow_config_parse(NULL, "policy:vmm", err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(stow_config_parse(&c, NULL, err, sizeof err), STOW_EINVAL);
+    /* A short err is truncated, NUL-terminated. */
+    cr_assert_eq(stow_config_parse(&c, "bogus_key_name:1", err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(strlen(err), sizeof err - 1);
+    /* No err buffer at all. */
+    cr_assert_eq(stow_config_parse(&c, "bogus:1", NULL, 0), STOW_EINVAL);
+    cr_assert_eq(stow_config_parse(&c, "policy:vmm", NULL, 0), STOW_OK);
+    cr_assert_eq(c.policy, STOW_POLICY_VMM);
+    c.policy = before.policy;
+    cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
+}
+
+Test(options, validate_direct)
+{
+    stow_config_t c;
+    char err[128];
+    stow_config_default(&c);
+    c.max_split_size_bytes = 20 * MIB - 1;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "max_split_size_mb"));
+    stow_config_default(&c);
+    c.roundup_power2_divisions[7] = 6;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "roundup_power2_divisions"));
+    stow_config_default(&c);
+    c.memory_fraction = 0.0;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
+    stow_config_default(&c);
+    c.policy = (stow_policy_t)7;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "policy"));
+}
+
+Test(options, from_env_unset_is_noop)
+{
+    unsetenv("STOWAGE_CONF");
+    stow_config_t c, before;
+    stow_config_default(&c);
+    before = c;
+    char err[64] = "junk";
+    cr_assert_eq(stow_config_from_env(&c, err, sizeof err), STOW_OK);
+    cr_assert_str_empty(err);
+    cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
+}
+
+Test(options, from_env_good)
+{
+    cr_assert_eq(setenv("STOWAGE_CONF", "max_split_size_mb:256, roundup_power2_divisions:[64:2,>:4]", 1), 0);
+    stow_config_t c;
+    stow_config_default(&c);
+    char err[64];
+    cr_assert_eq(stow_config_from_env(&c, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(c.max_split_size_bytes, 256 * MIB);
+    cr_assert_eq(c.roundup_power2_divisions[6], 2);
+    cr_assert_eq(c.roundup_power2_divisions[7], 4);
+}
+
+Test(options, from_env_bad_has_prefix)
+{
+    cr_assert_eq(setenv("STOWAGE_CONF", "max_split_size_mb:256,nope:1", 1), 0);
+    stow_config_t c, before;
+    stow_config_default(&c);
+    before = c;
+    char err[128];
+    cr_assert_eq(stow_config_from_env(&c, err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(strncmp(err, "STOWAGE_CONF: ", 14), 0, "err '%s'", err);
+    cr_assert(strstr(err, "nope"), "err '%s'", err);
+    cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
+    /* Short buffers still get a NUL-terminated prefix. */
+    char small[10];
+    cr_assert_eq(stow_config_from_env(&c, small, sizeof small), STOW_EINVAL);
+    cr_assert_str_eq(small, "STOWAGE_C");
+    cr_assert_eq(stow_config_from_env(&c, NULL, 0), STOW_EINVAL);
+}

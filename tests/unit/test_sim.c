@@ -1,0 +1,603 @@
+/*
+ * tests/unit/test_sim.c: allocator/backend/sim.c (stowage/sim.h).
+ *
+ * The simulated device is the ground every other test stands on, so its books
+ * are checked call by call: reserve/release accounting and capacity, the
+ * granularity contract, rejected releases leaving the books alone, fault
+ * injection (exactly the nth call of a kind; seeded random failures repeat),
+ * manual events per stream, host-backed memory, the page-mapping calls, and
+ * destroy with live reservations.
+ */
+#include <criterion/criterion.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stowage.h"
+#include "stowage/sim.h"
+#include "test_support.h"
+
+#define MIB ((size_t)1 << 20)
+#define GRAN (2 * MIB)
+
+static stow_backend_t *sim_new(size_t capacity, bool manual_events)
+{
+    stow_backend_t *b = ts_sim(capacity, false, manual_events);
+    cr_assert_not_null(b);
+    return b;
+}
+
+static stow_sim_counters_t counters(stow_backend_t *b)
+{
+    stow_sim_counters_t c;
+    stow_sim_counters(b, &c);
+    return c;
+}
+
+static void *reserve_ok(stow_backend_t *b, size_t size)
+{
+    void *p = NULL;
+    stow_status_t st = b->reserve(b->ctx, size, NULL, &p);
+    cr_assert_eq(st, STOW_OK, "reserve(%zu) -> %d", size, (int)st);
+    cr_assert_not_null(p);
+    return p;
+}
+
+Test(sim, create_defaults_and_bad_configs)
+{
+    stow_backend_t *b = NULL;
+    cr_assert_eq(stow_sim_create(NULL, &b), STOW_OK);
+    cr_assert_eq(b->abi_version, STOW_BACKEND_ABI);
+    cr_assert_str_eq(b->name, "sim");
+    cr_assert_eq(b->granularity_bytes, GRAN);
+    size_t free_bytes = 0, total = 0;
+    cr_assert_eq(b->mem_info(b->ctx, &free_bytes, &total), STOW_OK);
+    cr_assert_eq(total, (size_t)1 << 46);
+    cr_assert_eq(free_bytes, total);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+
+    stow_sim_config_t c;
+    stow_sim_config_default(&c);
+    cr_assert_eq(stow_sim_create(&c, NULL), STOW_EINVAL);
+    c.granularity_bytes = 3 * MIB;
+    b = NULL;
+    cr_assert_eq(stow_sim_create(&c, &b), STOW_EINVAL);
+    cr_assert_null(b);
+    c.granularity_bytes = 256;
+    cr_assert_eq(stow_sim_create(&c, &b), STOW_EINVAL);
+    stow_sim_config_default(&c);
+    c.host_alloc = ts_host_alloc;
+    cr_assert_eq(stow_sim_create(&c, &b), STOW_EINVAL);
+    stow_sim_config_default(&c);
+    c.granularity_bytes = 512;
+    cr_assert_eq(stow_sim_create(&c, &b), STOW_OK);
+    cr_assert_eq(b->granularity_bytes, 512);
+    void *p = reserve_ok(b, 512);
+    cr_assert_eq(b->release(b->ctx, p, 512), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(NULL), STOW_OK);
+}
+
+Test(sim, call_names)
+{
+    cr_assert_str_eq(stow_sim_call_name(STOW_SIM_RESERVE), "reserve");
+    cr_assert_str_eq(stow_sim_call_name(STOW_SIM_EVENT_QUERY), "event_query");
+    cr_assert_str_eq(stow_sim_call_name(STOW_SIM_UNMAP), "unmap");
+    cr_assert_str_eq(stow_sim_call_name(STOW_SIM_CALL_KINDS), "unknown");
+}
+
+Test(sim, reserve_release_accounting)
+{
+    stow_backend_t *b = sim_new(0, false);
+    void *p[3];
+    size_t sizes[3] = {GRAN, 5 * GRAN, 2 * GRAN};
+    for (int i = 0; i < 3; i++)
+        p[i] = reserve_ok(b, sizes[i]);
+    /* Distinct, non-overlapping, granularity-aligned. */
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq((uintptr_t)p[i] % GRAN, 0);
+        for (int j = 0; j < 3; j++)
+            if (i != j)
+                cr_assert((uintptr_t)p[i] + sizes[i] <= (uintptr_t)p[j] ||
+                          (uintptr_t)p[j] + sizes[j] <= (uintptr_t)p[i]);
+    }
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.reserved_bytes, 8 * GRAN);
+    cr_assert_eq(c.reserved_bytes_peak, 8 * GRAN);
+    cr_assert_eq(c.live_reservations, 3);
+    cr_assert_eq(c.calls[STOW_SIM_RESERVE], 3);
+    cr_assert_eq(c.failures[STOW_SIM_RESERVE], 0);
+    size_t free_bytes, total;
+    cr_assert_eq(b->mem_info(b->ctx, &free_bytes, &total), STOW_OK);
+    cr_assert_eq(total - free_bytes, 8 * GRAN);
+
+    cr_assert_eq(b->release(b->ctx, p[1], sizes[1]), STOW_OK);
+    c = counters(b);
+    cr_assert_eq(c.reserved_bytes, 3 * GRAN);
+    cr_assert_eq(c.reserved_bytes_peak, 8 * GRAN);
+    cr_assert_eq(c.live_reservations, 2);
+    cr_assert_eq(c.calls[STOW_SIM_RELEASE], 1);
+    /* Fresh addresses are never reused: a stale pointer cannot alias. */
+    void *q = reserve_ok(b, sizes[1]);
+    cr_assert_neq(q, p[1]);
+    cr_assert_eq(b->release(b->ctx, q, sizes[1]), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, p[0], sizes[0]), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, p[2], sizes[2]), STOW_OK);
+    c = counters(b);
+    cr_assert_eq(c.reserved_bytes, 0);
+    cr_assert_eq(c.live_reservations, 0);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, capacity_enomem)
+{
+    stow_backend_t *b = sim_new(5 * GRAN, false);
+    void *a = reserve_ok(b, 4 * GRAN);
+    void *p = (void *)(uintptr_t)0x77;
+    cr_assert_eq(b->reserve(b->ctx, 2 * GRAN, NULL, &p), STOW_ENOMEM);
+    cr_assert_eq(p, (void *)(uintptr_t)0x77, "out untouched on error");
+    cr_assert_eq(b->reserve(b->ctx, 64 * GRAN, NULL, &p), STOW_ENOMEM);
+    cr_assert_eq(b->reserve(b->ctx, SIZE_MAX - GRAN + 1, NULL, &p), STOW_ENOMEM);
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.reserved_bytes, 4 * GRAN);
+    cr_assert_eq(c.live_reservations, 1);
+    cr_assert_eq(c.calls[STOW_SIM_RESERVE], 4);
+    cr_assert_eq(c.failures[STOW_SIM_RESERVE], 3);
+    void *last = reserve_ok(b, GRAN); /* exactly full */
+    size_t free_bytes, total;
+    cr_assert_eq(b->mem_info(b->ctx, &free_bytes, &total), STOW_OK);
+    cr_assert_eq(free_bytes, 0);
+    cr_assert_eq(total, 5 * GRAN);
+    cr_assert_eq(b->reserve(b->ctx, GRAN, NULL, &p), STOW_ENOMEM);
+    stow_sim_set_capacity(b, 6 * GRAN);
+    void *more = reserve_ok(b, GRAN);
+    /* Shrinking below what is reserved: no new reservation, free reads 0. */
+    stow_sim_set_capacity(b, 2 * GRAN);
+    cr_assert_eq(b->mem_info(b->ctx, &free_bytes, &total), STOW_OK);
+    cr_assert_eq(free_bytes, 0);
+    cr_assert_eq(b->reserve(b->ctx, GRAN, NULL, &p), STOW_ENOMEM);
+    cr_assert_eq(b->release(b->ctx, more, GRAN), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, last, GRAN), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, a, 4 * GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, granularity_checks)
+{
+    stow_backend_t *b = sim_new(0, false);
+    void *p = NULL;
+    cr_assert_eq(b->reserve(b->ctx, 0, NULL, &p), STOW_EINVAL);
+    cr_assert_eq(b->reserve(b->ctx, MIB, NULL, &p), STOW_EINVAL);
+    cr_assert_eq(b->reserve(b->ctx, 3 * MIB, NULL, &p), STOW_EINVAL);
+    cr_assert_eq(b->reserve(b->ctx, GRAN + 512, NULL, &p), STOW_EINVAL);
+    cr_assert_null(p);
+    void *va = NULL;
+    cr_assert_eq(b->va_reserve(b->ctx, MIB, &va), STOW_EINVAL);
+    cr_assert_eq(b->va_reserve(b->ctx, 0, &va), STOW_EINVAL);
+    stow_phys_t h = 0;
+    cr_assert_eq(b->phys_create(b->ctx, MIB, &h), STOW_EINVAL);
+    cr_assert_eq(b->phys_create(b->ctx, 0, &h), STOW_EINVAL);
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.calls[STOW_SIM_RESERVE], 4);
+    cr_assert_eq(c.failures[STOW_SIM_RESERVE], 4);
+    cr_assert_eq(c.reserved_bytes, 0);
+    cr_assert_eq(c.live_reservations, 0);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, wrong_release_leaves_books_unchanged)
+{
+    stow_backend_t *b = sim_new(0, false);
+    void *p = reserve_ok(b, 2 * GRAN);
+    void *q = reserve_ok(b, GRAN);
+    stow_sim_counters_t before = counters(b);
+    cr_assert_eq(b->release(b->ctx, p, GRAN), STOW_EINVAL);          /* wrong size */
+    cr_assert_eq(b->release(b->ctx, p, 3 * GRAN), STOW_EINVAL);
+    cr_assert_eq(b->release(b->ctx, (char *)p + GRAN, GRAN), STOW_EINVAL); /* interior */
+    cr_assert_eq(b->release(b->ctx, (void *)(uintptr_t)0x1000, GRAN), STOW_EINVAL);
+    cr_assert_eq(b->release(b->ctx, NULL, GRAN), STOW_EINVAL);
+    stow_sim_counters_t after = counters(b);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes);
+    cr_assert_eq(after.live_reservations, before.live_reservations);
+    cr_assert_eq(after.calls[STOW_SIM_RELEASE], 5);
+    cr_assert_eq(after.failures[STOW_SIM_RELEASE], 5);
+    cr_assert_eq(b->release(b->ctx, p, 2 * GRAN), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, p, 2 * GRAN), STOW_EINVAL); /* double release */
+    after = counters(b);
+    cr_assert_eq(after.reserved_bytes, GRAN);
+    cr_assert_eq(after.live_reservations, 1);
+    cr_assert_eq(b->release(b->ctx, q, GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* ---- fault injection ---- */
+
+/* Live objects prepared so that each call kind has something valid to act on. */
+typedef struct fixture {
+    void *res[4];
+    void *va[4];
+    stow_phys_t phys[4];
+    stow_event_t ev[4];
+    unsigned used;
+} fixture_t;
+
+static void fixture_prepare(stow_backend_t *b, fixture_t *f)
+{
+    memset(f, 0, sizeof *f);
+    for (int i = 0; i < 4; i++) {
+        f->res[i] = reserve_ok(b, GRAN);
+        cr_assert_eq(b->va_reserve(b->ctx, GRAN, &f->va[i]), STOW_OK);
+        cr_assert_eq(b->phys_create(b->ctx, GRAN, &f->phys[i]), STOW_OK);
+        cr_assert_eq(b->event_record(b->ctx, NULL, &f->ev[i]), STOW_OK);
+    }
+}
+
+/* One valid call of `kind`, the i-th of the test (0-based, at most 3). */
+static stow_status_t call_kind(stow_backend_t *b, fixture_t *f, stow_sim_call_t kind, unsigned i)
+{
+    void *p;
+    size_t fr, tot;
+    stow_phys_t h;
+    stow_event_t e;
+    bool done;
+    switch (kind) {
+    case STOW_SIM_RESERVE: return b->reserve(b->ctx, GRAN, NULL, &p);
+    case STOW_SIM_RELEASE: return b->release(b->ctx, f->res[i], GRAN);
+    case STOW_SIM_MEM_INFO: return b->mem_info(b->ctx, &fr, &tot);
+    case STOW_SIM_SYNCHRONIZE: return b->synchronize(b->ctx);
+    case STOW_SIM_EVENT_RECORD: return b->event_record(b->ctx, NULL, &e);
+    case STOW_SIM_EVENT_QUERY: return b->event_query(b->ctx, f->ev[0], &done);
+    case STOW_SIM_EVENT_DESTROY: return b->event_destroy(b->ctx, f->ev[i]);
+    case STOW_SIM_VA_RESERVE: return b->va_reserve(b->ctx, GRAN, &p);
+    case STOW_SIM_VA_RELEASE: return b->va_release(b->ctx, f->va[i], GRAN);
+    case STOW_SIM_PHYS_CREATE: return b->phys_create(b->ctx, GRAN, &h);
+    case STOW_SIM_PHYS_RELEASE: return b->phys_release(b->ctx, f->phys[i], GRAN);
+    case STOW_SIM_MAP: return b->map(b->ctx, f->va[i], GRAN, f->phys[i]);
+    case STOW_SIM_UNMAP:
+        cr_assert_eq(b->map(b->ctx, f->va[i], GRAN, f->phys[i]), STOW_OK);
+        return b->unmap(b->ctx, f->va[i], GRAN);
+    default: cr_assert_fail("bad kind"); return STOW_EINVAL;
+    }
+}
+
+Test(sim, fail_nth_every_kind)
+{
+    for (int k = 0; k < STOW_SIM_CALL_KINDS; k++) {
+        stow_sim_call_t kind = (stow_sim_call_t)k;
+        stow_backend_t *b = sim_new(0, false);
+        fixture_t f;
+        fixture_prepare(b, &f);
+        stow_sim_counters_t c0 = counters(b);
+        stow_sim_fail_nth(b, kind, 2, STOW_OK);
+        stow_status_t want_fail = (kind == STOW_SIM_RESERVE || kind == STOW_SIM_PHYS_CREATE)
+                                      ? STOW_ENOMEM
+                                      : STOW_EBACKEND;
+        cr_assert_eq(call_kind(b, &f, kind, 0), STOW_OK, "%s #1", stow_sim_call_name(kind));
+        cr_assert_eq(call_kind(b, &f, kind, 1), want_fail, "%s #2", stow_sim_call_name(kind));
+        cr_assert_eq(call_kind(b, &f, kind, 2), STOW_OK, "%s #3", stow_sim_call_name(kind));
+        cr_assert_eq(call_kind(b, &f, kind, 3), STOW_OK, "%s #4", stow_sim_call_name(kind));
+        stow_sim_counters_t c = counters(b);
+        for (int j = 0; j < STOW_SIM_CALL_KINDS; j++) {
+            uint64_t extra_calls = j == k ? 4 : (k == STOW_SIM_UNMAP && j == STOW_SIM_MAP) ? 4 : 0;
+            cr_assert_eq(c.calls[j] - c0.calls[j], extra_calls, "%s: calls of %s",
+                         stow_sim_call_name(kind), stow_sim_call_name((stow_sim_call_t)j));
+            cr_assert_eq(c.failures[j] - c0.failures[j], j == k ? 1u : 0u, "%s: failures of %s",
+                         stow_sim_call_name(kind), stow_sim_call_name((stow_sim_call_t)j));
+        }
+        stow_sim_destroy(b); /* live objects: EBUSY expected, frees anyway */
+    }
+}
+
+Test(sim, fail_nth_custom_status_cancel_and_one_shot)
+{
+    stow_backend_t *b = sim_new(0, false);
+    void *p;
+    stow_sim_fail_nth(b, STOW_SIM_RESERVE, 1, STOW_EBACKEND);
+    cr_assert_eq(b->reserve(b->ctx, GRAN, NULL, &p), STOW_EBACKEND);
+    cr_assert_eq(counters(b).live_reservations, 0);
+    cr_assert_eq(counters(b).reserved_bytes, 0);
+    p = reserve_ok(b, GRAN); /* one shot: the next call succeeds */
+    cr_assert_eq(b->release(b->ctx, p, GRAN), STOW_OK);
+    stow_sim_fail_nth(b, STOW_SIM_RESERVE, 2, STOW_OK);
+    stow_sim_fail_nth(b, STOW_SIM_RESERVE, 0, STOW_OK); /* cancel */
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(b->release(b->ctx, reserve_ok(b, GRAN), GRAN), STOW_OK);
+    /* A later setting replaces the pending one. */
+    stow_sim_fail_nth(b, STOW_SIM_MEM_INFO, 5, STOW_OK);
+    stow_sim_fail_nth(b, STOW_SIM_MEM_INFO, 1, STOW_ENODEV);
+    size_t fr, tot;
+    cr_assert_eq(b->mem_info(b->ctx, &fr, &tot), STOW_ENODEV);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(b->mem_info(b->ctx, &fr, &tot), STOW_OK);
+    /* An injected release failure leaves the reservation live and intact. */
+    p = reserve_ok(b, GRAN);
+    stow_sim_fail_nth(b, STOW_SIM_RELEASE, 1, STOW_OK);
+    cr_assert_eq(b->release(b->ctx, p, GRAN), STOW_EBACKEND);
+    cr_assert_eq(counters(b).live_reservations, 1);
+    cr_assert_eq(counters(b).reserved_bytes, GRAN);
+    cr_assert_eq(b->release(b->ctx, p, GRAN), STOW_OK);
+    /* Out-of-range kinds are ignored. */
+    stow_sim_fail_nth(b, STOW_SIM_CALL_KINDS, 1, STOW_OK);
+    stow_sim_fail_random(b, STOW_SIM_CALL_KINDS, 1, 1);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* Failure pattern of n reserve calls (bit i = call i failed). */
+static void random_pattern(uint64_t seed, uint32_t one_in, unsigned n, bool *out)
+{
+    stow_backend_t *b = sim_new(0, false);
+    stow_sim_fail_random(b, STOW_SIM_RESERVE, one_in, seed);
+    for (unsigned i = 0; i < n; i++) {
+        void *p = NULL;
+        stow_status_t st = b->reserve(b->ctx, GRAN, NULL, &p);
+        out[i] = st != STOW_OK;
+        if (st == STOW_OK)
+            cr_assert_eq(b->release(b->ctx, p, GRAN), STOW_OK);
+        else
+            cr_assert_eq(st, STOW_ENOMEM);
+    }
+    stow_sim_counters_t c = counters(b);
+    unsigned fails = 0;
+    for (unsigned i = 0; i < n; i++)
+        fails += out[i];
+    cr_assert_eq(c.failures[STOW_SIM_RESERVE], fails);
+    cr_assert_eq(c.calls[STOW_SIM_RESERVE], n);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, fail_random_is_deterministic)
+{
+    enum { N = 2000 };
+    static bool a[N], b[N], c[N], never[N];
+    random_pattern(42, 4, N, a);
+    random_pattern(42, 4, N, b);
+    random_pattern(43, 4, N, c);
+    random_pattern(42, 0, N, never);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0, "same seed, same failures");
+    cr_assert_neq(memcmp(a, c, sizeof a), 0, "another seed, other failures");
+    unsigned fails = 0;
+    for (unsigned i = 0; i < N; i++) {
+        fails += a[i];
+        cr_assert(!never[i]);
+    }
+    cr_assert(fails > N / 8 && fails < N / 2, "%u failures of %u at 1 in 4", fails, N);
+    /* one_in 1: every call fails. */
+    static bool all[64];
+    random_pattern(7, 1, 64, all);
+    for (unsigned i = 0; i < 64; i++)
+        cr_assert(all[i]);
+}
+
+/* ---- events ---- */
+
+Test(sim, automatic_events_complete_at_once)
+{
+    stow_backend_t *b = sim_new(0, false);
+    stow_event_t e;
+    bool done = false;
+    cr_assert_eq(b->event_record(b->ctx, (stow_stream_t)0x1, &e), STOW_OK);
+    cr_assert_eq(b->event_query(b->ctx, e, &done), STOW_OK);
+    cr_assert(done);
+    cr_assert_eq(counters(b).pending_events, 0);
+    cr_assert_eq(b->event_destroy(b->ctx, e), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, manual_events_per_stream)
+{
+    stow_backend_t *b = sim_new(0, true);
+    stow_stream_t s1 = (stow_stream_t)0x100, s2 = (stow_stream_t)0x200;
+    stow_event_t a1, a2, b1, d1;
+    bool done;
+    cr_assert_eq(b->event_record(b->ctx, s1, &a1), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, s1, &a2), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, s2, &b1), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, NULL, &d1), STOW_OK); /* default stream */
+    cr_assert_eq(counters(b).pending_events, 4);
+    stow_event_t all[4] = {a1, a2, b1, d1};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(b->event_query(b->ctx, all[i], &done), STOW_OK);
+        cr_assert(!done, "event %d done before its stream", i);
+    }
+    stow_sim_complete_stream(b, s1);
+    cr_assert_eq(b->event_query(b->ctx, a1, &done), STOW_OK);
+    cr_assert(done);
+    cr_assert_eq(b->event_query(b->ctx, a2, &done), STOW_OK);
+    cr_assert(done);
+    cr_assert_eq(b->event_query(b->ctx, b1, &done), STOW_OK);
+    cr_assert(!done, "other streams unaffected");
+    cr_assert_eq(b->event_query(b->ctx, d1, &done), STOW_OK);
+    cr_assert(!done);
+    cr_assert_eq(counters(b).pending_events, 2);
+    /* An event recorded after the completion is pending again. */
+    stow_event_t a3;
+    cr_assert_eq(b->event_record(b->ctx, s1, &a3), STOW_OK);
+    cr_assert_eq(b->event_query(b->ctx, a3, &done), STOW_OK);
+    cr_assert(!done);
+    cr_assert_eq(counters(b).pending_events, 3);
+    /* Destroying a pending event drops it from the count. */
+    cr_assert_eq(b->event_destroy(b->ctx, a3), STOW_OK);
+    cr_assert_eq(counters(b).pending_events, 2);
+    cr_assert_eq(b->synchronize(b->ctx), STOW_OK);
+    cr_assert_eq(counters(b).pending_events, 0);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(b->event_query(b->ctx, all[i], &done), STOW_OK);
+        cr_assert(done, "synchronize completes every event");
+        cr_assert_eq(b->event_destroy(b->ctx, all[i]), STOW_OK);
+    }
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, bad_event_handles)
+{
+    stow_backend_t *b = sim_new(0, true);
+    bool done = true;
+    stow_event_t e;
+    cr_assert_eq(b->event_query(b->ctx, NULL, &done), STOW_EINVAL);
+    cr_assert_eq(b->event_query(b->ctx, (stow_event_t)(uintptr_t)99, &done), STOW_EINVAL);
+    cr_assert_eq(b->event_destroy(b->ctx, NULL), STOW_EINVAL);
+    cr_assert_eq(b->event_record(b->ctx, NULL, &e), STOW_OK);
+    cr_assert_eq(b->event_destroy(b->ctx, e), STOW_OK);
+    cr_assert_eq(b->event_query(b->ctx, e, &done), STOW_EINVAL, "query after destroy");
+    cr_assert_eq(b->event_destroy(b->ctx, e), STOW_EINVAL, "double destroy");
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.calls[STOW_SIM_EVENT_QUERY], 3);
+    cr_assert_eq(c.failures[STOW_SIM_EVENT_QUERY], 3);
+    cr_assert_eq(c.calls[STOW_SIM_EVENT_DESTROY], 3);
+    cr_assert_eq(c.failures[STOW_SIM_EVENT_DESTROY], 2);
+    cr_assert_eq(c.pending_events, 0);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, many_events_reuse_slots)
+{
+    stow_backend_t *b = sim_new(0, true);
+    enum { N = 1000 };
+    static stow_event_t ev[N];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(b->event_record(b->ctx, (stow_stream_t)(uintptr_t)(1 + i % 3), &ev[i]),
+                         STOW_OK);
+        cr_assert_eq(counters(b).pending_events, N);
+        stow_sim_complete_stream(b, (stow_stream_t)(uintptr_t)2);
+        unsigned pending = 0;
+        for (int i = 0; i < N; i++) {
+            bool done;
+            cr_assert_eq(b->event_query(b->ctx, ev[i], &done), STOW_OK);
+            cr_assert_eq(done, i % 3 == 1, "event %d", i);
+            pending += !done;
+        }
+        cr_assert_eq(counters(b).pending_events, pending);
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(b->event_destroy(b->ctx, ev[i]), STOW_OK);
+        cr_assert_eq(counters(b).pending_events, 0);
+    }
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* ---- host-backed mode ---- */
+
+Test(sim, host_backed_memory_is_writable)
+{
+    stow_backend_t *b = ts_sim(0, true, false);
+    cr_assert_not_null(b);
+    cr_assert_str_eq(b->name, "sim-host");
+    size_t sizes[3] = {GRAN, 3 * GRAN, GRAN};
+    unsigned char *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = reserve_ok(b, sizes[i]);
+        memset(p[i], 0xA0 + i, sizes[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        for (size_t k = 0; k < sizes[i]; k += 4093)
+            cr_assert_eq(p[i][k], 0xA0 + i, "reservations overlap");
+    cr_assert_eq(p[0][sizes[0] - 1], 0xA0);
+    cr_assert_eq(counters(b).reserved_bytes, 5 * GRAN);
+    cr_assert_eq(b->release(b->ctx, p[1], sizes[1]), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, p[0], sizes[0] + GRAN), STOW_EINVAL);
+    cr_assert_eq(b->release(b->ctx, p[0], sizes[0]), STOW_OK);
+    /* The last one is left live: destroy frees its host memory and says EBUSY. */
+    cr_assert_eq(stow_sim_destroy(b), STOW_EBUSY);
+}
+
+Test(sim, host_backed_default_allocator)
+{
+    stow_sim_config_t c;
+    stow_sim_config_default(&c);
+    c.host_backed = true;
+    c.capacity_bytes = 4 * GRAN;
+    stow_backend_t *b = NULL;
+    cr_assert_eq(stow_sim_create(&c, &b), STOW_OK);
+    unsigned char *p = reserve_ok(b, 4 * GRAN);
+    memset(p, 0x5C, 4 * GRAN);
+    void *q;
+    cr_assert_eq(b->reserve(b->ctx, GRAN, NULL, &q), STOW_ENOMEM);
+    cr_assert_eq(b->release(b->ctx, p, 4 * GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* ---- page mapping ---- */
+
+Test(sim, va_phys_map_unmap)
+{
+    stow_backend_t *b = sim_new(4 * GRAN, false);
+    void *va = NULL, *va2 = NULL;
+    cr_assert_eq(b->va_reserve(b->ctx, 8 * GRAN, &va), STOW_OK); /* no capacity used */
+    cr_assert_eq(b->va_reserve(b->ctx, 8 * GRAN, &va2), STOW_OK);
+    cr_assert_not_null(va);
+    cr_assert((uintptr_t)va + 8 * GRAN <= (uintptr_t)va2 ||
+              (uintptr_t)va2 + 8 * GRAN <= (uintptr_t)va);
+    cr_assert_eq(counters(b).reserved_bytes, 0);
+    stow_phys_t h1 = 0, h2 = 0, h3 = 0;
+    cr_assert_eq(b->phys_create(b->ctx, 2 * GRAN, &h1), STOW_OK);
+    cr_assert_eq(b->phys_create(b->ctx, 2 * GRAN, &h2), STOW_OK);
+    cr_assert_neq(h1, h2);
+    cr_assert_eq(counters(b).reserved_bytes, 4 * GRAN);
+    cr_assert_eq(b->phys_create(b->ctx, GRAN, &h3), STOW_ENOMEM, "phys counts against capacity");
+    void *p;
+    cr_assert_eq(b->reserve(b->ctx, GRAN, NULL, &p), STOW_ENOMEM);
+
+    char *base = va;
+    cr_assert_eq(b->map(b->ctx, base, 2 * GRAN, h1), STOW_OK);
+    cr_assert_eq(b->map(b->ctx, base, 2 * GRAN, h2), STOW_EINVAL, "va already mapped");
+    cr_assert_eq(b->map(b->ctx, base + 2 * GRAN, GRAN, h2), STOW_EINVAL, "size != handle size");
+    cr_assert_eq(b->map(b->ctx, base + 2 * GRAN, 2 * GRAN, 999), STOW_EINVAL, "unknown handle");
+    cr_assert_eq(b->map(b->ctx, base + 2 * GRAN, 2 * GRAN, h2), STOW_OK);
+    cr_assert_eq(b->unmap(b->ctx, base + 4 * GRAN, 2 * GRAN), STOW_EINVAL, "not mapped");
+    cr_assert_eq(b->unmap(b->ctx, base, 2 * GRAN), STOW_OK);
+    cr_assert_eq(b->unmap(b->ctx, base, 2 * GRAN), STOW_EINVAL, "double unmap");
+    cr_assert_eq(b->unmap(b->ctx, base + 2 * GRAN, 2 * GRAN), STOW_OK);
+
+    cr_assert_eq(b->phys_release(b->ctx, h1, GRAN), STOW_EINVAL, "wrong size");
+    cr_assert_eq(b->phys_release(b->ctx, 12345, 2 * GRAN), STOW_EINVAL);
+    cr_assert_eq(b->phys_release(b->ctx, h1, 2 * GRAN), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h1, 2 * GRAN), STOW_EINVAL, "double release");
+    cr_assert_eq(counters(b).reserved_bytes, 2 * GRAN);
+    cr_assert_eq(stow_sim_destroy(b), STOW_EBUSY, "a physical handle is still live");
+}
+
+Test(sim, va_release_checks_pairs)
+{
+    stow_backend_t *b = sim_new(0, false);
+    void *va;
+    cr_assert_eq(b->va_reserve(b->ctx, 2 * GRAN, &va), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, va, GRAN), STOW_EINVAL);
+    cr_assert_eq(b->va_release(b->ctx, (char *)va + GRAN, GRAN), STOW_EINVAL);
+    cr_assert_eq(b->va_release(b->ctx, va, 2 * GRAN), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, va, 2 * GRAN), STOW_EINVAL);
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.calls[STOW_SIM_VA_RELEASE], 4);
+    cr_assert_eq(c.failures[STOW_SIM_VA_RELEASE], 3);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK, "va ranges hold no device memory");
+}
+
+/* ---- destroy ---- */
+
+Test(sim, destroy_with_live_reservation_is_busy)
+{
+    stow_backend_t *b = sim_new(0, false);
+    (void)reserve_ok(b, GRAN);
+    cr_assert_eq(stow_sim_destroy(b), STOW_EBUSY);
+}
+
+Test(sim, many_reservations)
+{
+    /* Enough to grow the sim's reservation map several times. */
+    stow_backend_t *b = sim_new(0, false);
+    enum { N = 3000 };
+    static void *p[N];
+    for (int i = 0; i < N; i++)
+        p[i] = reserve_ok(b, (size_t)(1 + i % 3) * GRAN);
+    for (int i = 0; i < N; i += 2)
+        cr_assert_eq(b->release(b->ctx, p[i], (size_t)(1 + i % 3) * GRAN), STOW_OK);
+    for (int i = 1; i < N; i += 2)
+        cr_assert_eq(b->release(b->ctx, p[i], (size_t)(1 + (i + 1) % 3) * GRAN), STOW_EINVAL);
+    for (int i = 1; i < N; i += 2)
+        cr_assert_eq(b->release(b->ctx, p[i], (size_t)(1 + i % 3) * GRAN), STOW_OK);
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.reserved_bytes, 0);
+    cr_assert_eq(c.live_reservations, 0);
+    cr_assert_eq(c.reserved_bytes_peak, (uint64_t)(N / 3) * 6 * GRAN);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
