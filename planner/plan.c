@@ -229,7 +229,7 @@ static int order_key_cmp(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
-enum { ORD_SIZE, ORD_AREA, ORD_LENGTH, ORD_START, ORD_COUNT };
+enum { ORD_SIZE_START, ORD_SIZE, ORD_AREA, ORD_LENGTH, ORD_START, ORD_COUNT };
 
 static void make_order(const plan_ctx_t *c, int kind, order_key_t *keys, uint32_t *order)
 {
@@ -238,6 +238,10 @@ static void make_order(const plan_ctx_t *c, int kind, order_key_t *keys, uint32_
         double size = (double)bi->size, len = (double)(bi->upper - bi->lower);
         keys[i].i = (uint32_t)i;
         switch (kind) {
+        case ORD_SIZE_START: /* TFLite's arena planner order */
+            keys[i].k1 = size;
+            keys[i].k2 = -(double)bi->lower;
+            break;
         case ORD_SIZE:
             keys[i].k1 = size;
             keys[i].k2 = len;
@@ -1063,6 +1067,10 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
             rc = greedy_run(&c, order, fit, off, &h);
             if (rc != STOW_OK)
                 goto out;
+#ifdef PLAN_DEBUG
+            fprintf(stderr, "greedy order %d fit %d: %llu (%.3f s)\n", kind, fit,
+                    (unsigned long long)h, stow__plan_now() - t0);
+#endif
             if (h < best.height) {
                 best.height = h;
                 best.fit = fit;
@@ -1071,6 +1079,11 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
             }
         }
         if (best.height <= goal)
+            break;
+        /* On big problems one pass costs up to seconds; the first order (TFLite's)
+         * is the best on most real traces, so later ones are skipped when the
+         * time limit has passed. A limit of 0 means "greedy only": all orders. */
+        if (o.time_limit_seconds > 0 && stow__plan_now() > c.deadline)
             break;
     }
     uint64_t greedy_height = best.height;

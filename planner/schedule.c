@@ -324,7 +324,10 @@ stow_status_t stow_schedule_parse(const char *name, const char *text, size_t len
         }
     }
     /* Everything was stored by offset because the arrays moved while growing;
-     * turn the offsets into pointers now that nothing moves any more. */
+     * turn the offsets into pointers now that nothing moves any more. An op
+     * list may be empty everywhere ('-'), so refs is allocated regardless. */
+    if (!grow((void **)&b.refs, &b.cr, 1, sizeof *b.refs) || !grow((void **)&b.str, &b.cs, 1, 1))
+        PMEM();
     for (size_t i = 0; i < b.nt; i++) {
         b.t[i].id = b.str + (size_t)(uintptr_t)b.t[i].id;
         b.t[i].name = b.str + (size_t)(uintptr_t)b.t[i].name;
