@@ -5,7 +5,8 @@ BUILD ?= build
 JOBS ?= 2
 # Debian packages the build and the tests need (toolchain.md). The CUDA
 # toolkit is optional: without it the CUDA backend uses private typedefs.
-DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev
+DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev \
+                clang libclang-rt-14-dev valgrind
 
 .PHONY: all deps configure build demo test clean
 
@@ -34,8 +35,11 @@ build: configure
 demo: build
 	BUILD=$(BUILD) bash bench/demo.sh
 
+# After the normal suite: ASan+UBSan suite, TSan stress, valgrind subset and
+# bounded fuzzing (tests/check/all.sh, docs/reliability.md); ends "N passed, M failed".
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	BUILD=$(BUILD) JOBS=$(JOBS) bash tests/check/all.sh
 
 clean:
 	rm -rf $(BUILD)

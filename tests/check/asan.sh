@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# tests/check/asan.sh: the whole suite built with ASan + UBSan (STOW_SANITIZE:
+# -fsanitize=address,undefined -fno-sanitize-recover=undefined), then the
+# plain-main programs again where LeakSanitizer works at exit: the stress
+# programs and a replay of the bundled trace by the CLI (docs/reliability.md).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${ASAN_BUILD:-build-asan}
+JOBS=${JOBS:-2}
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOW_SANITIZE=ON -DSTOW_DEBUG=1 \
+      -DSTOW_WERROR=ON >/dev/null
+cmake --build "$B" -j"$JOBS" >/dev/null
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+(cd "$B" && ctest --output-on-failure -j"$JOBS")
+# LeakSanitizer at exit (Criterion workers leave with _exit, so not there).
+for p in "$B"/stress_*; do
+  [ -x "$p" ] && "$p"
+done
+"$B"/stowage replay bench/traces/resnet50_train.rep >/dev/null
+echo "asan: suite, stress programs and CLI replay clean (ASan+UBSan, LSan at exit)"

@@ -1,0 +1,593 @@
+/*
+ * tests/fuzz/fuzz_api.c: libFuzzer target for the pool API (docs/reliability.md).
+ *
+ * Decodes the input into a sequence of API calls on a simulated device: alloc
+ * (sizes from 0 to SIZE_MAX), free (live, foreign, interior, double, NULL),
+ * record_stream, empty_cache, stats/summary/JSON, peak resets, scopes, several
+ * streams, manual event completion, fault injection (stow_sim_fail_nth /
+ * stow_sim_fail_random on every backend call kind) and capacity changes.
+ *
+ * A shadow model of the live (ptr, block, requested) set is compared with
+ * stow_pool_stats after every call; stow_pool_check must pass; a returned
+ * block never overlaps a live one; a rejected call changes no book. At the end
+ * everything is freed, stow_pool_destroy returns STOW_OK and the device holds
+ * no byte. Any violation aborts (a libFuzzer crash).
+ *
+ * The backend seen by the pool is a thin wrapper around the simulated device
+ * that counts injected faults (failed calls that capacity does not explain) and
+ * aborts if the pool ever misuses the backend (EINVAL from the device).
+ *
+ * Built with clang -fsanitize=fuzzer (STOW_FUZZ); it is also included by tests/stress/fuzz_corpus_replay.c, which replays the
+ * committed corpora with gcc in every build.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stowage.h"
+#include "stowage/sim.h"
+
+#define FZ_MIB ((size_t)1 << 20)
+
+/* Open library bugs (docs/reliability.md, "Findings") that this target would
+ * hit at once; with STOW_FUZZ_KNOWN_BUGS=0 it reproduces them. Remove each
+ * workaround when its bug is fixed.
+ *   R1: stow__round_size with roundup_power2_divisions wraps for sizes above
+ *       2^63: stow_pool_alloc returns STOW_OK with a 0-byte block.
+ *   R2: blocks named by stow_record_stream leak their stream-use list (48 B)
+ *       at stow_pool_destroy (tests/check/fuzz.sh runs with -detect_leaks=0
+ *       while R2 is open; every other check stays on). */
+#ifndef STOW_FUZZ_KNOWN_BUGS
+#define STOW_FUZZ_KNOWN_BUGS 1
+#endif
+#define FZ_MAX_LIVE 192
+#define FZ_MAX_OPS 400
+#define FZ_STREAMS 4
+
+#define FZ_CHECK(cond, ...)                                                          \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "fuzz_api: %s:%d: check failed: %s: ", __FILE__, __LINE__, \
+                    #cond);                                                          \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fputc('\n', stderr);                                                     \
+            abort();                                                                 \
+        }                                                                            \
+    } while (0)
+
+/* Totals over the process, printed at exit (docs/reliability.md figures). */
+typedef struct fz_totals {
+    unsigned long long inputs, ops, injected_faults;
+} fz_totals_t;
+static fz_totals_t fz_totals;
+static int fz_verbose; /* FUZZ_API_VERBOSE=1: print each decoded call (reproducing a crash) */
+
+/* ---- input cursor ---- */
+typedef struct fz_in {
+    const uint8_t *p, *end;
+} fz_in_t;
+
+static uint64_t fz_bytes(fz_in_t *in, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = (v << 8) | (in->p < in->end ? *in->p++ : 0);
+    return v;
+}
+static uint8_t fz_u8(fz_in_t *in) { return (uint8_t)fz_bytes(in, 1); }
+
+/* ---- the wrapper backend ---- */
+static stow_backend_t *fz_sim;       /* the simulated device */
+static stow_backend_t fz_backend;    /* what the pool sees */
+static size_t fz_capacity;           /* current device capacity (bytes) */
+static uint64_t fz_injected;         /* faults injected in this input */
+
+static uint64_t fz_failures(void)
+{
+    stow_sim_counters_t c;
+    stow_sim_counters(fz_sim, &c);
+    uint64_t n = 0;
+    for (int k = 0; k < STOW_SIM_CALL_KINDS; k++)
+        n += c.failures[k];
+    return n;
+}
+
+static void fz_after_call(stow_status_t st, uint64_t failures_before, bool natural,
+                          const char *what)
+{
+    FZ_CHECK(st != STOW_EINVAL, "the pool misused the backend in %s", what);
+    if (st != STOW_OK && !natural && fz_failures() > failures_before)
+        fz_injected++;
+}
+
+static stow_status_t fz_reserve(void *ctx, size_t size, stow_stream_t stream, void **out)
+{
+    stow_sim_counters_t c;
+    stow_sim_counters(fz_sim, &c);
+    uint64_t before = fz_failures();
+    bool natural = !(size <= fz_capacity && c.reserved_bytes <= fz_capacity - size);
+    stow_status_t st = fz_sim->reserve(ctx, size, stream, out);
+    fz_after_call(st, before, natural && st == STOW_ENOMEM, "reserve");
+    return st;
+}
+static stow_status_t fz_release(void *ctx, void *ptr, size_t size)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->release(ctx, ptr, size);
+    fz_after_call(st, before, false, "release");
+    return st;
+}
+static stow_status_t fz_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->mem_info(ctx, free_bytes, total_bytes);
+    fz_after_call(st, before, false, "mem_info");
+    return st;
+}
+static stow_status_t fz_synchronize(void *ctx)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->synchronize(ctx);
+    fz_after_call(st, before, false, "synchronize");
+    return st;
+}
+static stow_status_t fz_event_record(void *ctx, stow_stream_t stream, stow_event_t *out)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->event_record(ctx, stream, out);
+    fz_after_call(st, before, st == STOW_EHOSTMEM, "event_record");
+    return st;
+}
+static stow_status_t fz_event_query(void *ctx, stow_event_t ev, bool *done)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->event_query(ctx, ev, done);
+    fz_after_call(st, before, false, "event_query");
+    return st;
+}
+static stow_status_t fz_event_destroy(void *ctx, stow_event_t ev)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->event_destroy(ctx, ev);
+    fz_after_call(st, before, false, "event_destroy");
+    return st;
+}
+
+/* ---- the shadow model ---- */
+typedef struct fz_live {
+    uintptr_t ptr;
+    size_t block, req;
+} fz_live_t;
+
+typedef struct fz_state {
+    stow_pool_t *pool;
+    fz_live_t live[FZ_MAX_LIVE];
+    unsigned n_live;
+    uint64_t alloc_bytes, req_bytes;
+    uintptr_t freed[16]; /* recently freed pointers, for double frees */
+    unsigned n_freed;
+    unsigned scope_depth;
+    bool accumulated_reset; /* stow_stats_reset_accumulated ran: totals restart */
+    bool rounding;          /* roundup_power2_divisions set */
+} fz_state_t;
+
+static const stow_stream_t fz_streams[FZ_STREAMS] = {
+    NULL, (stow_stream_t)(uintptr_t)0x11, (stow_stream_t)(uintptr_t)0x22,
+    (stow_stream_t)(uintptr_t)0x33};
+
+static stow_stats_t fz_stats(fz_state_t *s)
+{
+    stow_stats_t st;
+    FZ_CHECK(stow_pool_stats(s->pool, &st) == STOW_OK, "stats");
+    return st;
+}
+
+/* The books agree with the shadow model and the pool's own walk passes. */
+static void fz_check_books(fz_state_t *s, const char *after)
+{
+    stow_stats_t st = fz_stats(s);
+    FZ_CHECK(st.allocated_bytes[STOW_POOL_ALL].current == s->alloc_bytes,
+             "after %s: allocated %llu, shadow %llu", after,
+             (unsigned long long)st.allocated_bytes[STOW_POOL_ALL].current,
+             (unsigned long long)s->alloc_bytes);
+    FZ_CHECK(st.requested_bytes[STOW_POOL_ALL].current == s->req_bytes,
+             "after %s: requested %llu, shadow %llu", after,
+             (unsigned long long)st.requested_bytes[STOW_POOL_ALL].current,
+             (unsigned long long)s->req_bytes);
+    FZ_CHECK(st.allocation[STOW_POOL_ALL].current == s->n_live,
+             "after %s: allocations %llu, shadow %u", after,
+             (unsigned long long)st.allocation[STOW_POOL_ALL].current, s->n_live);
+    FZ_CHECK(st.allocated_bytes[STOW_POOL_ALL].current <= st.active_bytes[STOW_POOL_ALL].current,
+             "after %s: allocated > active", after);
+    FZ_CHECK(st.active_bytes[STOW_POOL_ALL].current <= st.reserved_bytes[STOW_POOL_ALL].current,
+             "after %s: active > reserved", after);
+    for (int k = 0; k < STOW_POOL_KINDS; k++) {
+        FZ_CHECK(st.reserved_bytes[k].current <= st.reserved_bytes[k].peak, "after %s: peak", after);
+        FZ_CHECK(s->accumulated_reset ||
+                     st.allocated_bytes[k].current ==
+                         st.allocated_bytes[k].allocated - st.allocated_bytes[k].freed,
+                 "after %s: allocated != allocated - freed", after);
+    }
+    stow_sim_counters_t c;
+    stow_sim_counters(fz_sim, &c);
+    FZ_CHECK(c.reserved_bytes == st.reserved_bytes[STOW_POOL_ALL].current,
+             "after %s: device holds %llu, pool reserved %llu", after,
+             (unsigned long long)c.reserved_bytes,
+             (unsigned long long)st.reserved_bytes[STOW_POOL_ALL].current);
+    char why[256];
+    FZ_CHECK(stow_pool_check(s->pool, why, sizeof why) == STOW_OK, "after %s: %s", after, why);
+}
+
+static int fz_find(const fz_state_t *s, uintptr_t p)
+{
+    for (unsigned i = 0; i < s->n_live; i++)
+        if (s->live[i].ptr == p)
+            return (int)i;
+    return -1;
+}
+
+static size_t fz_size(fz_in_t *in)
+{
+    static const size_t special[] = {
+        0, 1, 511, 512, 513, 8192, FZ_MIB - 1, FZ_MIB, FZ_MIB + 1, 2 * FZ_MIB, 20 * FZ_MIB,
+        20 * FZ_MIB + 1, (size_t)1 << 40, (size_t)1 << 46, ((size_t)1 << 46) + 1,
+        SIZE_MAX / 2, (size_t)1 << 63, SIZE_MAX - ((size_t)1 << 30) - 1,
+        SIZE_MAX - ((size_t)1 << 30), SIZE_MAX - ((size_t)1 << 30) + 1, SIZE_MAX - 4096,
+        SIZE_MAX - 511, SIZE_MAX - 1, SIZE_MAX};
+    uint8_t mode = fz_u8(in);
+    switch (mode % 8) {
+    case 0: return (size_t)fz_u8(in) * 8;
+    case 1: case 2: return (size_t)fz_bytes(in, 2);
+    case 3: return (size_t)(fz_bytes(in, 3) % (16 * FZ_MIB));
+    case 4: return (size_t)(fz_bytes(in, 4) % (256 * FZ_MIB));
+    case 5: return special[fz_u8(in) % (sizeof special / sizeof special[0])];
+    case 6: return (size_t)fz_bytes(in, 8);
+    default: return (size_t)fz_u8(in) * 512;
+    }
+}
+
+static void fz_alloc(fz_state_t *s, fz_in_t *in)
+{
+    size_t size = fz_size(in);
+    stow_stream_t stream = fz_streams[fz_u8(in) % FZ_STREAMS];
+    if (s->n_live == FZ_MAX_LIVE)
+        return;
+    if (STOW_FUZZ_KNOWN_BUGS && s->rounding && size > ((size_t)1 << 63)) /* R1 */
+        return;
+    stow_stats_t before = fz_stats(s);
+    void *sentinel = (void *)(uintptr_t)0xdead0000, *p = sentinel;
+    stow_status_t st = stow_pool_alloc(s->pool, size, stream, &p);
+    if (size == 0)
+        FZ_CHECK(st == STOW_EINVAL, "alloc(0) returned %s", stow_strerror(st));
+    if (size > SIZE_MAX - ((size_t)1 << 30))
+        FZ_CHECK(st == STOW_EOVERFLOW, "alloc(%zu) returned %s", size, stow_strerror(st));
+    if (st != STOW_OK) {
+        FZ_CHECK(st == STOW_EINVAL || st == STOW_EOVERFLOW || st == STOW_ENOMEM ||
+                     st == STOW_EBACKEND || st == STOW_EHOSTMEM,
+                 "alloc(%zu): unexpected %s", size, stow_strerror(st));
+        FZ_CHECK(p == sentinel, "alloc wrote out on error");
+        stow_stats_t after = fz_stats(s);
+        FZ_CHECK(after.allocation[STOW_POOL_ALL].allocated ==
+                     before.allocation[STOW_POOL_ALL].allocated,
+                 "failed alloc counted as an allocation");
+        if (st == STOW_ENOMEM) {
+            char msg[64];
+            size_t n = stow_pool_oom_message(s->pool, msg, sizeof msg);
+            FZ_CHECK(n > 0 && strlen(msg) < sizeof msg, "oom message");
+        }
+        return;
+    }
+    FZ_CHECK(p != NULL && (uintptr_t)p % 512 == 0, "alloc returned %p", p);
+    size_t block = 0, req = 0;
+    FZ_CHECK(stow_pool_block_size(s->pool, p, &block, &req) == STOW_OK, "block_size of new block");
+    FZ_CHECK(req == size && block >= size && block % 512 == 0, "block %zu req %zu size %zu",
+             block, req, size);
+    uintptr_t lo = (uintptr_t)p, hi = lo + block;
+    for (unsigned i = 0; i < s->n_live; i++)
+        FZ_CHECK(hi <= s->live[i].ptr || s->live[i].ptr + s->live[i].block <= lo,
+                 "new block [%#lx,%#lx) overlaps live [%#lx,+%zu)", (unsigned long)lo,
+                 (unsigned long)hi, (unsigned long)s->live[i].ptr, s->live[i].block);
+    s->live[s->n_live++] = (fz_live_t){lo, block, req};
+    s->alloc_bytes += block;
+    s->req_bytes += req;
+}
+
+/* A free the pool must reject: ENOTOWNED (EINVAL for NULL), nothing changed. */
+static void fz_bad_free(fz_state_t *s, void *p)
+{
+    stow_stats_t before = fz_stats(s);
+    stow_status_t st = stow_pool_free(s->pool, p);
+    FZ_CHECK(st == (p ? STOW_ENOTOWNED : STOW_EINVAL), "bad free of %p returned %s", p,
+             stow_strerror(st));
+    stow_stats_t after = fz_stats(s);
+    FZ_CHECK(memcmp(before.allocated_bytes, after.allocated_bytes, sizeof before.allocated_bytes) ==
+                     0 &&
+                 memcmp(before.active_bytes, after.active_bytes, sizeof before.active_bytes) == 0 &&
+                 memcmp(before.reserved_bytes, after.reserved_bytes,
+                        sizeof before.reserved_bytes) == 0,
+             "a rejected free changed the books");
+    if (p)
+        FZ_CHECK(after.num_invalid_frees == before.num_invalid_frees + 1, "num_invalid_frees");
+}
+
+static void fz_free(fz_state_t *s, fz_in_t *in)
+{
+    uint8_t how = fz_u8(in), pick = fz_u8(in);
+    switch (how % 8) {
+    default: { /* a live block */
+        if (!s->n_live)
+            return;
+        unsigned i = pick % s->n_live;
+        fz_live_t b = s->live[i];
+        stow_status_t st = stow_pool_free(s->pool, (void *)b.ptr);
+        if (st != STOW_OK) {
+            /* Only a backend failure may refuse a valid free, and then nothing changed. */
+            FZ_CHECK(st == STOW_EBACKEND || st == STOW_EHOSTMEM, "free returned %s",
+                     stow_strerror(st));
+            FZ_CHECK(stow_pool_block_size(s->pool, (void *)b.ptr, NULL, NULL) == STOW_OK,
+                     "a failed free released the block");
+            return;
+        }
+        s->live[i] = s->live[--s->n_live];
+        s->alloc_bytes -= b.block;
+        s->req_bytes -= b.req;
+        s->freed[s->n_freed++ % 16] = b.ptr;
+        return;
+    }
+    case 0: { /* interior pointer */
+        if (!s->n_live)
+            return;
+        fz_live_t b = s->live[pick % s->n_live];
+        size_t off = 1 + (size_t)fz_bytes(in, 3) % (b.block - 1);
+        fz_bad_free(s, (void *)(b.ptr + off));
+        return;
+    }
+    case 1: { /* double free (unless the address was handed out again) */
+        if (!s->n_freed)
+            return;
+        uintptr_t p = s->freed[pick % (s->n_freed < 16 ? s->n_freed : 16)];
+        if (fz_find(s, p) < 0)
+            fz_bad_free(s, (void *)p);
+        return;
+    }
+    case 2: { /* foreign pointer */
+        uintptr_t p = (uintptr_t)fz_bytes(in, 8);
+        if (p && fz_find(s, p) < 0)
+            fz_bad_free(s, (void *)p);
+        return;
+    }
+    case 3: fz_bad_free(s, NULL); return;
+    }
+}
+
+static void fz_inject(fz_in_t *in)
+{
+    static const stow_sim_call_t kinds[] = {STOW_SIM_RESERVE,     STOW_SIM_RELEASE,
+                                            STOW_SIM_MEM_INFO,    STOW_SIM_SYNCHRONIZE,
+                                            STOW_SIM_EVENT_RECORD, STOW_SIM_EVENT_QUERY,
+                                            STOW_SIM_EVENT_DESTROY};
+    static const stow_status_t statuses[] = {STOW_OK, STOW_ENOMEM, STOW_EBACKEND, STOW_EHOSTMEM};
+    uint8_t how = fz_u8(in);
+    stow_sim_call_t kind = kinds[fz_u8(in) % (sizeof kinds / sizeof kinds[0])];
+    if (how % 4 == 0)
+        stow_sim_fail_random(fz_sim, kind, 1u + fz_u8(in) % 8, fz_bytes(in, 4));
+    else if (how % 4 == 1)
+        stow_sim_fail_random(fz_sim, kind, 0, 0);
+    else
+        stow_sim_fail_nth(fz_sim, kind, fz_u8(in) % 8, statuses[(how >> 2) % 4]);
+}
+
+static void fz_scope(fz_state_t *s, fz_in_t *in)
+{
+    if (fz_u8(in) % 2) {
+        unsigned depth = 0;
+        stow_status_t st = stow_scope_push(s->pool, &depth);
+        if (s->scope_depth == STOW_SCOPE_MAX_DEPTH) {
+            FZ_CHECK(st == STOW_EBUSY, "push at max depth returned %s", stow_strerror(st));
+        } else {
+            FZ_CHECK(st == STOW_OK && depth == s->scope_depth + 1, "push: %s depth %u",
+                     stow_strerror(st), depth);
+            s->scope_depth++;
+        }
+    } else {
+        stow_scope_result_t r;
+        stow_status_t st = stow_scope_pop(s->pool, &r);
+        if (!s->scope_depth) {
+            FZ_CHECK(st == STOW_EINVAL, "pop with no scope returned %s", stow_strerror(st));
+        } else {
+            FZ_CHECK(st == STOW_OK, "pop: %s", stow_strerror(st));
+            s->scope_depth--;
+            FZ_CHECK(r.allocated_bytes_peak >= r.allocated_bytes_at_push &&
+                         r.allocated_bytes_peak >= r.allocated_bytes_at_pop &&
+                         r.reserved_bytes_peak >= r.reserved_bytes_at_push &&
+                         r.reserved_bytes_peak >= r.reserved_bytes_at_pop,
+                     "scope peaks below their ends");
+            FZ_CHECK(r.allocated_bytes_at_pop == s->alloc_bytes, "scope at_pop");
+        }
+    }
+}
+
+static void fz_report(void)
+{
+    fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu injected_faults=%llu\n",
+            fz_totals.inputs, fz_totals.ops, fz_totals.injected_faults);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fz_verbose = getenv("FUZZ_API_VERBOSE") != NULL;
+    atexit(fz_report);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_in_t in = {data, data + size};
+    static const size_t capacities[] = {0, 64 * FZ_MIB, 256 * FZ_MIB, 1024 * FZ_MIB};
+    uint8_t setup = fz_u8(&in), conf = fz_u8(&in);
+    fz_totals.inputs++;
+    fz_injected = 0;
+
+    stow_sim_config_t sc;
+    stow_sim_config_default(&sc);
+    sc.capacity_bytes = capacities[setup % 4];
+    sc.manual_events = (setup >> 2) & 1;
+    FZ_CHECK(stow_sim_create(&sc, &fz_sim) == STOW_OK, "sim create");
+    fz_capacity = sc.capacity_bytes ? sc.capacity_bytes : (size_t)1 << 46;
+    fz_backend = *fz_sim;
+    fz_backend.reserve = fz_reserve;
+    fz_backend.release = fz_release;
+    fz_backend.mem_info = fz_mem_info;
+    fz_backend.synchronize = fz_synchronize;
+    fz_backend.event_record = fz_event_record;
+    fz_backend.event_query = fz_event_query;
+    fz_backend.event_destroy = fz_event_destroy;
+
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    if (conf & 1)
+        cfg.max_split_size_bytes = (20 + (size_t)fz_u8(&in)) * FZ_MIB;
+    if (conf & 2)
+        for (int i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
+            cfg.roundup_power2_divisions[i] = 1u << (fz_u8(&in) % 5);
+    if (conf & 4)
+        cfg.garbage_collection_threshold = 0.5 + (fz_u8(&in) % 40) / 100.0;
+    if (conf & 8)
+        cfg.memory_fraction = (1 + fz_u8(&in) % 100) / 100.0;
+    cfg.release_idle_on_grow = !(conf & 16);
+    if (conf & 32) /* mem_info fails at creation */
+        stow_sim_fail_nth(fz_sim, STOW_SIM_MEM_INFO, 1, STOW_EBACKEND);
+
+    fz_state_t *s = calloc(1, sizeof *s);
+    FZ_CHECK(s != NULL, "host memory");
+    s->rounding = (conf & 2) != 0;
+    stow_status_t st = stow_pool_create(&cfg, &fz_backend, &s->pool);
+    if (st != STOW_OK) {
+        FZ_CHECK(st == STOW_EBACKEND && (conf & 32), "create returned %s", stow_strerror(st));
+        fz_totals.injected_faults += fz_injected;
+        stow_sim_counters_t c;
+        stow_sim_counters(fz_sim, &c);
+        FZ_CHECK(c.reserved_bytes == 0, "failed create reserved memory");
+        FZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
+        free(s);
+        return 0;
+    }
+    stow_sim_fail_nth(fz_sim, STOW_SIM_MEM_INFO, 0, STOW_OK);
+
+    for (unsigned op = 0; op < FZ_MAX_OPS && in.p < in.end; op++) {
+        uint8_t code = fz_u8(&in);
+        const char *what = "?";
+        switch (code % 16) {
+        case 0: case 1: case 2: case 3: what = "alloc"; fz_alloc(s, &in); break;
+        case 4: case 5: case 6: what = "free"; fz_free(s, &in); break;
+        case 7: {
+            what = "record_stream";
+            uint8_t pick = fz_u8(&in);
+            stow_stream_t stream = fz_streams[fz_u8(&in) % FZ_STREAMS];
+            if (s->n_live) {
+                st = stow_record_stream(s->pool, (void *)s->live[pick % s->n_live].ptr, stream);
+                FZ_CHECK(st == STOW_OK || st == STOW_EHOSTMEM, "record_stream: %s",
+                         stow_strerror(st));
+            } else {
+                FZ_CHECK(stow_record_stream(s->pool, (void *)(uintptr_t)0x1000, stream) ==
+                             STOW_ENOTOWNED,
+                         "record_stream of a foreign pointer");
+            }
+            break;
+        }
+        case 8:
+            what = "empty_cache";
+            st = stow_empty_cache(s->pool);
+            FZ_CHECK(st == STOW_OK || st == STOW_EBACKEND, "empty_cache: %s", stow_strerror(st));
+            break;
+        case 9: {
+            what = "stats";
+            stow_stats_t snap = fz_stats(s);
+            char buf[256];
+            size_t need = (fz_u8(&in) % 2) ? stow_stats_json(&snap, buf, sizeof buf)
+                                           : stow_stats_summary(&snap, buf, sizeof buf);
+            FZ_CHECK(need > 0 && strlen(buf) < sizeof buf, "summary/json truncation");
+            break;
+        }
+        case 10:
+            what = "reset";
+            if (fz_u8(&in) % 2)
+                stow_stats_reset_peak(s->pool);
+            else {
+                stow_stats_reset_accumulated(s->pool);
+                s->accumulated_reset = true;
+            }
+            break;
+        case 11: what = "scope"; fz_scope(s, &in); break;
+        case 12:
+            what = "complete_stream";
+            stow_sim_complete_stream(fz_sim, fz_streams[fz_u8(&in) % FZ_STREAMS]);
+            break;
+        case 13: what = "inject"; fz_inject(&in); break;
+        case 14: {
+            what = "capacity";
+            size_t cap = (size_t)(1 + fz_u8(&in)) * 4 * FZ_MIB;
+            stow_sim_set_capacity(fz_sim, cap);
+            fz_capacity = cap;
+            break;
+        }
+        default: {
+            what = "block_size";
+            uintptr_t p = (uintptr_t)fz_bytes(&in, 8);
+            size_t b = 0;
+            st = stow_pool_block_size(s->pool, (void *)p, &b, NULL);
+            int i = fz_find(s, p);
+            FZ_CHECK((st == STOW_OK) == (i >= 0), "block_size of %#lx: %s", (unsigned long)p,
+                     stow_strerror(st));
+            break;
+        }
+        }
+        fz_totals.ops++;
+        if (fz_verbose) {
+            stow_stats_t v = fz_stats(s);
+            fprintf(stderr, "op %u: %s -> live %u, allocated %llu, reserved %llu\n", op, what,
+                    s->n_live, (unsigned long long)v.allocated_bytes[STOW_POOL_ALL].current,
+                    (unsigned long long)v.reserved_bytes[STOW_POOL_ALL].current);
+        }
+        fz_check_books(s, what);
+    }
+
+    /* Tear down: no more faults, everything freed, nothing left on the device. */
+    for (int k = 0; k < STOW_SIM_CALL_KINDS; k++) {
+        stow_sim_fail_nth(fz_sim, (stow_sim_call_t)k, 0, STOW_OK);
+        stow_sim_fail_random(fz_sim, (stow_sim_call_t)k, 0, 0);
+    }
+    bool complete = !(setup & 8);
+    if (complete)
+        for (int i = 0; i < FZ_STREAMS; i++)
+            stow_sim_complete_stream(fz_sim, fz_streams[i]);
+    while (s->scope_depth) {
+        stow_scope_result_t r;
+        FZ_CHECK(stow_scope_pop(s->pool, &r) == STOW_OK, "final pop");
+        s->scope_depth--;
+    }
+    while (s->n_live) {
+        fz_live_t b = s->live[--s->n_live];
+        st = stow_pool_free(s->pool, (void *)b.ptr);
+        FZ_CHECK(st == STOW_OK, "final free: %s", stow_strerror(st));
+        s->alloc_bytes -= b.block;
+        s->req_bytes -= b.req;
+    }
+    fz_check_books(s, "final frees");
+    st = stow_pool_destroy(s->pool);
+    FZ_CHECK(st == STOW_OK, "destroy: %s", stow_strerror(st));
+    stow_sim_counters_t c;
+    stow_sim_counters(fz_sim, &c);
+    FZ_CHECK(c.reserved_bytes == 0 && c.live_reservations == 0,
+             "device still holds %llu bytes in %llu reservations after destroy",
+             (unsigned long long)c.reserved_bytes, (unsigned long long)c.live_reservations);
+    FZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
+    fz_totals.injected_faults += fz_injected;
+    free(s);
+    return 0;
+}

@@ -1,0 +1,172 @@
+/*
+ * tests/fuzz/fuzz_trace.c: libFuzzer target for stow_trace_parse
+ * (docs/reliability.md).
+ *
+ * Any input: the parser never crashes and never reads past text_len (the
+ * buffer is an exact-size heap copy, so ASan sees one byte too far). STOW_OK
+ * only for a trace that satisfies the format's invariants (stowage/trace.h),
+ * recomputed here independently of the parser: ids < id_count, each id
+ * allocated at most once and freed at most once after its allocation, a free
+ * carries its allocation's size and stream, sizes > 0, stream_count = 1 +
+ * largest stream, peak_live_bytes / peak_live_event as defined. On error the
+ * message is NUL-terminated and names the input, and *out is untouched.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stowage/trace.h"
+
+#define FT_CHECK(cond, ...)                                                             \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "fuzz_trace: %s:%d: check failed: %s: ", __FILE__, __LINE__, \
+                    #cond);                                                             \
+            fprintf(stderr, __VA_ARGS__);                                               \
+            fputc('\n', stderr);                                                        \
+            abort();                                                                    \
+        }                                                                               \
+    } while (0)
+
+/* Open library bug (docs/reliability.md, "Findings"), worked around unless
+ * STOW_FUZZ_KNOWN_BUGS=0:
+ *   R3: stow_trace_parse allocates id_count x 16 B and event_count x 16 B from
+ *       the header before reading any event: the 22-byte input
+ *       "4294967295 8589934590\n" asks for 64 GiB + 128 GiB (ASan aborts).
+ *       Inputs whose header line has a number of 7 or more digits are skipped. */
+#ifndef STOW_FUZZ_KNOWN_BUGS
+#define STOW_FUZZ_KNOWN_BUGS 1
+#endif
+
+static bool ft_huge_header(const uint8_t *d, size_t n)
+{
+    size_t i = 0;
+    for (;;) { /* skip blank and comment lines */
+        size_t j = i;
+        while (j < n && (d[j] == ' ' || d[j] == '\t' || d[j] == '\r'))
+            j++;
+        if (j < n && (d[j] == '\n' || d[j] == '#')) {
+            while (j < n && d[j] != '\n')
+                j++;
+            if (j == n)
+                return false;
+            i = j + 1;
+            continue;
+        }
+        break;
+    }
+    unsigned run = 0;
+    for (; i < n && d[i] != '\n'; i++) {
+        run = (d[i] >= '0' && d[i] <= '9') ? run + 1 : 0;
+        if (run >= 7)
+            return true;
+    }
+    return false;
+}
+
+static unsigned long long ft_inputs, ft_accepted;
+
+static void ft_report(void)
+{
+    fprintf(stderr, "fuzz_trace totals: inputs=%llu accepted=%llu\n", ft_inputs, ft_accepted);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    atexit(ft_report);
+    return 0;
+}
+
+static void ft_check_trace(const stow_trace_t *t)
+{
+    FT_CHECK(t->path && strcmp(t->path, "fuzz") == 0, "path");
+    FT_CHECK(t->event_count <= 2 * (uint64_t)t->id_count, "events %zu ids %u", t->event_count,
+             t->id_count);
+    uint8_t *state = calloc(t->id_count ? t->id_count : 1, 1);
+    uint64_t *size = calloc(t->id_count ? t->id_count : 1, sizeof *size);
+    uint16_t *stream = calloc(t->id_count ? t->id_count : 1, sizeof *stream);
+    FT_CHECK(state && size && stream, "host memory");
+    uint64_t live = 0, peak = 0;
+    size_t peak_event = 0;
+    uint32_t streams = 1;
+    for (size_t i = 0; i < t->event_count; i++) {
+        const stow_trace_event_t *e = &t->events[i];
+        FT_CHECK(e->id < t->id_count, "event %zu: id %u", i, e->id);
+        FT_CHECK(e->reserved_ == 0, "event %zu: reserved_", i);
+        if (e->kind == STOW_TRACE_ALLOC) {
+            FT_CHECK(state[e->id] == 0, "event %zu: id %u allocated twice", i, e->id);
+            FT_CHECK(e->size_bytes > 0 && e->size_bytes <= ((uint64_t)1 << 62), "event %zu: size",
+                     i);
+            state[e->id] = 1;
+            size[e->id] = e->size_bytes;
+            stream[e->id] = e->stream;
+            live += e->size_bytes;
+            if ((uint32_t)e->stream + 1 > streams)
+                streams = (uint32_t)e->stream + 1;
+        } else {
+            FT_CHECK(e->kind == STOW_TRACE_FREE, "event %zu: kind %d", i, e->kind);
+            FT_CHECK(state[e->id] == 1, "event %zu: free of id %u in state %d", i, e->id,
+                     state[e->id]);
+            FT_CHECK(e->size_bytes == size[e->id] && e->stream == stream[e->id],
+                     "event %zu: free carries another size/stream", i);
+            state[e->id] = 2;
+            live -= e->size_bytes;
+        }
+        if (live > peak) {
+            peak = live;
+            peak_event = i;
+        }
+    }
+    FT_CHECK(t->stream_count == streams, "stream_count %u, computed %u", t->stream_count, streams);
+    FT_CHECK(t->peak_live_bytes == peak, "peak %llu, computed %llu",
+             (unsigned long long)t->peak_live_bytes, (unsigned long long)peak);
+    FT_CHECK(peak == 0 || t->peak_live_event == peak_event, "peak event %zu, computed %zu",
+             t->peak_live_event, peak_event);
+    free(state);
+    free(size);
+    free(stream);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (STOW_FUZZ_KNOWN_BUGS && ft_huge_header(data, size)) /* R3 */
+        return 0;
+    ft_inputs++;
+    /* Exact-size copy: a read past text_len is a heap overflow under ASan. */
+    char *text = malloc(size ? size : 1);
+    FT_CHECK(text != NULL, "host memory");
+    if (size)
+        memcpy(text, data, size);
+    stow_trace_t *sentinel = (stow_trace_t *)(uintptr_t)0x1, *t = sentinel;
+    char err[128];
+    memset(err, 'x', sizeof err);
+    stow_status_t st = stow_trace_parse("fuzz", text, size, &t, err, sizeof err);
+    if (st == STOW_OK) {
+        ft_accepted++;
+        FT_CHECK(t != sentinel && t != NULL, "out");
+        ft_check_trace(t);
+        stow_trace_free(t);
+    } else {
+        FT_CHECK(st == STOW_EPARSE || st == STOW_EHOSTMEM, "status %d", (int)st);
+        FT_CHECK(t == sentinel, "out written on error");
+        FT_CHECK(memchr(err, '\0', sizeof err) != NULL, "error message not terminated");
+        FT_CHECK(st != STOW_EPARSE || strncmp(err, "fuzz:", 5) == 0, "message '%s'", err);
+    }
+    /* A tiny error buffer and no buffer at all are fine too. */
+    char small[4];
+    t = sentinel;
+    st = stow_trace_parse("fuzz", text, size, &t, small, sizeof small);
+    FT_CHECK(st != STOW_OK || t != sentinel, "second parse");
+    if (st == STOW_OK)
+        stow_trace_free(t);
+    else
+        FT_CHECK(memchr(small, '\0', sizeof small) != NULL, "small message not terminated");
+    free(text);
+    return 0;
+}
