@@ -293,6 +293,7 @@ typedef struct search {
     uint32_t *sec_start, *sec;  /* CSR: buffers alive in each section */
     uint32_t *pre;              /* preorder rank of each buffer */
     uint64_t *off, *minoff, *floor, *total;
+    uint64_t *align;            /* alignment of each buffer (flat copy) */
     uint64_t *best;             /* the plan found */
     uint32_t *stamp, stamp_now; /* dedupe of affected sections */
     uint32_t *affected;
@@ -315,19 +316,20 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-static bool trail_push(search_t *s, uint32_t what, uint64_t old)
+static bool trail_reserve(search_t *s, size_t need)
 {
-    if (s->trail_len == s->trail_cap) {
-        size_t nc = s->trail_cap ? 2 * s->trail_cap : 4096;
-        trail_entry_t *nt = realloc(s->trail, nc * sizeof *nt);
-        if (nt == NULL) {
-            s->oom = true;
-            return false;
-        }
-        s->trail = nt;
-        s->trail_cap = nc;
+    if (s->trail_cap - s->trail_len >= need)
+        return true;
+    size_t nc = s->trail_cap ? 2 * s->trail_cap : 4096;
+    while (nc - s->trail_len < need)
+        nc *= 2;
+    trail_entry_t *nt = realloc(s->trail, nc * sizeof *nt);
+    if (nt == NULL) {
+        s->oom = true;
+        return false;
     }
-    s->trail[s->trail_len++] = (trail_entry_t){what, old};
+    s->trail = nt;
+    s->trail_cap = nc;
     return true;
 }
 
@@ -479,29 +481,35 @@ static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t 
         if (top > s->cap)
             continue;
         size_t mark = s->trail_len;
+        /* One reservation covers every push of this step: b's sections, its
+         * overlaps and the raised sections. */
+        size_t need = (s->sb[b] - s->sa[b]) + (s->ov_start[b + 1] - s->ov_start[b]) + s->S + 1;
+        if (!trail_reserve(s, need)) {
+            result = SR_ABORT;
+            break;
+        }
         s->off[b] = o;
         s->best[b] = o; /* the last write on the successful path wins */
+        /* minoff of a placed buffer reads as UINT64_MAX, so the loops below
+         * need not look at off[] (saves a load per buffer in the hot loops). */
+        s->minoff[b] = UINT64_MAX;
         s->stamp_now++;
         size_t naff = 0;
-        bool ok = true;
-        /* Floors of b's sections first, so that the affected-section filter
-         * below sees them. */
-        for (uint32_t q = s->sa[b]; q < s->sb[b] && ok; q++) {
-            ok = trail_push(s, q | 0x80000000u, s->floor[q]);
+        trail_entry_t *tr = s->trail;
+        size_t tl = s->trail_len;
+        for (uint32_t q = s->sa[b]; q < s->sb[b]; q++) {
+            tr[tl++] = (trail_entry_t){q | 0x80000000u, s->floor[q]};
             s->floor[q] = top;
             s->total[q] -= size;
         }
-        for (uint32_t e = s->ov_start[b]; e < s->ov_start[b + 1] && ok; e++) {
+        for (uint32_t e = s->ov_start[b]; e < s->ov_start[b + 1]; e++) {
             uint32_t j = s->ov[e];
-            if (s->off[j] != UNPLACED || s->minoff[j] >= top)
-                continue;
-            uint64_t a = s->c->b[j].alignment, nm;
+            if (s->minoff[j] >= top)
+                continue; /* placed, or already above */
+            uint64_t a = s->align[j], nm;
             if (!stow__plan_align_up(top, a, &nm))
-                nm = UINT64_MAX;
-            if (!trail_push(s, j, s->minoff[j])) {
-                ok = false;
-                break;
-            }
+                nm = UINT64_MAX - 1; /* never fits: any top saturates above cap */
+            tr[tl++] = (trail_entry_t){j, s->minoff[j]};
             s->minoff[j] = nm;
             /* A section whose floor is already >= nm cannot rise: j itself
              * bounds the lowest minimum offset there by nm. */
@@ -511,22 +519,24 @@ static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t 
                     s->affected[naff++] = q;
                 }
         }
-        for (size_t a = 0; a < naff && ok; a++) {
+        for (size_t a = 0; a < naff; a++) {
             uint32_t q = s->affected[a];
             uint64_t m = UINT64_MAX, fl = s->floor[q];
             for (uint32_t e = s->sec_start[q]; e < s->sec_start[q + 1]; e++) {
-                uint32_t j = s->sec[e];
-                if (s->off[j] == UNPLACED && s->minoff[j] < m) {
-                    m = s->minoff[j];
+                uint64_t mj = s->minoff[s->sec[e]];
+                if (mj < m) {
+                    m = mj;
                     if (m <= fl)
                         break; /* no raise possible */
                 }
             }
             if (m != UINT64_MAX && fl < m) {
-                ok = trail_push(s, q | 0x80000000u, fl);
+                tr[tl++] = (trail_entry_t){q | 0x80000000u, fl};
                 s->floor[q] = m;
             }
         }
+        s->trail_len = tl;
+        bool ok = true;
         if (ok) {
             for (uint32_t q = pt->s0; q < pt->s1; q++) {
                 uint64_t f = s->floor[q] > o ? s->floor[q] : o;
@@ -545,6 +555,7 @@ static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t 
             s->total[q] += size;
         trail_undo(s, mark);
         s->off[b] = UNPLACED;
+        s->minoff[b] = o;
         if (result != SR_NONE)
             break;
     }
@@ -572,6 +583,7 @@ static void search_free(search_t *s)
     free(s->cand);
     free(s->cuts);
     free(s->all);
+    free(s->align);
     memset(s, 0, sizeof *s);
 }
 
@@ -684,16 +696,20 @@ static bool search_init(search_t *s, plan_ctx_t *c)
     s->affected = malloc((s->S + 1) * sizeof *s->affected);
     s->cuts = malloc((s->S + 1) * sizeof *s->cuts);
     s->all = malloc(n * sizeof *s->all);
+    s->align = malloc(n * sizeof *s->align);
+    if (s->align != NULL)
+        for (size_t i = 0; i < n; i++)
+            s->align[i] = c->b[i].alignment;
     if (s->all != NULL)
         for (size_t i = 0; i < n; i++)
             s->all[i] = (uint32_t)i;
-    return s->cuts && s->all && s->pre && s->off && s->minoff && s->best && s->floor && s->total && s->stamp &&
+    return s->align && s->cuts && s->all && s->pre && s->off && s->minoff && s->best && s->floor && s->total && s->stamp &&
            s->affected;
 }
 
 /* Preorders, after MiniMalloc's "WAT", "TAW", "TWA": W = lifetime length,
  * A = area, T = the largest section load the buffer sits in. */
-static const char *const preorders[] = {"WAT", "TAW", "TWA"};
+static const char *const preorders[] = {"TWA", "TAW", "WAT"};
 
 typedef struct pre_key {
     double w, a, t;
@@ -804,6 +820,10 @@ static int search_decide(search_t *s, uint64_t cap, double deadline)
     while (!s->timeout && !s->oom) {
         for (size_t h = 0; h < sizeof preorders / sizeof preorders[0]; h++) {
             r = search_run(s, cap, preorders[h], limit);
+#ifdef PLAN_DEBUG
+            fprintf(stderr, "  %s limit %lld r=%d used=%lld\n", preorders[h], (long long)limit, r,
+                    (long long)(limit - s->nodes_left));
+#endif
             if (r != SR_ABORT || s->timeout || s->oom)
                 break;
         }

@@ -24,6 +24,10 @@ static inline bool stow__plan_add(uint64_t a, uint64_t b, uint64_t *out)
 /* Smallest multiple of `align` (>= 1) that is >= x; false when it would wrap. */
 static inline bool stow__plan_align_up(uint64_t x, uint64_t align, uint64_t *out)
 {
+    if (align == 1) { /* the common case; skips a 64-bit division in hot loops */
+        *out = x;
+        return true;
+    }
     uint64_t rem = x % align;
     if (rem == 0) {
         *out = x;
