@@ -119,12 +119,12 @@ static inline void stow__acct_release_active(stow_accounting_t *a, unsigned kind
     stow__stat2_sub(a->s.active, kind, 1);
 }
 
-static inline void stow__acct_segment_add(stow_accounting_t *a, unsigned kind, uint64_t bytes)
+/* Reserved memory (backend memory the pool holds) grew or shrank. */
+static inline void stow__acct_reserved_add(stow_accounting_t *a, unsigned kind, uint64_t bytes)
 {
     stow_stats_t *s = &a->s;
     uint64_t old_peak = s->reserved_bytes[STOW_POOL_ALL].peak;
     stow__stat2_add(s->reserved_bytes, kind, bytes);
-    stow__stat2_add(s->segment, kind, 1);
     if (s->reserved_bytes[STOW_POOL_ALL].peak > old_peak)
         a->reserved_peak_moved = true;
     if (a->scope_depth) {
@@ -133,6 +133,28 @@ static inline void stow__acct_segment_add(stow_accounting_t *a, unsigned kind, u
         if (cur > f->reserved_peak)
             f->reserved_peak = cur;
     }
+}
+
+static inline void stow__acct_reserved_sub(stow_accounting_t *a, unsigned kind, uint64_t bytes)
+{
+    stow__stat2_sub(a->s.reserved_bytes, kind, bytes);
+}
+
+/* Reserved bytes changing pool kind without changing in total (a physical
+ * granule remapped from one range to another): the "all" entry is untouched. */
+static inline void stow__acct_reserved_move(stow_accounting_t *a, unsigned from, unsigned to,
+                                            uint64_t bytes)
+{
+    if (from == to)
+        return;
+    stow__stat_sub(&a->s.reserved_bytes[from], bytes);
+    stow__stat_add(&a->s.reserved_bytes[to], bytes);
+}
+
+static inline void stow__acct_segment_add(stow_accounting_t *a, unsigned kind, uint64_t bytes)
+{
+    stow__acct_reserved_add(a, kind, bytes);
+    stow__stat2_add(a->s.segment, kind, 1);
 }
 
 static inline void stow__acct_segment_remove(stow_accounting_t *a, unsigned kind, uint64_t bytes)

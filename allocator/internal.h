@@ -80,6 +80,11 @@ void stow__block_store_destroy(stow_block_store_t *store);
 /* Checks a configuration; on error writes the offending key into err. */
 stow_status_t stow__config_validate(const stow_config_t *config, char *err, size_t err_len);
 
+typedef struct stow_free_handle {
+    stow_phys_t phys;
+    uint8_t kind; /* pool kind its reserved bytes are counted under */
+} stow_free_handle_t;
+
 /* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
 struct stow_pool {
     pthread_mutex_t lock;
@@ -100,6 +105,16 @@ struct stow_pool {
     stow_accounting_t acct;
     uint64_t op_count;               /* alloc + free calls, the GC clock */
     uint64_t reserved_high_water_bytes; /* highest reserved ever (not reset by users) */
+    /* vmm policy (vmm.c); all zero for classic pools */
+    bool vmm;
+    stow_granule_t *lru_head, *lru_tail; /* unused mapped granules, oldest first */
+    size_t lru_count;
+    stow_free_handle_t *free_handles;  /* unmapped physical handles kept for reuse */
+    size_t free_handle_count, free_handle_capacity;
+    uint64_t phys_count;               /* handles held (mapped + free) */
+    uint64_t mapped_count;             /* granules mapped */
+    uint64_t live_granules;            /* granules under live blocks */
+    uint64_t live_granules_high_water; /* since creation or the last empty_cache */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];
@@ -123,6 +138,27 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
  * else only until `want_bytes` were released (oldest idle first). */
 size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes);
 void stow__segment_release_all(stow_pool_t *pool);
+
+/* ---- vmm.c ---- */
+/* Maps physical granules under [b->addr, b->addr + size_bytes) (b is a FREE
+ * block about to be handed out with that size). STOW_ENOMEM when the device and
+ * the unused granules cannot provide them; nothing changes on error. */
+stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes);
+/* The block (ALLOCATED or PENDING) stops holding its granules. */
+void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b);
+stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                             size_t rounded, stow_block_t **out);
+/* Unmaps unused granules and releases free handles (caller synchronized). */
+void stow__vmm_release_unused(stow_pool_t *pool);
+void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg);
+void stow__vmm_release_all_handles(stow_pool_t *pool);
+stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len);
+
+/* ---- segment.c (continued) ---- */
+void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes);
+/* Before a retry: synchronize, make every free block reusable by all streams,
+ * complete pending blocks, release idle memory. */
+void stow__segment_release_cache_for_retry(stow_pool_t *pool);
 
 /* ---- stream.c ---- */
 stow_stream_state_t *stow__stream_get(stow_pool_t *pool, stow_stream_t stream);

@@ -27,6 +27,7 @@ void stow_config_default(stow_config_t *config)
     config->garbage_collection_threshold = 0.0;
     config->memory_fraction = 1.0;
     config->release_idle_on_grow = true;
+    config->vmm_slack = 0.005;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)
@@ -54,6 +55,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'garbage_collection_threshold': must be in (0, 1)");
     if (!(c->memory_fraction > 0.0 && c->memory_fraction <= 1.0))
         return fail(err, err_len, "key 'per_process_memory_fraction': must be in (0, 1]");
+    if (!(c->vmm_slack >= 0.0 && c->vmm_slack <= 1.0))
+        return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
     for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
         if (!is_pow2_or_zero(c->roundup_power2_divisions[i]) ||
             c->roundup_power2_divisions[i] > 1024)
@@ -112,6 +115,15 @@ static stow_status_t parse_mb(const char *key, const char *v, size_t *out, char 
     return STOW_OK;
 }
 
+static void trim(char **s)
+{
+    while (isspace((unsigned char)**s))
+        (*s)++;
+    char *e = *s + strlen(*s);
+    while (e > *s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+}
+
 /* "4" for every interval, or "[256:1,512:2,>:8]": interval sizes in MiB, each
  * setting the divisions from that size up to the next entry. */
 static stow_status_t parse_divisions(const char *v, stow_config_t *c, char *err, size_t err_len)
@@ -138,12 +150,14 @@ static stow_status_t parse_divisions(const char *v, stow_config_t *c, char *err,
     unsigned last_value = 0;
     for (char *save = NULL, *item = strtok_r(list, "|", &save); item;
          item = strtok_r(NULL, "|", &save)) {
+        trim(&item);
         char *colon = strchr(item, ':');
         unsigned long long val;
         if (!colon || !parse_ulong(colon + 1, &val) || val > 1024 ||
             !is_pow2_or_zero((unsigned long)val))
             return fail(err, err_len, "key 'roundup_power2_divisions': bad entry '%s'", item);
         *colon = '\0';
+        trim(&item);
         unsigned upto;
         if (!strcmp(item, ">")) {
             upto = STOW_ROUNDUP_INTERVALS;
@@ -208,6 +222,13 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         c->memory_fraction = f;
         return STOW_OK;
     }
+    if (!strcmp(key, "vmm_slack")) {
+        double f;
+        if (!parse_double(v, &f) || !(f >= 0.0 && f <= 1.0))
+            return fail(err, err_len, "key 'vmm_slack': '%s' is not a number in [0, 1]", v);
+        c->vmm_slack = f;
+        return STOW_OK;
+    }
     if (!strcmp(key, "release_idle_on_grow")) {
         if (!parse_bool(v, &c->release_idle_on_grow))
             return fail(err, err_len, "key 'release_idle_on_grow': '%s' is not true or false",
@@ -215,15 +236,6 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         return STOW_OK;
     }
     return fail(err, err_len, "unknown key '%s'", key);
-}
-
-static void trim(char **s)
-{
-    while (isspace((unsigned char)**s))
-        (*s)++;
-    char *e = *s + strlen(*s);
-    while (e > *s && isspace((unsigned char)e[-1]))
-        *--e = '\0';
 }
 
 stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,

@@ -10,6 +10,7 @@
 #include "allocator/internal.h"
 
 #include <string.h>
+#include <time.h>
 
 unsigned stow_version(void) { return STOW_VERSION_HEX; }
 
@@ -54,6 +55,13 @@ uint64_t stow__pool_largest_free(stow_pool_t *pool)
         pool->largest_free_cache = largest;
         pool->largest_free_dirty = false;
     }
+    if (pool->vmm) {
+        /* Physical memory is fungible: one request can use every cached byte
+         * (remapped as needed), within a free virtual block. */
+        uint64_t s = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current -
+                     pool->acct.s.active_bytes[STOW_POOL_ALL].current;
+        return pool->largest_free_cache < s ? pool->largest_free_cache : s;
+    }
     return pool->largest_free_cache;
 }
 
@@ -91,8 +99,11 @@ void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_
     stow_segment_t *seg = b->segment;
     if (b->state != BLOCK_FREE) {
         stow__acct_release_active(&pool->acct, b->pool_kind, b->size_bytes);
+        if (seg->granules)
+            stow__vmm_unback(pool, b);
         if (--seg->live_blocks == 0) {
-            pool->acct.idle_segment_bytes += seg->size_bytes;
+            if (!seg->granules)
+                pool->acct.idle_segment_bytes += seg->size_bytes;
             seg->idle_since_op = pool->op_count;
         }
     }
@@ -130,7 +141,9 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
         stow_config_default(&cfg);
     if (stow__config_validate(&cfg, NULL, 0) != STOW_OK)
         return STOW_EINVAL;
-    if (cfg.policy != STOW_POLICY_CLASSIC)
+    if (cfg.policy == STOW_POLICY_VMM &&
+        !(backend->va_reserve && backend->va_release && backend->phys_create &&
+          backend->phys_release && backend->map && backend->unmap))
         return STOW_ENOSYS;
     size_t free_bytes = 0, total_bytes = 0;
     stow_status_t st = backend->mem_info(backend->ctx, &free_bytes, &total_bytes);
@@ -144,6 +157,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->backend = backend;
     pool->granularity_bytes = backend->granularity_bytes;
     pool->has_events = backend->event_record && backend->event_query && backend->event_destroy;
+    pool->vmm = cfg.policy == STOW_POLICY_VMM;
     pool->capacity_bytes = total_bytes;
     pool->limit_bytes = cfg.memory_fraction >= 1.0
                             ? total_bytes
@@ -167,6 +181,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
 
 static void pool_free_memory(stow_pool_t *pool)
 {
+    free(pool->free_handles);
     stow__stream_states_destroy(pool);
     free(pool->any);
     stow__ptr_map_destroy(&pool->live);
@@ -230,7 +245,9 @@ static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsign
 static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
 {
     size_t remaining = b->size_bytes - rounded;
-    if (b->pool_kind == STOW_POOL_SMALL)
+    /* Page-mapped: a remainder is only address space, and keeping it out of the
+     * block keeps granules it covers unmapped. */
+    if (b->pool_kind == STOW_POOL_SMALL || b->segment->granules)
         return remaining >= STOW_MIN_BLOCK_BYTES;
     /* A large-pool remainder of at most 1 MiB could only ever serve small
      * requests, which never come to the large pool: keep it in the block. */
@@ -267,7 +284,7 @@ static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *
     if (should_split(pool, b, rounded))
         split_block(pool, b, rounded);
     stow_segment_t *seg = b->segment;
-    if (seg->live_blocks++ == 0)
+    if (seg->live_blocks++ == 0 && !seg->granules)
         pool->acct.idle_segment_bytes -= seg->size_bytes;
     b->state = BLOCK_ALLOCATED;
     b->owner = ss;
@@ -288,11 +305,47 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
             return STOW_OK;
         }
     }
-    stow_status_t st = stow__segment_grow(pool, ss, kind, rounded, requested, out);
+    stow_status_t st = pool->vmm ? stow__vmm_grow(pool, ss, kind, rounded, out)
+                                 : stow__segment_grow(pool, ss, kind, rounded, requested, out);
     if (st != STOW_OK) {
         stow_size_class_stats_t *c = &pool->acct.s.size_class[stow__size_class_of(requested)];
         c->requests++;
         c->misses++;
+    }
+    return st;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Page-mapped pools: map physical granules under the chosen block. When the
+ * device is full, synchronize, gather everything freed on every stream, and
+ * try once more (the block may differ then). */
+static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *ss,
+                                       unsigned kind, size_t rounded, size_t requested,
+                                       stow_block_t **b)
+{
+    size_t final = should_split(pool, *b, rounded) ? rounded : (*b)->size_bytes;
+    stow_status_t st = stow__vmm_back(pool, *b, final);
+    if (st != STOW_ENOMEM)
+        return st;
+    uint64_t t0 = now_ns();
+    pool->acct.s.num_alloc_retries++;
+    stow__segment_release_cache_for_retry(pool);
+    *b = find_fit(pool, ss, kind, rounded);
+    st = *b ? STOW_OK : stow__vmm_grow(pool, ss, kind, rounded, b);
+    if (st == STOW_OK) {
+        final = should_split(pool, *b, rounded) ? rounded : (*b)->size_bytes;
+        st = stow__vmm_back(pool, *b, final);
+    }
+    pool->acct.s.retry_time_ns += now_ns() - t0;
+    if (st == STOW_ENOMEM) {
+        pool->acct.s.num_ooms++;
+        stow__segment_explain_oom(pool, requested, rounded);
     }
     return st;
 }
@@ -326,6 +379,10 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             pthread_mutex_unlock(&pool->lock);
             return st;
         }
+    }
+    if (pool->vmm && (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
+        pthread_mutex_unlock(&pool->lock);
+        return st;
     }
     take_block(pool, b, ss, rounded, size_bytes, hit);
     uint64_t largest = stow__pool_largest_free(pool);
@@ -394,6 +451,8 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
         if (st == STOW_OK)
             stow__stream_clear_all_synchronized(pool);
     }
+    if (pool->vmm && st == STOW_OK)
+        stow__vmm_release_unused(pool);
     stow__segment_release_idle(pool, true, 0);
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
     pthread_mutex_unlock(&pool->lock);

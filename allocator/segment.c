@@ -43,7 +43,7 @@ static stow_status_t segment_size_for(const stow_pool_t *pool, unsigned kind, si
 
 static bool segment_idle(const stow_segment_t *seg)
 {
-    return seg->live_blocks == 0 && seg->first->state == BLOCK_FREE &&
+    return !seg->granules && seg->live_blocks == 0 && seg->first->state == BLOCK_FREE &&
            seg->first->size_bytes == seg->size_bytes;
 }
 
@@ -125,6 +125,12 @@ void stow__segment_release_all(stow_pool_t *pool)
     }
     while (pool->segments) {
         stow_segment_t *seg = pool->segments;
+        if (seg->granules) {
+            stow__vmm_release_segment(pool, seg);
+            segment_unlink(pool, seg);
+            free(seg);
+            continue;
+        }
         stow__backend_status(pool, pool->backend->release(pool->backend->ctx, (void *)seg->base,
                                                           seg->size_bytes));
         pool->acct.s.num_device_free++;
@@ -132,6 +138,8 @@ void stow__segment_release_all(stow_pool_t *pool)
         segment_unlink(pool, seg);
         free(seg);
     }
+    if (pool->vmm)
+        stow__vmm_release_all_handles(pool);
 }
 
 /* Reserves size bytes within the pool's limit; STOW_ENOMEM when either the
@@ -153,7 +161,7 @@ static stow_status_t reserve_within_limit(stow_pool_t *pool, stow_stream_state_t
 /* Releases everything cached that can be released: after a device
  * synchronize, blocks freed on any stream are free for all, so split-off
  * pieces from different streams merge and whole segments come back. */
-static void release_cache_for_retry(stow_pool_t *pool)
+void stow__segment_release_cache_for_retry(stow_pool_t *pool)
 {
     if (pool->has_events) {
         pool->acct.s.num_sync_all_streams++;
@@ -164,6 +172,8 @@ static void release_cache_for_retry(stow_pool_t *pool)
                 stow__stream_process_pending(pool);
         }
     }
+    if (pool->vmm)
+        stow__vmm_release_unused(pool);
     stow__segment_release_idle(pool, true, 0);
 }
 
@@ -184,7 +194,7 @@ static const char *reserve_hint(const stow_pool_t *pool, uint64_t cached_bytes)
     return "";
 }
 
-static void explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes)
+void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes)
 {
     const stow_stats_t *s = &pool->acct.s;
     uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
@@ -237,7 +247,7 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
     if (st == STOW_ENOMEM) {
         uint64_t t0 = now_ns();
         pool->acct.s.num_alloc_retries++;
-        release_cache_for_retry(pool);
+        stow__segment_release_cache_for_retry(pool);
         st = reserve_within_limit(pool, ss, size, &ptr);
         pool->acct.s.retry_time_ns += now_ns() - t0;
     }
@@ -246,7 +256,7 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
         stow__block_delete(&pool->blocks, b);
         if (st == STOW_ENOMEM) {
             pool->acct.s.num_ooms++;
-            explain_oom(pool, requested, size);
+            stow__segment_explain_oom(pool, requested, size);
             return STOW_ENOMEM;
         }
         return STOW_EBACKEND;

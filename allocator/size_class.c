@@ -23,11 +23,13 @@ static unsigned roundup_interval(size_t size_bytes)
     return i < STOW_ROUNDUP_INTERVALS ? i : STOW_ROUNDUP_INTERVALS - 1;
 }
 
+/* Leave headroom for segment rounding (2 MiB granules at least): no size
+ * within 1 GiB of SIZE_MAX is representable as a segment anyway. */
+#define ROUND_LIMIT_BYTES (SIZE_MAX - ((size_t)1 << 30))
+
 stow_status_t stow__round_size(const stow_config_t *config, size_t size_bytes, size_t *out)
 {
-    /* Leave headroom for segment rounding (2 MiB granules at least): no size
-     * within 1 GiB of SIZE_MAX is representable as a segment anyway. */
-    if (size_bytes > SIZE_MAX - ((size_t)1 << 30))
+    if (size_bytes > ROUND_LIMIT_BYTES)
         return STOW_EOVERFLOW;
     if (size_bytes <= STOW_MIN_BLOCK_BYTES) {
         *out = STOW_MIN_BLOCK_BYTES;
@@ -38,7 +40,13 @@ stow_status_t stow__round_size(const stow_config_t *config, size_t size_bytes, s
         size_t floor_pow2 = (size_t)1 << floor_log2(size_bytes);
         size_t step = floor_pow2 / divisions;
         if (size_bytes != floor_pow2) {
-            size_t rounded = floor_pow2 + ((size_bytes - floor_pow2 + step - 1) / step) * step;
+            /* floor + steps * step can reach 2^64 for sizes near the top of the
+             * last interval: checked arithmetic, then the same limit as above. */
+            size_t steps = (size_bytes - floor_pow2 + step - 1) / step, rounded;
+            if (__builtin_mul_overflow(steps, step, &rounded) ||
+                __builtin_add_overflow(rounded, floor_pow2, &rounded) ||
+                rounded > ROUND_LIMIT_BYTES)
+                return STOW_EOVERFLOW;
             *out = (rounded + STOW_MIN_BLOCK_BYTES - 1) & ~(STOW_MIN_BLOCK_BYTES - 1);
             return STOW_OK;
         }

@@ -67,6 +67,20 @@ struct stow_block {
     uint8_t counted_split_;       /* FREE: counted in inactive_split (not a whole segment) */
 };
 
+/* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
+ * virtual range. A granule is mapped iff it holds live data (live > 0) or it
+ * sits on the pool's unused list (live == 0, kept mapped for reuse).
+ *   live == number of ALLOCATED + PENDING blocks overlapping the granule */
+typedef struct stow_granule stow_granule_t;
+struct stow_granule {
+    uintptr_t va;                      /* address of the granule */
+    stow_phys_t phys;                  /* 0 = unmapped */
+    stow_granule_t *lru_prev, *lru_next; /* unused-mapped list, oldest first */
+    uint32_t live;
+    uint8_t pool_kind;                 /* kind of the range it belongs to */
+    uint8_t on_lru;
+};
+
 struct stow_segment {
     uintptr_t base;
     size_t size_bytes;
@@ -75,6 +89,7 @@ struct stow_segment {
     uint64_t idle_since_op;       /* pool op counter when live_blocks last fell to 0 */
     uint32_t live_blocks;         /* ALLOCATED + PENDING blocks inside */
     uint8_t pool_kind;
+    stow_granule_t *granules;     /* vmm: one per granule of [base, base+size); else NULL */
 };
 
 typedef struct stow_free_index {

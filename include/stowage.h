@@ -51,7 +51,9 @@ unsigned stow_version(void);
  * ====================================================================== */
 typedef enum {
     STOW_POLICY_CLASSIC = 0, /* caching pool of backend segments (docs/design.md) */
-    STOW_POLICY_VMM = 1      /* page-mapped segments; not implemented yet: ENOSYS */
+    STOW_POLICY_VMM = 1      /* page-mapped segments: physical memory only under live blocks
+                                (docs/design.md, "Page-mapped segments"); needs a backend
+                                with the page-mapping methods, else STOW_ENOSYS */
 } stow_policy_t;
 
 /* roundup_power2_divisions applies per power-of-two interval of the request
@@ -79,6 +81,10 @@ typedef struct stow_config {
                                       memory above its all-time high-water mark, release idle
                                       cached segments (oldest first) so that the mark stays;
                                       below the mark keep them; key "release_idle_on_grow" */
+    double vmm_slack;              /* policy vmm: physical memory the pool may hold beyond the
+                                      high-water mark of live granules before it remaps unused
+                                      granules instead of taking more, as a fraction of that
+                                      mark; default 0.005; key "vmm_slack" */
 } stow_config_t;
 
 /* The built-in defaults above. Thread safety: pure. */
@@ -88,7 +94,7 @@ void stow_config_default(stow_config_t *config);
  * Applies `text` in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value")
  * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
- * per_process_memory_fraction, release_idle_on_grow (true|false),
+ * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack,
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.

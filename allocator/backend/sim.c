@@ -253,9 +253,9 @@ static stow_status_t sim_event_destroy(void *ctx, stow_event_t ev)
     pthread_mutex_lock(&s->lock);
     stow_status_t st = sim_enter(s, STOW_SIM_EVENT_DESTROY);
     sim_event_t *e = event_of(s, ev);
-    if (!e)
+    if (!e && st == STOW_OK)
         st = sim_fail(s, STOW_SIM_EVENT_DESTROY, STOW_EINVAL);
-    else {
+    else if (e) {
         /* Destroying always succeeds in effect (cuEventDestroy does not wait),
          * even when a fault is injected, so nothing leaks in either case. */
         if (!e->done)

@@ -357,3 +357,16 @@ Test(options, from_env_bad_has_prefix)
     cr_assert_str_eq(small, "STOWAGE_C");
     cr_assert_eq(stow_config_from_env(&c, NULL, 0), STOW_EINVAL);
 }
+
+Test(options, divisions_list_with_spaces)
+{
+    /* PyTorch's tokenizer ignores blanks everywhere, and stow_config_parse
+     * documents the PYTORCH_CUDA_ALLOC_CONF syntax: blanks after the list's
+     * commas must be accepted like blanks after the key list's commas. */
+    stow_config_t c;
+    stow_config_default(&c);
+    parse_ok(&c, "roundup_power2_divisions:[256:1, 512:2, >:8]");
+    cr_assert_eq(c.roundup_power2_divisions[8], 1);
+    cr_assert_eq(c.roundup_power2_divisions[9], 2);
+    cr_assert_eq(c.roundup_power2_divisions[10], 8);
+}

@@ -89,7 +89,11 @@ Test(pool, create_rejects_bad_backend_and_config)
     cr_assert_eq(stow_pool_create(&c, b, &p), STOW_EINVAL);
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    cr_assert_eq(stow_pool_create(&c, b, &p), STOW_ENOSYS);
+    bad = *b;
+    bad.map = NULL; /* page mapping unsupported */
+    cr_assert_eq(stow_pool_create(&c, &bad, &p), STOW_ENOSYS);
+    cr_assert_eq(stow_pool_create(&c, b, &p), STOW_OK);
+    cr_assert_eq(stow_pool_destroy(p), STOW_OK);
     cr_assert_eq(stow_pool_create(NULL, b, NULL), STOW_EINVAL);
     cr_assert_eq(stow_pool_destroy(NULL), STOW_OK);
     cr_assert_eq(stow_sim_destroy(b), STOW_OK);

@@ -601,3 +601,15 @@ Test(sim, many_reservations)
     cr_assert_eq(c.reserved_bytes_peak, (uint64_t)(N / 3) * 6 * GRAN);
     cr_assert_eq(stow_sim_destroy(b), STOW_OK);
 }
+
+Test(sim, injected_fault_on_bad_event_destroy_counts_one_failure)
+{
+    /* One call can fail only once: failures[k] <= calls[k]. */
+    stow_backend_t *b = sim_new(0, false);
+    stow_sim_fail_nth(b, STOW_SIM_EVENT_DESTROY, 1, STOW_OK);
+    cr_assert_neq(b->event_destroy(b->ctx, (stow_event_t)(uintptr_t)42), STOW_OK);
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.calls[STOW_SIM_EVENT_DESTROY], 1);
+    cr_assert_eq(c.failures[STOW_SIM_EVENT_DESTROY], 1);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}

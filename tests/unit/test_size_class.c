@@ -280,3 +280,21 @@ Test(size_class, free_bins_span_at_most_an_eighth)
         }
     }
 }
+
+Test(size_class, divisions_never_wrap_near_size_max)
+{
+    /* Below the EOVERFLOW limit, division rounding must not wrap past SIZE_MAX:
+     * the result is >= the request, or the call fails with STOW_EOVERFLOW. */
+    stow_config_t c;
+    for (unsigned d = 2; d <= 1024; d *= 2) {
+        config_all_divisions(&c, d);
+        size_t step = ((size_t)1 << 63) / d;
+        size_t sizes[] = {SIZE_MAX - GIB, SIZE_MAX - step + 1, ((size_t)1 << 63) + step * (d - 1) + 1};
+        for (unsigned k = 0; k < 3; k++) {
+            size_t out = 0;
+            stow_status_t st = stow__round_size(&c, sizes[k], &out);
+            cr_expect(st == STOW_EOVERFLOW || (st == STOW_OK && out >= sizes[k]),
+                      "d=%u size %zu: status %d out %zu", d, sizes[k], (int)st, out);
+        }
+    }
+}

@@ -1,0 +1,429 @@
+/*
+ * allocator/vmm.c: page-mapped segments (policy vmm).
+ *
+ * Blocks live in large virtual ranges (one family for small requests, one for
+ * large), placed by the same exact best fit as the classic pool; physical
+ * memory is mapped in granules (2 MiB on CUDA) only under live blocks.
+ * Physical granules are fungible: when a block needs a granule mapped and the
+ * pool already holds as much physical memory as its live data ever needed
+ * (plus a small slack, vmm_slack), it takes a granule that holds no live
+ * block elsewhere (oldest first), unmaps it and maps it where it is needed,
+ * instead of taking more from the device. So reserved memory tracks the
+ * high-water mark of live granules, not what fragmentation strands.
+ *
+ * Stream safety: a granule is remapped only after a device synchronize (once
+ * per allocation that remaps), because unmapping is not stream-ordered.
+ * Reserved bytes = physical granules the pool holds (mapped or not).
+ */
+#include "allocator/internal.h"
+
+#include <string.h>
+
+/* ---- unused-mapped list (oldest first) and free handles ---- */
+
+static void lru_push(stow_pool_t *pool, stow_granule_t *g)
+{
+    g->lru_next = NULL;
+    g->lru_prev = pool->lru_tail;
+    if (pool->lru_tail)
+        pool->lru_tail->lru_next = g;
+    else
+        pool->lru_head = g;
+    pool->lru_tail = g;
+    g->on_lru = 1;
+    pool->lru_count++;
+}
+
+static void lru_unlink(stow_pool_t *pool, stow_granule_t *g)
+{
+    if (g->lru_prev)
+        g->lru_prev->lru_next = g->lru_next;
+    else
+        pool->lru_head = g->lru_next;
+    if (g->lru_next)
+        g->lru_next->lru_prev = g->lru_prev;
+    else
+        pool->lru_tail = g->lru_prev;
+    g->lru_prev = g->lru_next = NULL;
+    g->on_lru = 0;
+    pool->lru_count--;
+}
+
+/* Idle physical memory: unused mapped granules and unmapped handles. */
+static void update_idle(stow_pool_t *pool)
+{
+    pool->acct.idle_segment_bytes =
+        (uint64_t)(pool->lru_count + pool->free_handle_count) * pool->granularity_bytes;
+}
+
+static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned kind)
+{
+    if (pool->free_handle_count == pool->free_handle_capacity) {
+        size_t cap = pool->free_handle_capacity ? pool->free_handle_capacity * 2 : 64;
+        stow_free_handle_t *grown = realloc(pool->free_handles, cap * sizeof *grown);
+        if (!grown)
+            return STOW_EHOSTMEM;
+        pool->free_handles = grown;
+        pool->free_handle_capacity = cap;
+    }
+    pool->free_handles[pool->free_handle_count].phys = h;
+    pool->free_handles[pool->free_handle_count].kind = (uint8_t)kind;
+    pool->free_handle_count++;
+    return STOW_OK;
+}
+
+static size_t granule_index(const stow_pool_t *pool, const stow_segment_t *seg, uintptr_t addr)
+{
+    return (size_t)(addr - seg->base) / pool->granularity_bytes;
+}
+
+/* Granules [first, end) overlapped by [addr, addr + size). */
+static void granule_span(const stow_pool_t *pool, const stow_segment_t *seg, uintptr_t addr,
+                         size_t size, size_t *first, size_t *end)
+{
+    *first = granule_index(pool, seg, addr);
+    *end = granule_index(pool, seg, addr + size - 1) + 1;
+}
+
+/* ---- backend calls ---- */
+
+static stow_status_t do_unmap(stow_pool_t *pool, stow_granule_t *g)
+{
+    pool->acct.s.num_unmap_calls++;
+    return stow__backend_status(pool, pool->backend->unmap(pool->backend->ctx, (void *)g->va,
+                                                           pool->granularity_bytes));
+}
+
+static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
+{
+    pool->acct.s.num_map_calls++;
+    return stow__backend_status(
+        pool, pool->backend->map(pool->backend->ctx, (void *)g->va, pool->granularity_bytes, h));
+}
+
+static bool may_create(const stow_pool_t *pool, uint64_t live_high_water)
+{
+    uint64_t g = pool->granularity_bytes;
+    uint64_t held = pool->phys_count * g;
+    if (held + g > pool->limit_bytes)
+        return false;
+    /* Physical beyond what live data ever needed, plus the slack, is not taken
+     * while some mapped granule sits unused: that one is remapped instead. */
+    uint64_t allowed = live_high_water +
+                       (uint64_t)((double)live_high_water * pool->config.vmm_slack);
+    return pool->phys_count < allowed || pool->lru_count == 0;
+}
+
+/* Obtains one physical handle for a granule of `kind`: a free handle, a new
+ * one, or one taken from an unused mapped granule (after *synced). */
+static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, uint64_t live_high_water,
+                                   bool *synced, stow_phys_t *out)
+{
+    if (pool->free_handle_count) {
+        stow_free_handle_t fh = pool->free_handles[--pool->free_handle_count];
+        stow__acct_reserved_move(&pool->acct, fh.kind, kind, pool->granularity_bytes);
+        *out = fh.phys;
+        return STOW_OK;
+    }
+    if (may_create(pool, live_high_water)) {
+        stow_phys_t h = 0;
+        stow_status_t st = stow__backend_status(
+            pool, pool->backend->phys_create(pool->backend->ctx, pool->granularity_bytes, &h));
+        if (st == STOW_OK) {
+            pool->phys_count++;
+            pool->acct.s.num_device_alloc++;
+            stow__acct_reserved_add(&pool->acct, kind, pool->granularity_bytes);
+            *out = h;
+            return STOW_OK;
+        }
+        if (st != STOW_ENOMEM)
+            return STOW_EBACKEND;
+    }
+    if (!pool->lru_head)
+        return STOW_ENOMEM;
+    if (!*synced && pool->has_events) {
+        /* The granule's last block may still be used by queued work. */
+        pool->acct.s.num_sync_all_streams++;
+        if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) !=
+            STOW_OK)
+            return STOW_EBACKEND;
+        *synced = true;
+    }
+    stow_granule_t *g = pool->lru_head;
+    if (do_unmap(pool, g) != STOW_OK)
+        return STOW_EBACKEND;
+    lru_unlink(pool, g);
+    stow__acct_reserved_move(&pool->acct, g->pool_kind, kind, pool->granularity_bytes);
+    *out = g->phys;
+    g->phys = 0;
+    pool->mapped_count--;
+    return STOW_OK;
+}
+
+stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes)
+{
+    stow_segment_t *seg = b->segment;
+    size_t first, end;
+    granule_span(pool, seg, b->addr, size_bytes, &first, &end);
+    /* Granules that become live: those now unused. The mapped ones among them
+     * leave the unused list first so that they cannot be taken below. */
+    uint64_t becoming_live = 0;
+    for (size_t i = first; i < end; i++) {
+        stow_granule_t *g = &seg->granules[i];
+        if (g->live == 0) {
+            becoming_live++;
+            if (g->on_lru)
+                lru_unlink(pool, g);
+        }
+    }
+    uint64_t live_after = pool->live_granules + becoming_live;
+    uint64_t high_water = live_after > pool->live_granules_high_water
+                              ? live_after
+                              : pool->live_granules_high_water;
+    bool synced = false;
+    stow_status_t st = STOW_OK;
+    for (size_t i = first; i < end && st == STOW_OK; i++) {
+        stow_granule_t *g = &seg->granules[i];
+        if (g->phys)
+            continue;
+        stow_phys_t h;
+        st = obtain_handle(pool, seg->pool_kind, high_water, &synced, &h);
+        if (st == STOW_OK && (st = do_map(pool, g, h)) != STOW_OK) {
+            (void)push_free_handle(pool, h, seg->pool_kind);
+            st = STOW_EBACKEND;
+        }
+        if (st == STOW_OK) {
+            g->phys = h;
+            pool->mapped_count++;
+        }
+    }
+    if (st != STOW_OK) {
+        /* Nothing becomes live: every mapped granule of the range that holds no
+         * live block goes (back) to the unused list. */
+        for (size_t i = first; i < end; i++) {
+            stow_granule_t *g = &seg->granules[i];
+            if (g->live == 0 && g->phys && !g->on_lru)
+                lru_push(pool, g);
+        }
+        update_idle(pool);
+        return st;
+    }
+    for (size_t i = first; i < end; i++)
+        seg->granules[i].live++;
+    pool->live_granules = live_after;
+    pool->live_granules_high_water = high_water;
+    update_idle(pool);
+    return STOW_OK;
+}
+
+void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
+{
+    stow_segment_t *seg = b->segment;
+    size_t first, end;
+    granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
+    for (size_t i = first; i < end; i++) {
+        stow_granule_t *g = &seg->granules[i];
+        stow_assert_internal(g->live > 0 && g->phys);
+        if (--g->live == 0) {
+            pool->live_granules--;
+            lru_push(pool, g);
+        }
+    }
+    update_idle(pool);
+}
+
+/* ---- virtual ranges ---- */
+
+#define SMALL_RANGE_BYTES ((size_t)4 << 30)
+#define LARGE_RANGE_BYTES ((size_t)64 << 30)
+
+stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                             size_t rounded, stow_block_t **out)
+{
+    size_t g = pool->granularity_bytes;
+    size_t chunk = kind == STOW_POOL_SMALL ? SMALL_RANGE_BYTES : LARGE_RANGE_BYTES;
+    if (rounded > SIZE_MAX - (g - 1))
+        return STOW_EOVERFLOW;
+    size_t size = (rounded + g - 1) & ~(g - 1);
+    if (size < chunk)
+        size = chunk;
+    stow_segment_t *seg = calloc(1, sizeof *seg);
+    stow_block_t *b = stow__block_new(&pool->blocks);
+    stow_granule_t *granules = calloc(size / g, sizeof *granules);
+    if (!seg || !b || !granules) {
+        free(seg);
+        free(granules);
+        if (b)
+            stow__block_delete(&pool->blocks, b);
+        return STOW_EHOSTMEM;
+    }
+    void *va = NULL;
+    stow_status_t st =
+        stow__backend_status(pool, pool->backend->va_reserve(pool->backend->ctx, size, &va));
+    if (st != STOW_OK) {
+        free(seg);
+        free(granules);
+        stow__block_delete(&pool->blocks, b);
+        return st == STOW_ENOMEM ? STOW_ENOMEM : STOW_EBACKEND;
+    }
+    seg->base = (uintptr_t)va;
+    seg->size_bytes = size;
+    seg->pool_kind = (uint8_t)kind;
+    seg->granules = granules;
+    for (size_t i = 0; i < size / g; i++) {
+        granules[i].va = seg->base + i * g;
+        granules[i].pool_kind = (uint8_t)kind;
+    }
+    seg->first = b;
+    seg->next = pool->segments;
+    if (pool->segments)
+        pool->segments->prev = seg;
+    pool->segments = seg;
+    b->addr = seg->base;
+    b->size_bytes = size;
+    b->segment = seg;
+    b->pool_kind = (uint8_t)kind;
+    b->state = BLOCK_FREE;
+    b->owner = pool->has_events ? ss : pool->any;
+    b->free_seq = ++b->owner->free_seq;
+    stow__stat2_add(pool->acct.s.segment, kind, 1);
+    stow__pool_index_insert(pool, b);
+    *out = b;
+    return STOW_OK;
+}
+
+/* ---- giving memory back ---- */
+
+static void release_free_handles(stow_pool_t *pool)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < pool->free_handle_count; i++) {
+        stow_free_handle_t fh = pool->free_handles[i];
+        if (stow__backend_status(pool, pool->backend->phys_release(pool->backend->ctx, fh.phys,
+                                                                   pool->granularity_bytes)) !=
+            STOW_OK) {
+            pool->free_handles[kept++] = fh;
+            continue;
+        }
+        pool->phys_count--;
+        pool->acct.s.num_device_free++;
+        stow__acct_reserved_sub(&pool->acct, fh.kind, pool->granularity_bytes);
+    }
+    pool->free_handle_count = kept;
+}
+
+void stow__vmm_release_unused(stow_pool_t *pool)
+{
+    /* Caller synchronized: no queued work can touch an unused granule. */
+    while (pool->lru_head) {
+        stow_granule_t *g = pool->lru_head;
+        if (do_unmap(pool, g) != STOW_OK)
+            break;
+        lru_unlink(pool, g);
+        pool->mapped_count--;
+        if (push_free_handle(pool, g->phys, g->pool_kind) != STOW_OK) {
+            /* No room to remember it: release it right away. */
+            if (stow__backend_status(pool, pool->backend->phys_release(
+                                               pool->backend->ctx, g->phys,
+                                               pool->granularity_bytes)) == STOW_OK) {
+                pool->phys_count--;
+                pool->acct.s.num_device_free++;
+                stow__acct_reserved_sub(&pool->acct, g->pool_kind, pool->granularity_bytes);
+            }
+        }
+        g->phys = 0;
+    }
+    release_free_handles(pool);
+    /* What remains mapped is live data: that is the new high-water baseline. */
+    pool->live_granules_high_water = pool->live_granules;
+    update_idle(pool);
+}
+
+/* Destroy path: every granule, handle and range goes back. */
+void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
+{
+    size_t n = seg->size_bytes / pool->granularity_bytes;
+    for (size_t i = 0; i < n; i++) {
+        stow_granule_t *g = &seg->granules[i];
+        if (!g->phys)
+            continue;
+        if (g->on_lru)
+            lru_unlink(pool, g);
+        (void)do_unmap(pool, g);
+        pool->mapped_count--;
+        if (stow__backend_status(pool, pool->backend->phys_release(pool->backend->ctx, g->phys,
+                                                                   pool->granularity_bytes)) ==
+            STOW_OK)
+            pool->acct.s.num_device_free++;
+        pool->phys_count--;
+        stow__acct_reserved_sub(&pool->acct, g->pool_kind, pool->granularity_bytes);
+        g->phys = 0;
+    }
+    stow__backend_status(pool, pool->backend->va_release(pool->backend->ctx, (void *)seg->base,
+                                                         seg->size_bytes));
+    stow__stat2_sub(pool->acct.s.segment, seg->pool_kind, 1);
+    free(seg->granules);
+    seg->granules = NULL;
+}
+
+void stow__vmm_release_all_handles(stow_pool_t *pool)
+{
+    release_free_handles(pool);
+    free(pool->free_handles);
+    pool->free_handles = NULL;
+    pool->free_handle_count = pool->free_handle_capacity = 0;
+    update_idle(pool);
+}
+
+/* Check helper: recount granule references from the blocks. */
+stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
+{
+    uint64_t refs_expected = 0, refs_counted = 0, live_granules = 0, mapped = 0, lru = 0;
+    for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
+        if (!seg->granules)
+            continue;
+        for (const stow_block_t *b = seg->first; b; b = b->next) {
+            if (b->state == BLOCK_FREE)
+                continue;
+            size_t first, end;
+            granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
+            refs_expected += end - first;
+            for (size_t i = first; i < end; i++)
+                if (!seg->granules[i].phys || !seg->granules[i].live) {
+                    snprintf(why, why_len, "vmm: live block %#lx on unmapped granule %zu",
+                             (unsigned long)b->addr, i);
+                    return STOW_EINVAL;
+                }
+        }
+        size_t n = seg->size_bytes / pool->granularity_bytes;
+        for (size_t i = 0; i < n; i++) {
+            const stow_granule_t *g = &seg->granules[i];
+            refs_counted += g->live;
+            live_granules += g->live > 0;
+            mapped += g->phys != 0;
+            lru += g->on_lru;
+            if (g->on_lru != (g->live == 0 && g->phys != 0)) {
+                snprintf(why, why_len, "vmm: granule %zu: on_lru %u, live %u, mapped %d", i,
+                         g->on_lru, g->live, g->phys != 0);
+                return STOW_EINVAL;
+            }
+        }
+    }
+    uint64_t g = pool->granularity_bytes;
+    if (refs_expected != refs_counted || live_granules != pool->live_granules ||
+        mapped != pool->mapped_count || lru != pool->lru_count ||
+        pool->phys_count != mapped + pool->free_handle_count ||
+        pool->acct.s.reserved_bytes[STOW_POOL_ALL].current != pool->phys_count * g ||
+        pool->acct.idle_segment_bytes != (lru + pool->free_handle_count) * g) {
+        snprintf(why, why_len,
+                 "vmm: refs %llu vs %llu, live granules %llu vs %llu, mapped %llu vs %llu, "
+                 "unused %llu vs %llu, handles %llu",
+                 (unsigned long long)refs_expected, (unsigned long long)refs_counted,
+                 (unsigned long long)live_granules, (unsigned long long)pool->live_granules,
+                 (unsigned long long)mapped, (unsigned long long)pool->mapped_count,
+                 (unsigned long long)lru, (unsigned long long)pool->lru_count,
+                 (unsigned long long)pool->phys_count);
+        return STOW_EINVAL;
+    }
+    return STOW_OK;
+}
