@@ -9,14 +9,21 @@ cd "$(dirname "$0")/../.."
 B=${BUILD:-build}
 LOG=$(mktemp -d /tmp/stow-vg.XXXXXX)
 TESTS=${VALGRIND_TESTS:-"test_pool test_stream test_size_class test_free_index test_ptr_map test_options test_trace"}
+JOBS=${JOBS:-2}
 ran=0
+vg_one() {
+  valgrind -q --trace-children=yes --leak-check=full --errors-for-leak-kinds=definite \
+    --error-exitcode=9 --log-file="$LOG/$1.%p.log" "$B/$1" --jobs 1 >/dev/null 2>&1 ||
+    { echo "valgrind: $1 failed"; cat "$LOG/$1".*.log; return 1; }
+}
+pids=()
 for t in $TESTS; do
   [ -x "$B/$t" ] || continue
-  valgrind -q --trace-children=yes --leak-check=full --errors-for-leak-kinds=definite \
-    --error-exitcode=9 --log-file="$LOG/$t.%p.log" "$B/$t" --jobs 1 >/dev/null 2>&1 ||
-    { echo "valgrind: $t failed"; cat "$LOG/$t".*.log; exit 1; }
+  vg_one "$t" & pids+=($!)
   ran=$((ran + 1))
+  if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}" || exit 1; pids=("${pids[@]:1}"); fi
 done
+for p in "${pids[@]}"; do wait "$p" || exit 1; done
 valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=9 \
   --log-file="$LOG/stress.%p.log" "$B/stress_threads" 2 5000 >/dev/null
 bad=$(grep -l 'ERROR SUMMARY: [1-9]' "$LOG"/*.log || true)
