@@ -9,5 +9,8 @@
 int stow__cli_replay(int argc, char **argv); /* cli/cmd_replay.c */
 int stow__cli_plan(int argc, char **argv);   /* cli/cmd_plan.c */
 int stow__cli_peak(int argc, char **argv);   /* cli/cmd_peak.c */
+int stow__cli_report(int argc, char **argv); /* cli/cmd_report.c */
+int stow__cli_diff(int argc, char **argv);   /* cli/cmd_diff.c */
+int stow__cli_import(int argc, char **argv); /* cli/cmd_import.c */
 
 #endif

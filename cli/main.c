@@ -17,6 +17,9 @@ static void usage(FILE *f)
             "  replay   replay allocation traces on the simulated device under a policy\n"
             "  plan     plan offsets for buffers with known lifetimes (CSV)\n"
             "  peak     exact peak memory of an op schedule\n"
+            "  report   memory report of a trace (HTML page, growth, JSON)\n"
+            "  diff     compare the memory of two traces; exit 1 on regression\n"
+            "  import   convert an RMM log (CSV) to a .rep trace\n"
             "  version  print the library version\n"
             "\n"
             "'stowage <command> --help' describes each command.\n");
@@ -35,6 +38,12 @@ int main(int argc, char **argv)
         return stow__cli_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "peak"))
         return stow__cli_peak(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report"))
+        return stow__cli_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "diff"))
+        return stow__cli_diff(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import"))
+        return stow__cli_import(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         unsigned v = stow_version();
         printf("stowage %u.%u.%u\n", v >> 16, (v >> 8) & 0xff, v & 0xff);

@@ -1,0 +1,187 @@
+/*
+ * cli/cmd_report.c: `stowage report`, the memory report of one trace: a
+ * self-contained HTML page, a JSON line, or the growth analysis as text.
+ * Glue between argv and models/report.h only.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "models/report.h"
+
+static void report_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: stowage report TRACE [--policy P] [--capacity BYTES] [--min-capacity]\n"
+            "                     [--conf S] [-o FILE.html] [--json] [--growth]\n"
+            "                     [--iterations N | --boundary EVENT,...] [--tags FILE]\n"
+            "                     [--bars N] [--points N]\n"
+            "\n"
+            "Replays TRACE under a policy (default classic) and writes one self-contained\n"
+            "HTML page: memory over time (live and reserved bytes, peak marked), allocation\n"
+            "lifetimes, fragmentation, growth across iterations, the allocations alive at\n"
+            "the peak, and the headline figures (docs/report.md).\n"
+            "  -o FILE         the page (default report.html; not written with --json or\n"
+            "                  --growth unless -o is given)\n"
+            "  --json          one JSON line of headline figures and the growth verdict\n"
+            "  --growth        live bytes at each iteration boundary and a leak warning;\n"
+            "                  exit 1 when live bytes grow steadily\n"
+            "  --iterations N  the trace holds N iterations (else detected)\n"
+            "  --boundary E,.. iteration boundaries as event indices\n"
+            "  --tags FILE     '<id> <tag>' lines (default TRACE.tags when present)\n"
+            "  --bars N        lifetimes drawn one by one (default 2000)\n"
+            "  --points N      memory-chart buckets (default 4000)\n"
+            "Exit status: 0 ok, 1 leak (--growth), 2 bad usage or input.\n");
+}
+
+static bool parse_count(const char *s, size_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return false;
+    *out = (size_t)v;
+    return true;
+}
+
+int stow__cli_report(int argc, char **argv)
+{
+    const char *trace_path = NULL, *out_path = NULL, *policy = "classic", *conf = NULL;
+    const char *tags_path = NULL;
+    size_t capacity = 0, iterations = 0;
+    bool json = false, growth = false, min_capacity = false;
+    static size_t given[STOW_REPORT_MAX_BOUNDARIES];
+    unsigned given_count = 0;
+    stow_html_opts_t hopts = {0, 0, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            report_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--growth")) {
+            growth = true;
+        } else if (!strcmp(a, "--min-capacity")) {
+            min_capacity = true;
+        } else if (!strcmp(a, "--policy") && v) {
+            policy = v, i++;
+        } else if (!strcmp(a, "--conf") && v) {
+            conf = v, i++;
+        } else if (!strcmp(a, "-o") && v) {
+            out_path = v, i++;
+        } else if (!strcmp(a, "--tags") && v) {
+            tags_path = v, i++;
+        } else if (!strcmp(a, "--capacity") && v) {
+            ok = stow__replay_parse_bytes(v, &capacity), i++;
+        } else if (!strcmp(a, "--iterations") && v) {
+            ok = parse_count(v, &iterations) && iterations >= 2 &&
+                 iterations <= STOW_REPORT_MAX_BOUNDARIES, i++;
+        } else if (!strcmp(a, "--bars") && v) {
+            ok = parse_count(v, &hopts.max_bars) && hopts.max_bars > 0, i++;
+        } else if (!strcmp(a, "--points") && v) {
+            ok = parse_count(v, &hopts.max_points) && hopts.max_points > 0, i++;
+        } else if (!strcmp(a, "--boundary") && v) {
+            char *copy = strdup(v);
+            for (char *tok = strtok(copy, ","); ok && tok; tok = strtok(NULL, ",")) {
+                size_t e;
+                ok = parse_count(tok, &e) && given_count < STOW_REPORT_MAX_BOUNDARIES;
+                if (ok)
+                    given[given_count++] = e;
+            }
+            free(copy);
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "stowage report: unknown option or missing value '%s'\n", a);
+            return 2;
+        } else if (!trace_path) {
+            trace_path = a;
+        } else {
+            fprintf(stderr, "stowage report: one trace only ('%s')\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "stowage report: bad value for %s\n", a);
+            return 2;
+        }
+    }
+    if (!trace_path) {
+        report_usage(stderr);
+        return 2;
+    }
+    if (!stow__replay_policy_find(policy) && strcmp(policy, "vmm")) {
+        fprintf(stderr, "stowage report: unknown policy '%s'\n", policy);
+        return 2;
+    }
+    stow_config_t config;
+    stow_config_default(&config);
+    char err[512] = "";
+    if (stow_config_from_env(&config, err, sizeof err) != STOW_OK ||
+        (conf && stow_config_parse(&config, conf, err, sizeof err) != STOW_OK)) {
+        fprintf(stderr, "stowage report: %s\n", err);
+        return 2;
+    }
+    stow_trace_t *t = NULL;
+    if (stow_trace_load(trace_path, &t, err, sizeof err) != STOW_OK) {
+        fprintf(stderr, "stowage report: %s\n", err);
+        return 2;
+    }
+    char sidecar[4096];
+    snprintf(sidecar, sizeof sidecar, "%s.tags", trace_path);
+    if (!tags_path && access(sidecar, R_OK) == 0)
+        tags_path = sidecar;
+    const char **tags = NULL;
+    if (tags_path && !(tags = stow__report_tags_load(tags_path, t->id_count, err, sizeof err))) {
+        fprintf(stderr, "stowage report: %s\n", err);
+        stow_trace_free(t);
+        return 2;
+    }
+    stow_report_t r;
+    stow_status_t st = stow__report_build(t, policy, &config, capacity, min_capacity, 2000, &r);
+    if (st != STOW_OK) {
+        fprintf(stderr, "stowage report: %s: %s\n", trace_path, stow_strerror(st));
+        stow__report_tags_free(tags, t->id_count);
+        stow_trace_free(t);
+        return 2;
+    }
+    r.tags = tags;
+    stow_growth_t *g = malloc(sizeof *g);
+    int rc = 0;
+    if (!g) {
+        rc = 2;
+        goto done;
+    }
+    stow__report_growth(&r, given, given_count, (unsigned)iterations, g);
+    if (json)
+        stow__report_write_json(stdout, &r, g);
+    if (growth) {
+        stow__report_growth_print(stdout, &r, g);
+        rc = g->leak ? 1 : 0;
+    }
+    if (out_path || (!json && !growth)) {
+        const char *path = out_path ? out_path : "report.html";
+        FILE *f = fopen(path, "w");
+        if (!f || stow__report_write_html(f, &r, g, &hopts) != STOW_OK) {
+            fprintf(stderr, "stowage report: cannot write %s\n", path);
+            rc = 2;
+        }
+        if (f && fclose(f) != 0)
+            rc = 2;
+        if (rc != 2 && !json && !growth)
+            fprintf(stderr, "wrote %s\n", path);
+    }
+done:
+    free(g);
+    stow__report_free(&r);
+    stow__report_tags_free(tags, t->id_count);
+    stow_trace_free(t);
+    return rc;
+}
