@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Convert a PyTorch memory snapshot to a Stowage .rep trace.
+
+The snapshot is the pickle written by torch.cuda.memory._dump_snapshot(): a
+dict with 'segments' and 'device_traces' (one list of trace entries per
+device; each entry has 'action', 'addr', 'size', 'stream', 'frames', ...).
+
+    python3 python/stowage_import_snapshot.py snapshot.pickle -o out.rep [--device N]
+
+Only the standard library is used. The pickle is read with an Unpickler that
+refuses every class, so a snapshot cannot run code: _dump_snapshot pickles
+plain dicts, lists, strings and numbers, and anything else is an error.
+
+Mapping (docs/report.md, "Importers"):
+- 'alloc' gives a new dense id for its address; the id lives until the
+  address's 'free_completed' (the memory may be reused), or its
+  'free_requested' when the trace has no completion for it (the id is then
+  freed at the next alloc of the address or at the end of the trace).
+- Streams become dense indices in order of first use.
+- Frees of addresses allocated before the ring buffer's first entry are
+  skipped (counted); 'oom', 'segment_*' and 'snapshot' entries are counted
+  and left out.
+- When entries carry 'frames', OUT.rep.tags gets '<id> <file>:<line> <name>'
+  of the first frame outside torch (read by `stowage report` and `diff`).
+"""
+
+import argparse
+import io
+import pickle
+import sys
+
+
+class RefusingUnpickler(pickle.Unpickler):
+    """Loads plain containers only: any class or function is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(
+            "snapshot references %s.%s: refusing to load classes" % (module, name))
+
+
+def load_snapshot(data):
+    """The snapshot dict from the pickle bytes `data`."""
+    snap = RefusingUnpickler(io.BytesIO(data)).load()
+    if not isinstance(snap, dict) or "device_traces" not in snap:
+        raise ValueError("not a memory snapshot: no 'device_traces' key")
+    traces = snap["device_traces"]
+    if not isinstance(traces, list):
+        raise ValueError("'device_traces' is not a list")
+    return snap
+
+
+def _tag(frames):
+    for fr in frames or ():
+        if not isinstance(fr, dict):
+            continue
+        fn = str(fr.get("filename", ""))
+        if "/torch/" in fn or fn.startswith("??"):
+            continue
+        return "%s:%s %s" % (fn, fr.get("line", "?"), fr.get("name", "?"))
+    return None
+
+
+def convert(entries):
+    """(events, tags, counts) for one device's trace entries.
+
+    events: list of ('a', id, size, stream) and ('f', id); tags: {id: text}.
+    """
+    events, tags = [], {}
+    counts = {"alloc": 0, "free": 0, "unknown_free": 0, "ignored": 0}
+    streams = {}
+    live = {}          # addr -> id
+    pending = {}       # addr -> id, free_requested but not completed
+    completed = any(isinstance(e, dict) and e.get("action") == "free_completed"
+                    for e in entries)
+    next_id = 0
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or "action" not in e:
+            raise ValueError("entry %d: not a trace entry" % i)
+        act = e["action"]
+        if act == "alloc":
+            addr, size = e.get("addr"), e.get("size")
+            if not isinstance(addr, int) or not isinstance(size, int) or size < 0:
+                raise ValueError("entry %d: alloc without integer addr and size" % i)
+            if addr in pending:
+                events.append(("f", pending.pop(addr)))
+                counts["free"] += 1
+            if addr in live:
+                raise ValueError("entry %d: alloc of live address 0x%x" % (i, addr))
+            stream = streams.setdefault(e.get("stream", 0), len(streams))
+            live[addr] = next_id
+            events.append(("a", next_id, size, stream))
+            t = _tag(e.get("frames"))
+            if t:
+                tags[next_id] = t
+            next_id += 1
+            counts["alloc"] += 1
+        elif act in ("free_requested", "free_completed"):
+            addr = e.get("addr")
+            if act == "free_completed":
+                if addr in live:
+                    events.append(("f", live.pop(addr)))
+                    counts["free"] += 1
+                elif addr in pending:
+                    events.append(("f", pending.pop(addr)))
+                    counts["free"] += 1
+                else:
+                    counts["unknown_free"] += 1
+            elif addr in live:
+                if completed:
+                    pending[addr] = live.pop(addr)
+                else:
+                    events.append(("f", live.pop(addr)))
+                    counts["free"] += 1
+            else:
+                counts["unknown_free"] += 1
+        else:
+            counts["ignored"] += 1
+    for addr in list(pending):
+        events.append(("f", pending.pop(addr)))
+        counts["free"] += 1
+    return events, tags, counts
+
+
+def write_rep(f, events):
+    nids = sum(1 for e in events if e[0] == "a")
+    f.write("%d %d\n" % (nids, len(events)))
+    for e in events:
+        if e[0] == "a":
+            f.write("a %d %d %d\n" % (e[1], e[2], e[3]))
+        else:
+            f.write("f %d\n" % e[1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("snapshot")
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--device", type=int, default=None,
+                    help="device index (default: the one with the most entries)")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.snapshot, "rb") as f:
+            snap = load_snapshot(f.read())
+        traces = snap["device_traces"]
+        if not traces:
+            raise ValueError("no device traces")
+        dev = args.device
+        if dev is None:
+            dev = max(range(len(traces)), key=lambda d: len(traces[d] or []))
+        if not 0 <= dev < len(traces):
+            raise ValueError("no device %d (%d in the snapshot)" % (dev, len(traces)))
+        events, tags, counts = convert(traces[dev] or [])
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError) as exc:
+        print("%s: %s" % (args.snapshot, exc), file=sys.stderr)
+        return 2
+    with open(args.output, "w") as f:
+        write_rep(f, events)
+    if tags:
+        with open(args.output + ".tags", "w") as f:
+            for i in sorted(tags):
+                f.write("%d %s\n" % (i, tags[i].replace("\n", " ")))
+    print("wrote %s: device %d, %d allocations, %d frees, %d frees of earlier "
+          "allocations skipped, %d other entries left out%s"
+          % (args.output, dev, counts["alloc"], counts["free"], counts["unknown_free"],
+             counts["ignored"], ", tags in %s.tags" % args.output if tags else ""),
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
