@@ -292,7 +292,7 @@ static size_t detect_period(const stow_report_t *r)
         return 0;
     static double x[GROWTH_POINTS];
     static double ac[GROWTH_POINTS / 2 + 2];
-    size_t m = GROWTH_POINTS;
+    size_t m = n < GROWTH_POINTS ? n : GROWTH_POINTS;
     for (size_t k = 0; k < m; k++) {
         size_t lo = k * n / m, hi = (k + 1) * n / m;
         double sum = 0;
@@ -390,7 +390,7 @@ void stow__report_growth_print(FILE *f, const stow_report_t *r, const stow_growt
         fprintf(f, "  boundary %-4u event %-10zu live %llu bytes\n", i + 1, g->boundary_event[i],
                 (unsigned long long)g->boundary_live[i]);
     if (g->boundary_count >= 2)
-        fprintf(f, "  growth per iteration: %lld bytes\n",
+        fprintf(f, "  mean change per iteration: %lld bytes\n",
                 (long long)g->growth_per_iteration_bytes);
     if (g->leak)
         fprintf(f, "warning: live bytes grow at every iteration boundary "

@@ -1,0 +1,317 @@
+/*
+ * tests/unit/test_report.c: `stowage report` (models/report.h): min/max
+ * downsampling keeps the extremes, the allocations alive at the peak, the
+ * HTML page is self-contained and carries the data of a small trace, growth
+ * detection on a leaking and a steady synthetic trace (tests/data/report_*),
+ * tags files, and the built CLI. No timing is asserted.
+ */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "models/report.h"
+#include "stowage.h"
+#include "stowage/trace.h"
+#include "test_support.h"
+
+static stow_trace_t *parse(const char *text)
+{
+    stow_trace_t *t = NULL;
+    char err[256] = "";
+    cr_assert_eq(stow_trace_parse("synthetic", text, strlen(text), &t, err, sizeof err), STOW_OK,
+                 "%s", err);
+    return t;
+}
+
+static stow_trace_t *load_data(const char *name)
+{
+    char path[4096], err[512] = "";
+    snprintf(path, sizeof path, "%s/tests/data/%s", STOW_SOURCE_DIR, name);
+    stow_trace_t *t = NULL;
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+    return t;
+}
+
+static stow_report_t build(const stow_trace_t *t, const char *policy)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    stow_report_t r;
+    cr_assert_eq(stow__report_build(t, policy, &c, 0, false, 100, &r), STOW_OK);
+    return r;
+}
+
+Test(report_series, downsampling_keeps_max_and_min)
+{
+    enum { N = 10007 };
+    uint64_t *v = malloc(N * sizeof *v);
+    for (size_t i = 0; i < N; i++)
+        v[i] = 1000 + (i * 7919) % 500;
+    v[4321] = 999999; /* a one-event spike */
+    v[777] = 3;       /* a one-event trough */
+    stow_bucket_t b[100];
+    size_t n = stow__series_downsample(v, N, 100, b);
+    cr_assert_leq(n, 100);
+    uint64_t hi = 0, lo = UINT64_MAX;
+    size_t covered = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(b[i].first_event, covered);
+        covered += b[i].event_count;
+        hi = b[i].hi > hi ? b[i].hi : hi;
+        lo = b[i].lo < lo ? b[i].lo : lo;
+        cr_assert_leq(b[i].lo, b[i].hi);
+    }
+    cr_assert_eq(covered, N);
+    cr_assert_eq(hi, 999999);
+    cr_assert_eq(lo, 3);
+    cr_assert_eq(stow__series_downsample(v, 0, 100, b), 0);
+    cr_assert_eq(stow__series_downsample(v, 3, 100, b), 3); /* fewer events than buckets */
+    free(v);
+}
+
+/* Peak live is 3000 after event 3 (ids 0, 1, 2 live); id 2 is the largest. */
+static const char small_trace[] = "4 7\n"
+                                  "a 0 1000 0\n"
+                                  "a 1 500 0\n"
+                                  "a 2 1500 0\n"
+                                  "f 1\n"
+                                  "f 2\n"
+                                  "a 3 2000 0\n"
+                                  "f 0\n";
+
+Test(report, figures_and_alive_at_peak)
+{
+    stow_trace_t *t = parse(small_trace);
+    stow_report_t r = build(t, "classic");
+    cr_assert_eq(r.peak_live_bytes, 3000);
+    cr_assert_eq(r.peak_live_event, 2);
+    cr_assert_eq(r.live_bytes[6], 2000);
+    cr_assert_not_null(r.reserved_bytes);
+    cr_assert_geq(r.peak_reserved_bytes, 3000);
+    cr_assert_eq(r.ooms, 0);
+    cr_assert(r.has_backend_calls);
+    cr_assert_gt(r.frag_count, 0);
+    stow_report_alloc_t a[4];
+    cr_assert_eq(stow__report_alive_at(&r, r.peak_live_event, a, 4), 3);
+    cr_assert_eq(a[0].id, 2);
+    cr_assert_eq(a[1].id, 0);
+    cr_assert_eq(a[2].id, 1);
+    cr_assert_eq(a[0].free_event, 4);
+    cr_assert_eq(r.allocs[3].free_event, SIZE_MAX);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+Test(report, other_policies)
+{
+    stow_trace_t *t = parse(small_trace);
+    stow_report_t r = build(t, "pytorch");
+    cr_assert_not_null(r.reserved_bytes); /* sampled from the model */
+    cr_assert_geq(r.peak_reserved_bytes, 3000);
+    stow__report_free(&r);
+    r = build(t, "naive");
+    cr_assert_null(r.reserved_bytes); /* headline figures only */
+    cr_assert_geq(r.peak_reserved_bytes, 3000);
+    stow__report_free(&r);
+    stow_config_t c;
+    stow_config_default(&c);
+    cr_assert_eq(stow__report_build(t, "bogus", &c, 0, false, 10, &r), STOW_EINVAL);
+    stow_trace_free(t);
+}
+
+static char *html_of(const stow_report_t *r, const stow_growth_t *g, const stow_html_opts_t *o)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_eq(stow__report_write_html(f, r, g, o), STOW_OK);
+    fclose(f);
+    return buf;
+}
+
+Test(report_html, self_contained_with_the_data)
+{
+    stow_trace_t *t = parse(small_trace);
+    stow_report_t r = build(t, "classic");
+    const char *tags[4] = {"weights", NULL, "<attn> & mlp", NULL};
+    r.tags = tags;
+    stow_growth_t g;
+    stow__report_growth(&r, NULL, 0, 0, &g);
+    char *html = html_of(&r, &g, NULL);
+    cr_assert_null(strstr(html, "http://"));
+    cr_assert_null(strstr(html, "https://"));
+    cr_assert_null(strstr(html, "<script src"));
+    cr_assert_null(strstr(html, "<link"));
+    cr_assert_null(strstr(html, "@import"));
+    cr_assert_not_null(strstr(html, "\"peak_live\":3000"));
+    cr_assert_not_null(strstr(html, "\"peak_live_event\":2"));
+    /* the peak table, largest first, tags escaped */
+    char *p2 = strstr(html, "<tr data-id=2>"), *p0 = strstr(html, "<tr data-id=0>");
+    char *p1 = strstr(html, "<tr data-id=1>");
+    cr_assert(p2 && p0 && p1 && p2 < p0 && p0 < p1);
+    cr_assert_null(strstr(html, "<tr data-id=3>")); /* not alive at the peak */
+    cr_assert_not_null(strstr(html, "&lt;attn&gt; &amp; mlp"));
+    cr_assert_not_null(strstr(html, "weights"));
+    /* the memory series and the bars */
+    cr_assert_not_null(strstr(html, "\"hi\":[1000,1500,3000,2500,1000,3000,2000]"), "%s", html);
+    cr_assert_not_null(strstr(html, "\"bars\":{\"id\":[3,2,0,1]"));
+    free(html);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+Test(report_html, large_trace_aggregates)
+{
+    /* 20000 allocations: the page keeps max_bars bars and max_points buckets,
+     * and the spike survives downsampling */
+    size_t n = 20000, cap = n * 40 + 64;
+    char *text = malloc(cap);
+    size_t len = (size_t)snprintf(text, cap, "%zu %zu\n", n, 2 * n);
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "a %zu %zu 0\nf %zu\n", i,
+                                i == 12345 ? (size_t)1 << 30 : 4096 + i % 977, i);
+    stow_trace_t *t = parse(text);
+    stow_report_t r = build(t, "classic");
+    stow_html_opts_t o = {100, 50, 10};
+    char *html = html_of(&r, NULL, &o);
+    cr_assert_not_null(strstr(html, ",1073741824,")); /* the spike, in "hi" */
+    char *ev = strstr(html, "\"ev\":[");
+    size_t commas = 0;
+    for (char *c = ev; *c != ']'; c++)
+        commas += *c == ',';
+    cr_assert_leq(commas + 1, 100);
+    char *bars = strstr(html, "\"bars\":{\"id\":[");
+    commas = 0;
+    for (char *c = bars + 14; *c != ']'; c++)
+        commas += *c == ',';
+    cr_assert_eq(commas + 1, 50);
+    cr_assert_not_null(strstr(bars, "\"id\":[12345,")); /* the largest first */
+    cr_assert_lt(strlen(html), 200000);
+    free(html);
+    stow__report_free(&r);
+    stow_trace_free(t);
+    free(text);
+}
+
+Test(report_growth, leaking_trace_warns)
+{
+    stow_trace_t *t = load_data("report_leak.rep");
+    stow_report_t r = build(t, "classic");
+    stow_growth_t g;
+    stow__report_growth(&r, NULL, 0, 0, &g);
+    cr_assert_str_eq(g.method, "pattern");
+    cr_assert_eq(g.iterations, 10);
+    cr_assert(g.leak);
+    cr_assert_eq(g.growth_per_iteration_bytes, 2 << 20);
+    stow__report_growth(&r, NULL, 0, 10, &g); /* --iterations 10 */
+    cr_assert_str_eq(g.method, "iterations");
+    cr_assert(g.leak);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+Test(report_growth, steady_trace_does_not)
+{
+    stow_trace_t *t = load_data("report_steady.rep");
+    stow_report_t r = build(t, "classic");
+    stow_growth_t g;
+    stow__report_growth(&r, NULL, 0, 0, &g);
+    cr_assert_eq(g.iterations, 10);
+    cr_assert_not(g.leak);
+    for (unsigned i = 1; i < g.boundary_count; i++)
+        cr_assert_eq(g.boundary_live[i], g.boundary_live[0]);
+    size_t given[] = {62, 122, 182};
+    stow__report_growth(&r, given, 3, 0, &g);
+    cr_assert_str_eq(g.method, "given");
+    cr_assert_eq(g.boundary_count, 3);
+    cr_assert_not(g.leak);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+Test(report_growth, shared_training_trace_no_leak)
+{
+    char path[4096], err[512];
+    if (!ts_shared_trace("gpt2_train.rep", path, sizeof path))
+        cr_skip_test("shared traces absent");
+    stow_trace_t *t = NULL;
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK);
+    stow_report_t r = build(t, "classic");
+    stow_growth_t g;
+    stow__report_growth(&r, NULL, 0, 0, &g);
+    cr_assert_eq(g.iterations, 4); /* 4 steps */
+    cr_assert_not(g.leak);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+Test(report, tags_file)
+{
+    char path[] = "/tmp/stow_tags_XXXXXX";
+    int fd = mkstemp(path);
+    const char good[] = "# id tag\n0 train.py:10 forward\n\n2 opt\n";
+    cr_assert_eq(write(fd, good, sizeof good - 1), (ssize_t)(sizeof good - 1));
+    close(fd);
+    char err[256] = "";
+    const char **tags = stow__report_tags_load(path, 4, err, sizeof err);
+    cr_assert_not_null(tags, "%s", err);
+    cr_assert_str_eq(tags[0], "train.py:10 forward");
+    cr_assert_null(tags[1]);
+    cr_assert_str_eq(tags[2], "opt");
+    stow__report_tags_free(tags, 4);
+    cr_assert_null(stow__report_tags_load(path, 2, err, sizeof err)); /* id 2 >= 2 */
+    char want[64];
+    snprintf(want, sizeof want, "%s:4: ", path);
+    cr_assert_not_null(strstr(err, want), "%s", err);
+    unlink(path);
+}
+
+/* ---- the built CLI ---- */
+
+static int cli(const char *args, char *out, size_t out_len)
+{
+    char exe[4096], cmd[8192];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
+    cr_assert_gt(n, 0);
+    exe[n] = 0;
+    strcpy(strrchr(exe, '/'), "/stowage");
+    if (access(exe, X_OK))
+        cr_skip_test("build/stowage not built");
+    snprintf(cmd, sizeof cmd, "'%s' report %s 2>&1", exe, args);
+    FILE *p = popen(cmd, "r");
+    size_t got = fread(out, 1, out_len - 1, p);
+    out[got] = 0;
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(report_cli, growth_exit_status_and_html)
+{
+    char args[8192], out[16384];
+    snprintf(args, sizeof args, "--growth %s/tests/data/report_leak.rep", STOW_SOURCE_DIR);
+    cr_assert_eq(cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "warning: live bytes grow"));
+    snprintf(args, sizeof args, "--growth %s/tests/data/report_steady.rep", STOW_SOURCE_DIR);
+    cr_assert_eq(cli(args, out, sizeof out), 0, "%s", out);
+    char html[] = "/tmp/stow_report_XXXXXX";
+    close(mkstemp(html));
+    snprintf(args, sizeof args, "--json -o %s %s/tests/data/report_steady.rep", html,
+             STOW_SOURCE_DIR);
+    cr_assert_eq(cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "\"peak_live_bytes\":169869312"), "%s", out);
+    cr_assert_not_null(strstr(out, "\"leak\":false"), "%s", out);
+    FILE *f = fopen(html, "r");
+    char head[64] = "";
+    cr_assert_gt(fread(head, 1, 15, f), 0);
+    fclose(f);
+    cr_assert_str_eq(head, "<!DOCTYPE html>");
+    unlink(html);
+    cr_assert_eq(cli("--policy bogus x.rep", out, sizeof out), 2);
+    cr_assert_eq(cli("/nonexistent.rep", out, sizeof out), 2);
+    cr_assert_eq(cli("--iterations 1 x.rep", out, sizeof out), 2);
+    cr_assert_eq(cli("--help", out, sizeof out), 0);
+}
