@@ -1,0 +1,126 @@
+/*
+ * tests/unit/test_import.c: `stowage import rmm` (models/rmm_import.c):
+ * RMM logging_resource_adaptor CSV to .rep, dense ids and streams, failures
+ * counted, and every malformed row reported as FILE:LINE: reason.
+ */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "models/report.h"
+#include "stowage/trace.h"
+
+static stow_status_t import(const char *csv, char **rep, char *err, size_t err_len,
+                            stow_rmm_import_stats_t *s)
+{
+    size_t len = 0;
+    FILE *f = open_memstream(rep, &len);
+    stow_status_t st = stow__rmm_import("log.csv", csv, strlen(csv), f, s, err, err_len);
+    fclose(f);
+    return st;
+}
+
+Test(rmm_import, converts_with_dense_ids)
+{
+    const char csv[] = "Thread,Time,Action,Pointer,Size,Stream\n"
+                       "1,10:00:00:000001,allocate,0x7f0000000000,1024,0x0\n"
+                       "1,10:00:00:000002,allocate,0x7f0000100000,4096,0x55aa\r\n"
+                       "1,10:00:00:000003,allocate failure,0x0,999999999999,0x0\n"
+                       "1,10:00:00:000004,free,0x7f0000000000,1024,0x0\n"
+                       "\n"
+                       "1,10:00:00:000005,allocate,0x7f0000000000,512,0x0\n";
+    char *rep = NULL, err[256] = "";
+    stow_rmm_import_stats_t s;
+    cr_assert_eq(import(csv, &rep, err, sizeof err, &s), STOW_OK, "%s", err);
+    cr_assert_str_eq(rep, "3 4\na 0 1024 0\na 1 4096 1\nf 0\na 2 512 0\n");
+    cr_assert_eq(s.allocations, 3);
+    cr_assert_eq(s.frees, 1);
+    cr_assert_eq(s.failures, 1);
+    cr_assert_eq(s.streams, 2);
+    cr_assert_eq(s.still_live, 2);
+    stow_trace_t *t = NULL;
+    cr_assert_eq(stow_trace_parse("rep", rep, strlen(rep), &t, err, sizeof err), STOW_OK, "%s",
+                 err);
+    cr_assert_eq(t->peak_live_bytes, 5120);
+    stow_trace_free(t);
+    free(rep);
+}
+
+static void expect_error(const char *csv, const char *want)
+{
+    char *rep = NULL, err[256] = "";
+    cr_assert_eq(import(csv, &rep, err, sizeof err, NULL), STOW_EPARSE, "%s", csv);
+    cr_assert_not_null(strstr(err, want), "got '%s', want '%s'", err, want);
+    free(rep);
+}
+
+#define HDR "Thread,Time,Action,Pointer,Size,Stream\n"
+#define A0 "1,t,allocate,0x10,64,0\n"
+
+Test(rmm_import, errors_name_file_and_line)
+{
+    expect_error("", "log.csv:1: empty file");
+    expect_error("Thread,Time,Action\n", "log.csv:1: expected the header");
+    expect_error(HDR "1,t,allocate,0x10,64\n", "log.csv:2: expected 6 fields, got 5");
+    expect_error(HDR A0 "1,t,allocate,zz,64,0\n", "log.csv:3: bad pointer 'zz'");
+    expect_error(HDR "1,t,allocate,0x10,-5,0\n", "log.csv:2: bad size '-5'");
+    expect_error(HDR "1,t,allocate,0x10,64,s1\n", "log.csv:2: bad stream 's1'");
+    expect_error(HDR "1,t,reallocate,0x10,64,0\n", "log.csv:2: unknown action 'reallocate'");
+    expect_error(HDR A0 A0, "log.csv:3: allocate of live pointer 0x10");
+    expect_error(HDR A0 "\n1,t,free,0x20,64,0\n", "log.csv:4: free of unknown pointer 0x20");
+    expect_error(HDR A0 "1,t,free,0x10,32,0\n", "log.csv:3: free of 0x10 with size 32");
+    expect_error(HDR A0 "1,t,free,0x10,64,0\n1,t,free,0x10,64,0\n",
+                 "log.csv:4: free of unknown pointer");
+}
+
+static int cli(const char *args, char *out, size_t out_len)
+{
+    char exe[4096], cmd[8192];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
+    cr_assert_gt(n, 0);
+    exe[n] = 0;
+    strcpy(strrchr(exe, '/'), "/stowage");
+    if (access(exe, X_OK))
+        cr_skip_test("build/stowage not built");
+    snprintf(cmd, sizeof cmd, "'%s' import %s 2>&1", exe, args);
+    FILE *p = popen(cmd, "r");
+    size_t got = fread(out, 1, out_len - 1, p);
+    out[got] = 0;
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(rmm_import_cli, file_line_and_exit_status)
+{
+    char in[] = "/tmp/stow_rmm_XXXXXX", out_path[] = "/tmp/stow_rmm_out_XXXXXX";
+    int fd = mkstemp(in);
+    const char bad[] = HDR A0 "1,t,free,0x99,64,0\n";
+    cr_assert_eq(write(fd, bad, sizeof bad - 1), (ssize_t)(sizeof bad - 1));
+    close(fd);
+    close(mkstemp(out_path));
+    char args[512], out[4096], want[128];
+    snprintf(args, sizeof args, "rmm %s -o %s", in, out_path);
+    cr_assert_eq(cli(args, out, sizeof out), 2, "%s", out);
+    snprintf(want, sizeof want, "%s:3: free of unknown pointer 0x99", in);
+    cr_assert_not_null(strstr(out, want), "%s", out);
+    cr_assert_neq(access(out_path, F_OK), 0); /* no half-written trace left */
+    fd = open(in, O_WRONLY | O_TRUNC);
+    const char good[] = HDR A0 "1,t,free,0x10,64,0\n";
+    cr_assert_eq(write(fd, good, sizeof good - 1), (ssize_t)(sizeof good - 1));
+    close(fd);
+    cr_assert_eq(cli(args, out, sizeof out), 0, "%s", out);
+    FILE *f = fopen(out_path, "r");
+    char rep[64] = "";
+    cr_assert_gt(fread(rep, 1, sizeof rep - 1, f), 0);
+    fclose(f);
+    cr_assert_str_eq(rep, "1 2\na 0 64 0\nf 0\n");
+    cr_assert_eq(cli("csv x -o y", out, sizeof out), 2);
+    cr_assert_eq(cli("rmm /nonexistent.csv -o /tmp/x.rep", out, sizeof out), 2);
+    unlink(in);
+    unlink(out_path);
+}
