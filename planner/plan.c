@@ -36,7 +36,12 @@ typedef struct plan_ctx {
     uint64_t *pu, *po, *pe; /* by start order: upper (0 = unplaced), offset, end */
     uint64_t (*iv)[2];    /* scratch: (offset, end) of hits */
     uint64_t (*iv_tmp)[2]; /* scratch for the radix sort */
+    uint32_t *hit;        /* scratch: start positions of hits (ruin phase) */
+    uint64_t *tload;      /* max load over each buffer's lifetime (lazy) */
+    uint64_t lb;          /* load lower bound */
+    double span;          /* max upper - min lower */
     double deadline;      /* absolute stow__plan_now() time */
+    double pass_deadline; /* a greedy pass gives up after this; 0 = never */
     uint64_t rng;         /* xorshift state */
 } plan_ctx_t;
 
@@ -105,6 +110,43 @@ static size_t tree_query(plan_ctx_t *c, size_t bound, uint64_t l)
     return tree_collect(c, 1, 0, c->leaves, bound, l, 0);
 }
 
+/* Takes buffer i out of the placed set. */
+static void tree_remove(plan_ctx_t *c, uint32_t i)
+{
+    size_t p = c->pos[i];
+    c->pu[p] = 0;
+    size_t blk = p / BLOCK, e = (blk + 1) * BLOCK < c->n ? (blk + 1) * BLOCK : c->n;
+    uint64_t m = 0;
+    for (size_t q = blk * BLOCK; q < e; q++)
+        if (c->pu[q] > m)
+            m = c->pu[q];
+    size_t k = blk + c->leaves;
+    c->tree[k] = m;
+    for (k /= 2; k >= 1; k /= 2) {
+        uint64_t v = c->tree[2 * k] > c->tree[2 * k + 1] ? c->tree[2 * k] : c->tree[2 * k + 1];
+        if (c->tree[k] == v)
+            break;
+        c->tree[k] = v;
+    }
+}
+
+/* As tree_collect, but the start positions of the hits go to c->hit. */
+static size_t tree_collect_pos(plan_ctx_t *c, size_t k, size_t lo, size_t span, size_t bound,
+                               uint64_t l, size_t nh)
+{
+    if (c->tree[k] <= l || lo * BLOCK >= bound)
+        return nh;
+    if (span == 1) {
+        size_t e = (lo + 1) * BLOCK < bound ? (lo + 1) * BLOCK : bound;
+        for (size_t p = lo * BLOCK; p < e; p++)
+            if (c->pu[p] > l)
+                c->hit[nh++] = (uint32_t)p;
+        return nh;
+    }
+    nh = tree_collect_pos(c, 2 * k, lo, span / 2, bound, l, nh);
+    return tree_collect_pos(c, 2 * k + 1, lo + span / 2, span / 2, bound, l, nh);
+}
+
 /* Sorts (offset, end) pairs by offset. LSD radix on the bytes that differ:
  * the comparator-based qsort was 80% of the greedy time on 20k-buffer traces,
  * where each placement sees thousands of time-overlapping buffers. */
@@ -168,45 +210,60 @@ static size_t lower_bound_pos(const plan_ctx_t *c, uint64_t u)
 
 enum { FIT_BEST, FIT_FIRST };
 
+/* The offset best-fit / first-fit would give buffer i among the placed set;
+ * UINT64_MAX when its top would not fit in 64 bits. */
+static uint64_t place_find(plan_ctx_t *c, uint32_t i, int fit)
+{
+    const stow_plan_buffer_t *bi = &c->b[i];
+    size_t nh = tree_query(c, lower_bound_pos(c, bi->upper), bi->lower);
+    iv_sort(c->iv, c->iv_tmp, nh);
+    uint64_t run_end = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+    for (size_t k = 0; k <= nh; k++) {
+        uint64_t next = k < nh ? c->iv[k][0] : UINT64_MAX;
+        uint64_t start, top;
+        if (next > run_end && stow__plan_align_up(run_end, bi->alignment, &start) &&
+            stow__plan_add(start, bi->size, &top) && top <= next) {
+            uint64_t gap = next - run_end;
+            if (k == nh) {
+                if (best == UINT64_MAX)
+                    best = start;
+            } else if (fit == FIT_FIRST) {
+                best = start;
+                break;
+            } else if (gap < best_gap) {
+                best_gap = gap;
+                best = start;
+            }
+        }
+        if (k < nh && c->iv[k][1] > run_end)
+            run_end = c->iv[k][1];
+    }
+    uint64_t top;
+    if (best == UINT64_MAX || !stow__plan_add(best, bi->size, &top))
+        return UINT64_MAX;
+    return best;
+}
+
 /* Places buffers in `order`; offsets into off. STOW_EOVERFLOW if a top would
- * not fit in 64 bits. */
+ * not fit in 64 bits. A pass that runs past c->pass_deadline stops and reports
+ * height UINT64_MAX (its plan is incomplete). */
 static stow_status_t greedy_run(plan_ctx_t *c, const uint32_t *order, int fit, uint64_t *off,
                                 uint64_t *height)
 {
     tree_reset(c);
     uint64_t h = 0;
     for (size_t t = 0; t < c->n; t++) {
-        uint32_t i = order[t];
-        const stow_plan_buffer_t *bi = &c->b[i];
-        size_t nh = tree_query(c, lower_bound_pos(c, bi->upper), bi->lower);
-        iv_sort(c->iv, c->iv_tmp, nh);
-        uint64_t run_end = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
-        for (size_t k = 0; k <= nh; k++) {
-            uint64_t next = k < nh ? c->iv[k][0] : UINT64_MAX;
-            uint64_t start, top;
-            if (next > run_end && stow__plan_align_up(run_end, bi->alignment, &start) &&
-                stow__plan_add(start, bi->size, &top) && top <= next) {
-                uint64_t gap = next - run_end;
-                if (k == nh) {
-                    if (best == UINT64_MAX)
-                        best = start;
-                } else if (fit == FIT_FIRST) {
-                    best = start;
-                    break;
-                } else if (gap < best_gap) {
-                    best_gap = gap;
-                    best = start;
-                }
-            }
-            if (k < nh && c->iv[k][1] > run_end)
-                run_end = c->iv[k][1];
+        if ((t & 255) == 255 && c->pass_deadline > 0 && stow__plan_now() > c->pass_deadline) {
+            *height = UINT64_MAX;
+            return STOW_OK;
         }
-        uint64_t top;
-        if (best == UINT64_MAX || !stow__plan_add(best, bi->size, &top))
+        uint32_t i = order[t];
+        uint64_t best = place_find(c, i, fit);
+        if (best == UINT64_MAX)
             return STOW_EOVERFLOW;
         off[i] = best;
-        if (top > h)
-            h = top;
+        if (best + c->b[i].size > h)
+            h = best + c->b[i].size;
         tree_place(c, i, best);
     }
     *height = h;
@@ -229,10 +286,130 @@ static int order_key_cmp(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
-enum { ORD_SIZE_START, ORD_SIZE, ORD_AREA, ORD_LENGTH, ORD_START, ORD_COUNT };
+enum {
+    ORD_SIZE_START,
+    ORD_TLOAD,
+    ORD_TBAND,
+    ORD_TBAND_LEN,
+    ORD_LONG_SIZE,
+    ORD_SIZE_TLOAD,
+    ORD_SIZE_END,
+    ORD_SIZE,
+    ORD_AREA,
+    ORD_LENGTH,
+    ORD_START,
+    ORD_COUNT
+};
+
+static int u64_cmp(const void *a, const void *b);
+
+/* c->tload[i] = the largest load (total size alive) at any time in buffer i's
+ * lifetime: the buffers that sit under the peak get the highest values, and
+ * placing them first stacks the peak without holes. O(n log n). */
+static bool compute_tload(plan_ctx_t *c)
+{
+    if (c->tload != NULL)
+        return true;
+    size_t n = c->n, nt = 0;
+    uint64_t *t = malloc((2 * n + 1) * sizeof *t);
+    uint64_t *load = calloc(2 * n + 1, sizeof *load);
+    c->tload = malloc((n ? n : 1) * sizeof *c->tload);
+    if (t == NULL || load == NULL || c->tload == NULL) {
+        free(t);
+        free(load);
+        free(c->tload);
+        c->tload = NULL;
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        t[2 * i] = c->b[i].lower;
+        t[2 * i + 1] = c->b[i].upper;
+    }
+    qsort(t, 2 * n, sizeof *t, u64_cmp);
+    for (size_t i = 0; i < 2 * n; i++)
+        if (nt == 0 || t[nt - 1] != t[i])
+            t[nt++] = t[i];
+    /* leaves 0..nt-1 of a max tree over section loads (section q = [t_q, t_q+1)) */
+    size_t L = 1;
+    while (L < nt)
+        L *= 2;
+    uint64_t *tree = calloc(2 * L, sizeof *tree);
+    if (tree == NULL) {
+        free(t);
+        free(load);
+        free(c->tload);
+        c->tload = NULL;
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t a = 0, z = nt;
+        while (a < z) { /* index of lower */
+            size_t mid = (a + z) / 2;
+            if (t[mid] < c->b[i].lower)
+                a = mid + 1;
+            else
+                z = mid;
+        }
+        load[a] += c->b[i].size; /* the load fits in 64 bits (checked by the bound) */
+        a = 0, z = nt;
+        while (a < z) {
+            size_t mid = (a + z) / 2;
+            if (t[mid] < c->b[i].upper)
+                a = mid + 1;
+            else
+                z = mid;
+        }
+        load[a] -= c->b[i].size;
+    }
+    uint64_t run = 0;
+    for (size_t q = 0; q < nt; q++) {
+        run += load[q];
+        tree[L + q] = run;
+    }
+    for (size_t k = L - 1; k >= 1; k--)
+        tree[k] = tree[2 * k] > tree[2 * k + 1] ? tree[2 * k] : tree[2 * k + 1];
+    for (size_t i = 0; i < n; i++) {
+        size_t a = 0, z = nt;
+        while (a < z) {
+            size_t mid = (a + z) / 2;
+            if (t[mid] < c->b[i].lower)
+                a = mid + 1;
+            else
+                z = mid;
+        }
+        size_t lo = a;
+        a = 0, z = nt;
+        while (a < z) {
+            size_t mid = (a + z) / 2;
+            if (t[mid] < c->b[i].upper)
+                a = mid + 1;
+            else
+                z = mid;
+        }
+        uint64_t m = 0; /* max over leaves [lo, a) */
+        for (size_t x = lo + L, y = a + L; x < y; x /= 2, y /= 2) {
+            if (x & 1) {
+                if (tree[x] > m)
+                    m = tree[x];
+                x++;
+            }
+            if (y & 1) {
+                y--;
+                if (tree[y] > m)
+                    m = tree[y];
+            }
+        }
+        c->tload[i] = m;
+    }
+    free(tree);
+    free(t);
+    free(load);
+    return true;
+}
 
 static void make_order(const plan_ctx_t *c, int kind, order_key_t *keys, uint32_t *order)
 {
+    double band = (double)(c->lb ? c->lb : 1) / 256.0;
     for (size_t i = 0; i < c->n; i++) {
         const stow_plan_buffer_t *bi = &c->b[i];
         double size = (double)bi->size, len = (double)(bi->upper - bi->lower);
@@ -241,6 +418,30 @@ static void make_order(const plan_ctx_t *c, int kind, order_key_t *keys, uint32_
         case ORD_SIZE_START: /* TFLite's arena planner order */
             keys[i].k1 = size;
             keys[i].k2 = -(double)bi->lower;
+            break;
+        case ORD_TLOAD: /* under the heaviest time first */
+            keys[i].k1 = (double)c->tload[i];
+            keys[i].k2 = size;
+            break;
+        case ORD_TBAND: /* by load band (1/256 of the bound), then size */
+            keys[i].k1 = floor((double)c->tload[i] / band);
+            keys[i].k2 = size;
+            break;
+        case ORD_TBAND_LEN: /* by load band, then lifetime length */
+            keys[i].k1 = floor((double)c->tload[i] / band);
+            keys[i].k2 = len * 1e20 + size;
+            break;
+        case ORD_LONG_SIZE: /* long-lived (over a quarter of the span) first, then size */
+            keys[i].k1 = len > c->span / 4 ? len : 0.0;
+            keys[i].k2 = size;
+            break;
+        case ORD_SIZE_TLOAD: /* size, ties under the heaviest time first */
+            keys[i].k1 = size;
+            keys[i].k2 = (double)c->tload[i];
+            break;
+        case ORD_SIZE_END: /* size, ties latest start first */
+            keys[i].k1 = size;
+            keys[i].k2 = (double)bi->lower;
             break;
         case ORD_SIZE:
             keys[i].k1 = size;
@@ -264,6 +465,22 @@ static void make_order(const plan_ctx_t *c, int kind, order_key_t *keys, uint32_
     for (size_t i = 0; i < c->n; i++)
         order[i] = keys[i].i;
 }
+
+/* The greedy passes, best first: each (order, fit) pair is the best one on
+ * some benchmark family (docs/planner.md, section 5), so that a short budget
+ * that only allows a few passes still runs the ones that matter. */
+static const int greedy_plan[][2] = {
+    {ORD_SIZE_START, FIT_BEST}, /* TFLite: most real traces */
+    {ORD_TBAND, FIT_FIRST},     /* load band, then size: allocation traces */
+    {ORD_TBAND_LEN, FIT_BEST},  /* load band, then length: iopddl S_1 */
+    {ORD_SIZE, FIT_BEST},       /* XLA's spatial order: iopddl Y_1 */
+    {ORD_SIZE_START, FIT_FIRST}, {ORD_TBAND, FIT_BEST},    {ORD_TBAND_LEN, FIT_FIRST},
+    {ORD_TLOAD, FIT_BEST},       {ORD_TLOAD, FIT_FIRST},   {ORD_SIZE, FIT_FIRST},
+    {ORD_LONG_SIZE, FIT_BEST},   {ORD_LONG_SIZE, FIT_FIRST}, {ORD_SIZE_TLOAD, FIT_BEST},
+    {ORD_SIZE_END, FIT_BEST},    {ORD_AREA, FIT_BEST},     {ORD_AREA, FIT_FIRST},
+    {ORD_LENGTH, FIT_BEST},      {ORD_LENGTH, FIT_FIRST},  {ORD_START, FIT_BEST},
+    {ORD_START, FIT_FIRST},
+};
 
 /* -------------------------------------------------------- exact search -- */
 
@@ -852,63 +1069,180 @@ typedef struct plan_best {
     const char *method;
 } plan_best_t;
 
-/* Squeaky wheel (Joslin & Clements, JAIR 1999): the buffers that stick out above
- * the target are the ones the greedy placed too late, so they move earlier in
- * the order; the random distance keeps the search from cycling. */
-static stow_status_t repair_run(plan_ctx_t *c, plan_best_t *best, uint64_t goal, uint64_t *off)
+/* --------------------------------------------------------------- ruin -- */
+
+/* Ruin and recreate (Schrimpf et al., J. Comp. Phys. 2000) on the best plan:
+ * pick a buffer near the top, take out the m buffers that reach highest among
+ * those alive during its lifetime (m random), and put them back one by one with
+ * best- or first-fit under a randomised order. The new plan is kept when its
+ * height is lower, or equal with no more area above a level halfway between
+ * the goal and the height (so that plateau moves that lower the top region are
+ * taken); otherwise the old offsets are restored. Each step costs
+ * O(m (k + log n)) for k buffers alive together, independent of n. */
+typedef struct ruin_item {
+    double key;
+    uint32_t i;
+} ruin_item_t;
+
+static int ruin_item_cmp(const void *a, const void *b)
+{
+    const ruin_item_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key > y->key ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+static double plan_unit(plan_ctx_t *c)
+{
+    return (double)(plan_rand(c) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double above(const stow_plan_buffer_t *b, uint64_t off, uint64_t level)
+{
+    uint64_t top = off + b->size;
+    if (top <= level)
+        return 0.0;
+    uint64_t from = off > level ? off : level;
+    return (double)(top - from) * (double)(b->upper - b->lower);
+}
+
+static stow_status_t ruin_run(plan_ctx_t *c, uint64_t *off, uint64_t *height, uint64_t goal,
+                              uint64_t *iters_out)
 {
     size_t n = c->n;
-    uint32_t *ord = malloc(n * sizeof *ord);
-    uint8_t *hot = malloc(n);
-    if (ord == NULL || hot == NULL) {
-        free(ord);
-        free(hot);
+    if (n == 0)
+        return STOW_OK;
+    ruin_item_t *rm = malloc(n * sizeof *rm);
+    uint64_t *old = malloc(n * sizeof *old);
+    uint64_t(*ends)[2] = malloc(n * sizeof *ends);
+    if (rm == NULL || old == NULL || ends == NULL) {
+        free(rm);
+        free(old);
+        free(ends);
         return STOW_EHOSTMEM;
     }
-    memcpy(ord, best->order, n * sizeof *ord);
-    uint64_t cur_h = best->height;
-    memcpy(off, best->off, n * sizeof *off);
-    stow_status_t rc = STOW_OK;
-    unsigned stale = 0;
-    while (best->height > goal && stow__plan_now() < c->deadline) {
-        /* Offenders: buffers reaching above the target just below the best. */
-        uint64_t target = best->height - 1 > goal ? best->height - 1 : goal;
-        for (size_t i = 0; i < n; i++)
-            hot[i] = off[i] + c->b[i].size > target;
-        /* Pull each offender forward by swapping it with a random earlier
-         * entry; a swap keeps the permutation valid at O(1) cost. */
-        for (size_t t = 0; t < n; t++) {
-            uint32_t i = ord[t];
-            if (!hot[i] || t == 0)
-                continue;
-            size_t j = (size_t)(plan_rand(c) % t);
-            ord[t] = ord[j];
-            ord[j] = i;
-        }
-        uint64_t h;
-        int fit = (plan_rand(c) & 3) == 0 ? FIT_FIRST : best->fit;
-        rc = greedy_run(c, ord, fit, off, &h);
-        if (rc != STOW_OK)
+    tree_reset(c);
+    for (size_t i = 0; i < n; i++)
+        tree_place(c, (uint32_t)i, off[i]);
+    uint64_t h = *height, iters = 0;
+#ifdef PLAN_DEBUG
+    uint64_t st_acc = 0, st_m = 0, st_nh = 0, st_fail = 0;
+#endif
+    uint64_t level = goal + (h - goal) / 2;
+    while (h > goal) {
+        if (stow__plan_now() > c->deadline)
             break;
-        if (h < best->height) {
-            best->height = h;
-            memcpy(best->off, off, n * sizeof *off);
-            memcpy(best->order, ord, n * sizeof *ord);
-            best->fit = fit;
-            best->method = "greedy+repair";
-            stale = 0;
-        } else if (h > cur_h && ++stale > 8) {
-            /* Drifted away: restart from the best order. */
-            memcpy(ord, best->order, n * sizeof *ord);
-            memcpy(off, best->off, n * sizeof *off);
-            h = best->height;
-            stale = 0;
+        iters++;
+        /* Seed: a random buffer reaching above a random threshold (the top
+         * itself half of the time), by reservoir sampling. */
+        uint64_t thr = (plan_rand(c) & 1) ? h - 1 : h - 1 - (uint64_t)((double)(h - 1 - goal) * plan_unit(c));
+        uint32_t seed = UINT32_MAX;
+        uint64_t seen = 0;
+        for (size_t i = 0; i < n; i++)
+            if (off[i] + c->b[i].size > thr && plan_rand(c) % ++seen == 0)
+                seed = (uint32_t)i;
+        if (seed == UINT32_MAX)
+            continue;
+        /* Window: the seed's lifetime, sometimes widened. */
+        uint64_t wl = c->b[seed].lower, wu = c->b[seed].upper;
+        if (plan_rand(c) & 1) {
+            uint64_t len = wu - wl;
+            uint64_t a = (uint64_t)((double)len * plan_unit(c)), b = (uint64_t)((double)len * plan_unit(c));
+            wl = wl > a ? wl - a : 0;
+            wu = wu > UINT64_MAX - b ? UINT64_MAX : wu + b;
         }
-        cur_h = h;
+        size_t nh = tree_collect_pos(c, 1, 0, c->leaves, lower_bound_pos(c, wu), wl, 0);
+        if (nh == 0)
+            continue;
+        /* The m highest-reaching of them. */
+        size_t mmax = nh < 256 ? nh : 256;
+        size_t m = 2 + (size_t)(plan_rand(c) % mmax);
+        if (m > nh)
+            m = nh;
+        for (size_t k = 0; k < nh; k++) {
+            ends[k][0] = UINT64_MAX - c->pe[c->hit[k]]; /* ascending = highest first */
+            ends[k][1] = c->by_lower[c->hit[k]];
+        }
+        iv_sort(ends, c->iv_tmp, nh);
+        double before = 0.0;
+        for (size_t k = 0; k < m; k++) {
+            uint32_t i = (uint32_t)ends[k][1];
+            rm[k] = (ruin_item_t){0.0, i};
+            old[k] = off[i];
+            before += above(&c->b[i], off[i], level);
+            tree_remove(c, i);
+        }
+        /* One ordering rule for the step: size (half the time), area,
+         * length, or size with noise. */
+        {
+            int how = (int)(plan_rand(c) % 8);
+            for (size_t k = 0; k < m; k++) {
+                const stow_plan_buffer_t *b = &c->b[rm[k].i];
+                double len = (double)(b->upper - b->lower), size = (double)b->size;
+                rm[k].key = how < 4 ? size * (1.0 + 1e-12 * len) : how < 6 ? size * len
+                          : how < 7 ? len * (1.0 + 1e-12 * size) : size * (0.7 + 0.6 * plan_unit(c));
+            }
+        }
+        qsort(rm, m, sizeof *rm, ruin_item_cmp);
+        int fit = (plan_rand(c) & 1) ? FIT_BEST : FIT_FIRST;
+        bool ok = true;
+        double after = 0.0;
+        size_t placed = 0;
+        for (; placed < m; placed++) {
+            uint32_t i = rm[placed].i;
+            if ((placed & 15) == 15 && stow__plan_now() > c->deadline) {
+                ok = false; /* out of time: undo this step */
+                break;
+            }
+            uint64_t o = place_find(c, i, fit);
+            if (o == UINT64_MAX || o + c->b[i].size > h) {
+                ok = false;
+                break;
+            }
+            off[i] = o;
+            after += above(&c->b[i], o, level);
+            tree_place(c, i, o);
+        }
+        uint64_t nhgt = 0;
+        if (ok) {
+            for (size_t i = 0; i < n; i++)
+                if (off[i] + c->b[i].size > nhgt)
+                    nhgt = off[i] + c->b[i].size;
+            ok = nhgt < h || after <= before;
+        }
+#ifdef PLAN_DEBUG
+        st_m += m;
+        st_nh += nh;
+        st_acc += ok;
+        st_fail += placed < m;
+#endif
+        if (ok) {
+            if (nhgt < h) {
+                h = nhgt;
+                level = goal + (h - goal) / 2;
+            }
+            continue;
+        }
+        /* Undo: rm[0..placed) were put back at new offsets. */
+        for (size_t k = 0; k < placed; k++)
+            tree_remove(c, rm[k].i);
+        for (size_t k = 0; k < m; k++) {
+            uint32_t i = (uint32_t)ends[k][1];
+            off[i] = old[k];
+            tree_place(c, i, old[k]);
+        }
     }
-    free(ord);
-    free(hot);
-    return rc;
+#ifdef PLAN_DEBUG
+    fprintf(stderr, "ruin: accepted %llu, over the top %llu, mean m %.1f, mean window %.1f\n",
+            (unsigned long long)st_acc, (unsigned long long)st_fail,
+            (double)st_m / (double)(iters ? iters : 1), (double)st_nh / (double)(iters ? iters : 1));
+#endif
+    *height = h;
+    *iters_out = iters;
+    free(rm);
+    free(old);
+    free(ends);
+    return STOW_OK;
 }
 
 /* --------------------------------------------------------------- solve -- */
@@ -938,6 +1272,8 @@ static void ctx_free(plan_ctx_t *c)
     free(c->pe);
     free(c->iv);
     free(c->iv_tmp);
+    free(c->hit);
+    free(c->tload);
 }
 
 static int by_lower_cmp_pair(const void *a, const void *b)
@@ -965,8 +1301,9 @@ static stow_status_t ctx_init(plan_ctx_t *c, const stow_plan_problem_t *p)
     c->pe = malloc((n ? n : 1) * sizeof *c->pe);
     c->iv = malloc(n * sizeof *c->iv);
     c->iv_tmp = malloc(n * sizeof *c->iv_tmp);
+    c->hit = malloc((n ? n : 1) * sizeof *c->hit);
     uint64_t(*pairs)[2] = malloc(n * sizeof *pairs);
-    if (!c->by_lower || !c->pos || !c->lowers || !c->tree || !c->pu || !c->po || !c->pe || !c->iv || !c->iv_tmp || !pairs) {
+    if (!c->by_lower || !c->pos || !c->lowers || !c->tree || !c->pu || !c->po || !c->pe || !c->iv || !c->iv_tmp || !c->hit || !pairs) {
         free(pairs);
         ctx_free(c);
         return STOW_EHOSTMEM;
@@ -1080,32 +1417,48 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
     uint64_t goal = o.capacity != 0 ? (o.capacity > lb ? o.capacity : lb) : lb;
     if (n == 0)
         best.height = 0;
-    for (int kind = 0; kind < ORD_COUNT && n > 0; kind++) {
+    /* Greedy orders share at most 40% of the budget (a pass on 60k buffers
+     * costs seconds); the first pass always completes, later ones give up
+     * at that point. A limit of 0 means "greedy only": all orders. */
+    c.lb = lb;
+    if (n > 0) {
+        uint64_t mn = UINT64_MAX, mx = 0;
+        for (size_t i = 0; i < n; i++) {
+            mn = problem->buffers[i].lower < mn ? problem->buffers[i].lower : mn;
+            mx = problem->buffers[i].upper > mx ? problem->buffers[i].upper : mx;
+        }
+        c.span = (double)(mx - mn);
+    }
+    for (size_t g = 0; g < sizeof greedy_plan / sizeof greedy_plan[0] && n > 0; g++) {
+        int kind = greedy_plan[g][0], fit = greedy_plan[g][1];
+        if ((kind == ORD_TLOAD || kind == ORD_TBAND || kind == ORD_TBAND_LEN ||
+             kind == ORD_SIZE_TLOAD) &&
+            !compute_tload(&c))
+            continue;
         make_order(&c, kind, keys, order);
-        for (int fit = FIT_BEST; fit <= FIT_FIRST; fit++) {
-            uint64_t h;
-            rc = greedy_run(&c, order, fit, off, &h);
-            if (rc != STOW_OK)
-                goto out;
+        uint64_t h;
+        c.pass_deadline = best.height == UINT64_MAX || o.time_limit_seconds == 0
+                              ? 0.0
+                              : t0 + 0.4 * o.time_limit_seconds;
+        rc = greedy_run(&c, order, fit, off, &h);
+        if (rc != STOW_OK)
+            goto out;
 #ifdef PLAN_DEBUG
-            fprintf(stderr, "greedy order %d fit %d: %llu (%.3f s)\n", kind, fit,
-                    (unsigned long long)h, stow__plan_now() - t0);
+        fprintf(stderr, "greedy order %d fit %d: %llu (%.3f s)\n", kind, fit,
+                (unsigned long long)h, stow__plan_now() - t0);
 #endif
-            if (h < best.height) {
-                best.height = h;
-                best.fit = fit;
-                memcpy(best.off, off, n * sizeof *off);
-                memcpy(best.order, order, n * sizeof *order);
-            }
+        if (h < best.height) {
+            best.height = h;
+            best.fit = fit;
+            memcpy(best.off, off, n * sizeof *off);
+            memcpy(best.order, order, n * sizeof *order);
         }
         if (best.height <= goal)
             break;
-        /* On big problems one pass costs up to seconds; the first order (TFLite's)
-         * is the best on most real traces, so later ones are skipped when the
-         * time limit has passed. A limit of 0 means "greedy only": all orders. */
-        if (o.time_limit_seconds > 0 && stow__plan_now() > c.deadline)
+        if (o.time_limit_seconds > 0 && stow__plan_now() > t0 + 0.4 * o.time_limit_seconds)
             break;
     }
+    c.pass_deadline = 0.0;
     uint64_t greedy_height = best.height;
     if (best.height > goal && o.time_limit_seconds > 0 && n <= SEARCH_MAX_BUFFERS) {
         rc = search_phase(&c, problem, lb, o.capacity, &best);
@@ -1114,9 +1467,18 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
     }
     if (best.height > goal && o.time_limit_seconds > 0 && stow__plan_now() < c.deadline &&
         strcmp(best.method, "greedy") == 0) {
-        rc = repair_run(&c, &best, goal, off);
+        uint64_t h = best.height, iters = 0;
+        rc = ruin_run(&c, best.off, &h, goal, &iters);
         if (rc != STOW_OK)
             goto out;
+#ifdef PLAN_DEBUG
+        fprintf(stderr, "ruin: %llu steps, %llu -> %llu (%.3f s)\n", (unsigned long long)iters,
+                (unsigned long long)best.height, (unsigned long long)h, stow__plan_now() - t0);
+#endif
+        if (h < best.height) {
+            best.height = h;
+            best.method = "greedy+ruin";
+        }
     }
     out->count = n;
     out->offsets = best.off;

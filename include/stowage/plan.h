@@ -96,6 +96,20 @@ stow_status_t stow_plan_load_csv(const char *path, stow_plan_problem_t *out, cha
 stow_status_t stow_plan_write_csv(const char *path, const stow_plan_problem_t *problem,
                                   const uint64_t *offsets);
 
+struct stow_trace; /* stowage/trace.h */
+
+/* Turns an allocation trace (stowage/trace.h) into a planning problem with the
+ * event index as time: an allocation made by event a and released by event f
+ * lives in [a, f); one never released lives until event_count. Zero-byte
+ * allocations are left out. Ids are the trace's allocation ids in decimal.
+ * The problem's lower bound equals the trace's peak_live_bytes.
+ * Ownership: on success *out owns new memory (stow_plan_problem_free); the
+ *   trace is borrowed. On error *out is untouched.
+ * Thread safety: reentrant.
+ * Errors: STOW_EINVAL (NULL argument, event id out of range), STOW_EHOSTMEM. */
+stow_status_t stow_plan_problem_from_trace(const struct stow_trace *trace,
+                                           stow_plan_problem_t *out);
+
 /* Checks the buffer invariants of a hand-built problem (size > 0,
  * upper > lower, alignment >= 1). `why` gets the first violation.
  * Ownership: borrows. Thread safety: reentrant.

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "stowage/plan.h"
+#include "stowage/trace.h"
 
 static stow_status_t parse(const char *text, stow_plan_problem_t *p, char *err)
 {
@@ -398,6 +399,68 @@ Test(plan_props, search_finds_small_perfect_packings)
         stow_plan_problem_free(&p);
     }
     cr_assert_gt(greedy_missed, 0, "the instances should exercise the search");
+}
+
+Test(plan_props, ruin_phase_keeps_big_plans_valid)
+{
+    /* Above the exact search's size limit, so the ruin-and-recreate phase runs. */
+    for (int iter = 0; iter < 2; iter++) {
+        stow_plan_problem_t p;
+        random_problem(&p, 4100, iter == 1);
+        stow_plan_options_t o = stow_plan_options_default();
+        o.time_limit_seconds = 0.3;
+        o.seed = (uint64_t)iter + 7;
+        stow_plan_result_t r;
+        cr_assert_eq(stow_plan_solve(&p, &o, &r), STOW_OK);
+        cr_assert_geq(r.height, r.lower_bound);
+        cr_assert_leq(r.height, r.greedy_height);
+        uint64_t h = 0;
+        for (size_t i = 0; i < p.count; i++)
+            if (r.offsets[i] + p.buffers[i].size > h)
+                h = r.offsets[i] + p.buffers[i].size;
+        cr_assert_eq(h, r.height);
+        char why[512];
+        cr_assert_eq(stow_plan_validate(&p, r.offsets, r.height, why, sizeof why), STOW_OK,
+                     "iter %d: %s", iter, why);
+        cr_assert(brute_valid(&p, r.offsets, r.height));
+        stow_plan_result_free(&r);
+        stow_plan_problem_free(&p);
+    }
+}
+
+Test(plan_trace, lifetimes_are_event_indices)
+{
+    /* events: 0 a0, 1 a1, 2 f0, 3 a2, 4 f2; id 1 is never freed */
+    const char *text = "3 5\na 0 100 0\na 1 50 0\nf 0\na 2 70 0\nf 2\n";
+    stow_trace_t *t = NULL;
+    char err[256] = "";
+    cr_assert_eq(stow_trace_parse("t.rep", text, strlen(text), &t, err, sizeof err), STOW_OK,
+                 "%s", err);
+    stow_plan_problem_t p;
+    cr_assert_eq(stow_plan_problem_from_trace(t, &p), STOW_OK);
+    cr_assert_eq(p.count, 3);
+    cr_assert_str_eq(p.buffers[0].id, "0");
+    cr_assert_eq(p.buffers[0].lower, 0);
+    cr_assert_eq(p.buffers[0].upper, 2);
+    cr_assert_eq(p.buffers[0].size, 100);
+    cr_assert_str_eq(p.buffers[1].id, "1");
+    cr_assert_eq(p.buffers[1].lower, 1);
+    cr_assert_eq(p.buffers[1].upper, 5);
+    cr_assert_eq(p.buffers[2].lower, 3);
+    cr_assert_eq(p.buffers[2].upper, 4);
+    uint64_t lb;
+    cr_assert_eq(stow_plan_lower_bound(&p, &lb), STOW_OK);
+    cr_assert_eq(lb, t->peak_live_bytes);
+    cr_assert_eq(lb, 150);
+    stow_plan_result_t r;
+    cr_assert_eq(stow_plan_solve(&p, NULL, &r), STOW_OK);
+    cr_assert_eq(r.height, 150); /* 0 and 2 share memory: [0,2) and [3,4) */
+    cr_assert_eq(stow_plan_validate(&p, r.offsets, 0, NULL, 0), STOW_OK);
+    stow_plan_result_free(&r);
+    stow_plan_problem_free(&p);
+    cr_assert_eq(stow_plan_problem_from_trace(NULL, &p), STOW_EINVAL);
+    cr_assert_eq(stow_plan_problem_from_trace(t, NULL), STOW_EINVAL);
+    stow_trace_free(t);
 }
 
 Test(plan_api, rejects_bad_arguments)
