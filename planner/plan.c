@@ -1159,10 +1159,24 @@ static stow_status_t ruin_run(plan_ctx_t *c, uint64_t *off, uint64_t *height, ui
         size_t m = 2 + (size_t)(plan_rand(c) % mmax);
         if (m > nh)
             m = nh;
+        /* In half of the steps, buffers living far beyond the window stay put
+         * (except the seed): re-placing one costs a scan of everything alive
+         * in its lifetime, so these steps are many times cheaper. */
+        uint64_t wlen = wu - wl, far = wlen > UINT64_MAX / 8 ? UINT64_MAX : 8 * wlen;
+        if (plan_rand(c) & 1)
+            far = UINT64_MAX; /* half of the steps may move them all the same */
+        size_t kept = 0;
         for (size_t k = 0; k < nh; k++) {
-            ends[k][0] = UINT64_MAX - c->pe[c->hit[k]]; /* ascending = highest first */
-            ends[k][1] = c->by_lower[c->hit[k]];
+            uint32_t i = c->by_lower[c->hit[k]];
+            if (i != seed && c->b[i].upper - c->b[i].lower > far)
+                continue;
+            ends[kept][0] = UINT64_MAX - c->pe[c->hit[k]]; /* ascending = highest first */
+            ends[kept][1] = i;
+            kept++;
         }
+        nh = kept;
+        if (m > nh)
+            m = nh;
         iv_sort(ends, c->iv_tmp, nh);
         double before = 0.0;
         for (size_t k = 0; k < m; k++) {
@@ -1429,6 +1443,7 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
         }
         c.span = (double)(mx - mn);
     }
+    double best_area = 0.0;
     for (size_t g = 0; g < sizeof greedy_plan / sizeof greedy_plan[0] && n > 0; g++) {
         int kind = greedy_plan[g][0], fit = greedy_plan[g][1];
         if ((kind == ORD_TLOAD || kind == ORD_TBAND || kind == ORD_TBAND_LEN ||
@@ -1447,7 +1462,20 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
         fprintf(stderr, "greedy order %d fit %d: %llu (%.3f s)\n", kind, fit,
                 (unsigned long long)h, stow__plan_now() - t0);
 #endif
-        if (h < best.height) {
+#ifdef PLAN_DEBUG
+        if (getenv("PLAN_DUMP_ORDER") && atoi(getenv("PLAN_DUMP_ORDER")) == (int)g) {
+            stow_plan_write_csv("/tmp/pd/dump.csv", problem, off);
+        }
+#endif
+        /* Ties go to the plan with less area above the bound: its top is
+         * made of fewer, shorter-lived buffers, which the ruin phase moves
+         * at a fraction of the cost of long-lived ones. */
+        double area = 0.0;
+        if (h <= best.height)
+            for (size_t i = 0; i < n; i++)
+                area += above(&c.b[i], off[i], lb);
+        if (h < best.height || (h == best.height && area < best_area)) {
+            best_area = area;
             best.height = h;
             best.fit = fit;
             memcpy(best.off, off, n * sizeof *off);
