@@ -512,7 +512,7 @@ typedef struct search {
     uint64_t *off, *minoff, *floor, *total;
     uint64_t *align;            /* alignment of each buffer (flat copy) */
     uint64_t *best;             /* the plan found */
-    uint32_t *stamp, stamp_now; /* dedupe of affected sections */
+    int32_t *diff;              /* S + 1 zeros between uses: raised ranges */
     uint32_t *affected;
     trail_entry_t *trail;
     size_t trail_len, trail_cap;
@@ -710,7 +710,6 @@ static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t 
         /* minoff of a placed buffer reads as UINT64_MAX, so the loops below
          * need not look at off[] (saves a load per buffer in the hot loops). */
         s->minoff[b] = UINT64_MAX;
-        s->stamp_now++;
         size_t naff = 0;
         trail_entry_t *tr = s->trail;
         size_t tl = s->trail_len;
@@ -719,6 +718,12 @@ static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t 
             s->floor[q] = top;
             s->total[q] -= size;
         }
+        /* The raised buffers' section ranges are marked in a difference
+         * array and swept once: O(raised + union of ranges) rather than the
+         * sum of their lengths, which dominated the search on long-lived
+         * buffers. */
+        uint32_t ulo = UINT32_MAX, uhi = 0;
+        uint64_t maxnm = 0;
         for (uint32_t e = s->ov_start[b]; e < s->ov_start[b + 1]; e++) {
             uint32_t j = s->ov[e];
             if (s->minoff[j] >= top)
@@ -728,13 +733,26 @@ static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t 
                 nm = UINT64_MAX - 1; /* never fits: any top saturates above cap */
             tr[tl++] = (trail_entry_t){j, s->minoff[j]};
             s->minoff[j] = nm;
-            /* A section whose floor is already >= nm cannot rise: j itself
-             * bounds the lowest minimum offset there by nm. */
-            for (uint32_t q = s->sa[j]; q < s->sb[j]; q++)
-                if (s->stamp[q] != s->stamp_now && s->floor[q] < nm) {
-                    s->stamp[q] = s->stamp_now;
+            if (nm > maxnm)
+                maxnm = nm;
+            s->diff[s->sa[j]]++;
+            s->diff[s->sb[j]]--;
+            if (s->sa[j] < ulo)
+                ulo = s->sa[j];
+            if (s->sb[j] > uhi)
+                uhi = s->sb[j];
+        }
+        if (ulo != UINT32_MAX) {
+            /* A section whose floor is already >= every raised minimum offset
+             * cannot rise: a raised buffer bounds the lowest one there. */
+            int32_t run = 0;
+            for (uint32_t q = ulo; q < uhi; q++) {
+                run += s->diff[q];
+                s->diff[q] = 0;
+                if (run > 0 && s->floor[q] < maxnm)
                     s->affected[naff++] = q;
-                }
+            }
+            s->diff[uhi] = 0;
         }
         for (size_t a = 0; a < naff; a++) {
             uint32_t q = s->affected[a];
@@ -794,7 +812,7 @@ static void search_free(search_t *s)
     free(s->floor);
     free(s->total);
     free(s->best);
-    free(s->stamp);
+    free(s->diff);
     free(s->affected);
     free(s->trail);
     free(s->cand);
@@ -909,7 +927,7 @@ static bool search_init(search_t *s, plan_ctx_t *c)
     s->best = malloc(n * sizeof *s->best);
     s->floor = malloc((s->S + 1) * sizeof *s->floor);
     s->total = malloc((s->S + 1) * sizeof *s->total);
-    s->stamp = calloc(s->S + 1, sizeof *s->stamp);
+    s->diff = calloc(s->S + 2, sizeof *s->diff);
     s->affected = malloc((s->S + 1) * sizeof *s->affected);
     s->cuts = malloc((s->S + 1) * sizeof *s->cuts);
     s->all = malloc(n * sizeof *s->all);
@@ -920,7 +938,7 @@ static bool search_init(search_t *s, plan_ctx_t *c)
     if (s->all != NULL)
         for (size_t i = 0; i < n; i++)
             s->all[i] = (uint32_t)i;
-    return s->align && s->cuts && s->all && s->pre && s->off && s->minoff && s->best && s->floor && s->total && s->stamp &&
+    return s->align && s->cuts && s->all && s->pre && s->off && s->minoff && s->best && s->floor && s->total && s->diff &&
            s->affected;
 }
 
