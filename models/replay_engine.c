@@ -17,6 +17,7 @@
 
 const stow_replay_policy_t *const stow__replay_policies[] = {
     &stow__replay_policy_classic,
+    &stow__replay_policy_vmm,
     &stow__replay_policy_pytorch,
     &stow__replay_policy_pytorch_expandable,
     &stow__replay_policy_naive,
@@ -408,6 +409,11 @@ stow_status_t stow__replay_run(const stow_replay_policy_t *p, const stow_trace_t
     out->backend_calls = rep.backend_calls;
     out->has_backend_calls = rep.has_backend_calls;
     out->fragmentation_at_peak = rep.fragmentation_at_peak;
+    out->has_map_calls = rep.has_map_calls;
+    out->map_calls = rep.map_calls;
+    out->unmap_calls = rep.unmap_calls;
+    out->has_modelled_time = rep.has_modelled_time;
+    out->modelled_backend_ns = rep.modelled_backend_ns;
     if (rep.stats) {
         out->stats = *rep.stats;
         out->has_stats = true;
@@ -481,6 +487,13 @@ void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_
         fprintf(f, ", \"min_capacity_bytes\": null");
     if (r->fragmentation_at_peak >= 0)
         fprintf(f, ", \"fragmentation_at_peak\": %.6f", r->fragmentation_at_peak);
+    if (r->has_map_calls)
+        fprintf(f, ", \"map_calls\": %" PRIu64 ", \"unmap_calls\": %" PRIu64, r->map_calls,
+                r->unmap_calls);
+    else
+        fprintf(f, ", \"map_calls\": null, \"unmap_calls\": null");
+    if (r->has_modelled_time)
+        fprintf(f, ", \"modelled_backend_ms\": %.3f", (double)r->modelled_backend_ns / 1e6);
     if (r->has_stats) {
         const stow_waste_t *w = &r->stats.waste_at_peak;
         fprintf(f,
@@ -516,6 +529,14 @@ void stow__replay_print_text(FILE *f, const char *trace_path, const stow_replay_
         fprintf(f, "  backend calls          %" PRIu64 "\n", r->backend_calls);
     else
         fprintf(f, "  backend calls          -  (host memory)\n");
+    if (r->has_map_calls)
+        fprintf(f, "  map / unmap calls      %" PRIu64 " / %" PRIu64 "  (%.1f per 1000 events)\n",
+                r->map_calls, r->unmap_calls,
+                r->events ? 1000.0 * (double)(r->map_calls + r->unmap_calls) / (double)r->events
+                          : 0.0);
+    if (r->has_modelled_time)
+        fprintf(f, "  modelled backend time  %.3f ms  (H200 cost per call, stowage/sim.h)\n",
+                (double)r->modelled_backend_ns / 1e6);
     fprintf(f, "  OOM errors             %" PRIu64 "\n", r->ooms);
     fprintf(f, "  host ns / event        %.1f  (median of %u warm repeats)\n", r->ns_per_event,
             r->repeats);

@@ -50,7 +50,11 @@ typedef struct stow_replay_report {
     uint64_t backend_calls;        /* device reserve/release/map/unmap calls */
     bool has_backend_calls;        /* false: not defined for this policy (host) */
     double fragmentation_at_peak;  /* < 0: not tracked */
-    stow_stats_t *stats;           /* classic only: full snapshot, else NULL */
+    stow_stats_t *stats;           /* classic and vmm: full snapshot, else NULL */
+    bool has_map_calls;            /* page mapping counted (vmm, pytorch-expandable, ...) */
+    uint64_t map_calls, unmap_calls;
+    bool has_modelled_time;        /* the simulated device's cost model applies */
+    uint64_t modelled_backend_ns;  /* sum of modelled backend call costs, measured pass */
 } stow_replay_report_t;
 
 /*
@@ -80,6 +84,7 @@ typedef struct stow_replay_policy {
 } stow_replay_policy_t;
 
 extern const stow_replay_policy_t stow__replay_policy_classic;    /* replay_policies.c */
+extern const stow_replay_policy_t stow__replay_policy_vmm;        /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch;    /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch_expandable;
 extern const stow_replay_policy_t stow__replay_policy_naive;      /* naive.c */
@@ -147,8 +152,12 @@ typedef struct stow_replay_result {
     bool has_min_capacity;         /* searched and defined */
     uint64_t min_capacity_bytes;
     unsigned min_capacity_probes;  /* replays the search ran */
+    bool has_map_calls;
+    uint64_t map_calls, unmap_calls; /* measured pass */
+    bool has_modelled_time;
+    uint64_t modelled_backend_ns;  /* measured pass, simulated device's cost model */
     bool has_stats;
-    stow_stats_t stats;            /* classic only */
+    stow_stats_t stats;            /* classic and vmm */
 } stow_replay_result_t;
 
 /*

@@ -1,7 +1,8 @@
 /*
  * models/replay_policies.c: the replay-engine adapters of the policies that
- * already exist elsewhere: `classic` (the Stowage pool of allocator/ on the
- * simulated device) and `pytorch` / `pytorch-expandable` (models/pytorch_model.h).
+ * already exist elsewhere: `classic` and `vmm` (the Stowage pool of allocator/
+ * on the simulated device) and `pytorch` / `pytorch-expandable`
+ * (models/pytorch_model.h).
  * Each adapter only translates calls; it must not change any policy decision.
  */
 #include <stdlib.h>
@@ -29,7 +30,8 @@ static void classic_destroy(void *ctx)
     free(c);
 }
 
-static stow_status_t classic_create(const stow_replay_setup_t *setup, void **out)
+static stow_status_t pool_create_with(const stow_replay_setup_t *setup, stow_policy_t policy,
+                                      void **out)
 {
     classic_t *c = calloc(1, sizeof *c);
     if (!c)
@@ -37,15 +39,27 @@ static stow_status_t classic_create(const stow_replay_setup_t *setup, void **out
     stow_sim_config_t sc;
     stow_sim_config_default(&sc);
     sc.capacity_bytes = setup->capacity_bytes;
+    stow_config_t config = *setup->config;
+    config.policy = policy;
     stow_status_t st = stow_sim_create(&sc, &c->sim);
     if (st == STOW_OK)
-        st = stow_pool_create(setup->config, c->sim, &c->pool);
+        st = stow_pool_create(&config, c->sim, &c->pool);
     if (st != STOW_OK) {
         classic_destroy(c);
         return st;
     }
     *out = c;
     return STOW_OK;
+}
+
+static stow_status_t classic_create(const stow_replay_setup_t *setup, void **out)
+{
+    return pool_create_with(setup, STOW_POLICY_CLASSIC, out);
+}
+
+static stow_status_t vmm_create(const stow_replay_setup_t *setup, void **out)
+{
+    return pool_create_with(setup, STOW_POLICY_VMM, out);
 }
 
 static stow_stream_t classic_stream(uint32_t index)
@@ -81,11 +95,23 @@ static void classic_report(void *ctx, stow_replay_report_t *out)
     out->has_backend_calls = true;
     out->fragmentation_at_peak = c->stats.waste_at_peak.fragmentation;
     out->stats = &c->stats;
+    out->has_map_calls = true;
+    out->map_calls = c->stats.num_map_calls;
+    out->unmap_calls = c->stats.num_unmap_calls;
+    stow_sim_counters_t sc;
+    stow_sim_counters(c->sim, &sc);
+    out->has_modelled_time = true;
+    out->modelled_backend_ns = sc.modelled_ns;
 }
 
 const stow_replay_policy_t stow__replay_policy_classic = {
     "classic", "the Stowage caching pool on the simulated device", true,
     classic_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy,
+};
+
+const stow_replay_policy_t stow__replay_policy_vmm = {
+    "vmm", "Stowage with page-mapped segments (physical memory only under live data)", true,
+    vmm_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy,
 };
 
 /* ---- pytorch, pytorch-expandable ---- */
@@ -142,6 +168,11 @@ static void ptm_report(void *ctx, stow_replay_report_t *out)
     out->backend_calls = s.device_alloc_calls + s.device_free_calls;
     out->has_backend_calls = true;
     out->fragmentation_at_peak = -1.0; /* not tracked by the model */
+    /* Expandable segments map and unmap one physical page per call, as the
+     * vmm policy maps one granule per call: count pages, comparably. */
+    out->has_map_calls = true;
+    out->map_calls = s.pages_created;
+    out->unmap_calls = s.pages_released;
 }
 
 static void ptm_destroy(void *ctx) { stow__ptm_destroy(ctx); }

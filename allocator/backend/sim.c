@@ -40,12 +40,24 @@ typedef struct sim {
     uint64_t fail_countdown[STOW_SIM_CALL_KINDS];
     stow_status_t fail_status[STOW_SIM_CALL_KINDS];
     uint32_t fail_one_in[STOW_SIM_CALL_KINDS];
+    uint64_t cost_ns[STOW_SIM_CALL_KINDS]; /* modelled cost per call */
     uint64_t rng[STOW_SIM_CALL_KINDS];
     sim_event_t *events;
     uint32_t event_count, event_capacity, event_free_head;
 } sim_t;
 
 static sim_t *sim_of(void *ctx) { return (sim_t *)ctx; }
+
+/* Default modelled costs (stowage/sim.h, ../shared/notes/h200-costs.md). */
+static const uint64_t h200_cost_ns[STOW_SIM_CALL_KINDS] = {
+    [STOW_SIM_RESERVE] = 55000,     [STOW_SIM_RELEASE] = 50000,
+    [STOW_SIM_MEM_INFO] = 3900,     [STOW_SIM_SYNCHRONIZE] = 10000,
+    [STOW_SIM_EVENT_RECORD] = 157,  [STOW_SIM_EVENT_QUERY] = 130,
+    [STOW_SIM_EVENT_DESTROY] = 126, [STOW_SIM_VA_RESERVE] = 16000,
+    [STOW_SIM_VA_RELEASE] = 16000,  [STOW_SIM_PHYS_CREATE] = 9800,
+    [STOW_SIM_PHYS_RELEASE] = 9400, [STOW_SIM_MAP] = 24000,
+    [STOW_SIM_UNMAP] = 15000,
+};
 
 static uint64_t splitmix64(uint64_t *state)
 {
@@ -65,6 +77,7 @@ static stow_status_t default_failure(stow_sim_call_t kind)
 static stow_status_t sim_enter(sim_t *s, stow_sim_call_t kind)
 {
     s->counters.calls[kind]++;
+    s->counters.modelled_ns += s->cost_ns[kind];
     stow_status_t st = STOW_OK;
     if (s->fail_countdown[kind] && --s->fail_countdown[kind] == 0)
         st = s->fail_status[kind];
@@ -402,6 +415,7 @@ stow_status_t stow_sim_create(const stow_sim_config_t *config, stow_backend_t **
     }
     pthread_mutex_init(&s->lock, NULL);
     s->config = cfg;
+    memcpy(s->cost_ns, h200_cost_ns, sizeof s->cost_ns);
     s->next_addr = SIM_ADDR_BASE;
     s->next_va = SIM_VA_BASE;
     stow_backend_t *b = &s->backend;
@@ -496,6 +510,16 @@ void stow_sim_fail_random(stow_backend_t *backend, stow_sim_call_t kind, uint32_
     pthread_mutex_lock(&s->lock);
     s->fail_one_in[kind] = one_in;
     s->rng[kind] = seed;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void stow_sim_set_call_cost(stow_backend_t *backend, stow_sim_call_t kind, uint64_t cost_ns)
+{
+    if ((unsigned)kind >= STOW_SIM_CALL_KINDS)
+        return;
+    sim_t *s = sim_of(backend->ctx);
+    pthread_mutex_lock(&s->lock);
+    s->cost_ns[kind] = cost_ns;
     pthread_mutex_unlock(&s->lock);
 }
 

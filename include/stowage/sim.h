@@ -45,7 +45,17 @@ typedef struct stow_sim_counters {
     uint64_t reserved_bytes_peak;
     uint64_t live_reservations;
     uint64_t pending_events;      /* recorded, not yet complete */
+    uint64_t modelled_ns;         /* sum of the modelled cost of every call (below) */
 } stow_sim_counters_t;
+
+/* Modelled host cost of one call of each kind, in nanoseconds, added to
+ * counters.modelled_ns. Defaults: what the call costs on an H200 with driver
+ * 580 (../shared/notes/h200-costs.md): reserve 55000 (cudaMalloc), release
+ * 50000 (cudaFree), mem_info 3900, synchronize 10000 (an idle device; not
+ * measured), event_record 157, event_query 130, event_destroy 126, va_reserve
+ * 16000, va_release 16000, phys_create 9800 (2 MiB), phys_release 9400,
+ * map 24000 (cuMemMap + cuMemSetAccess), unmap 15000. */
+void stow_sim_set_call_cost(stow_backend_t *sim, stow_sim_call_t kind, uint64_t cost_ns);
 
 /* Name of a call kind ("reserve"...); static. */
 const char *stow_sim_call_name(stow_sim_call_t kind);
