@@ -1,0 +1,207 @@
+/*
+ * tests/unit/test_vmm.c: page-mapped segments (allocator/vmm.c): physical
+ * granules only under live blocks, remapping of unused granules instead of
+ * growth, capacity limits, empty_cache, faults.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "test_support.h"
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+#define G (2 * MIB)
+
+static stow_backend_t *sim;
+static stow_pool_t *pool;
+
+static void make_vmm(size_t capacity, bool manual_events)
+{
+    sim = ts_sim(capacity, false, manual_events);
+    cr_assert_not_null(sim);
+    stow_config_t c;
+    stow_config_default(&c);
+    c.policy = STOW_POLICY_VMM;
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+static void check(void)
+{
+    char why[256];
+    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
+}
+
+static stow_stats_t stats(void)
+{
+    stow_stats_t s;
+    cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
+    return s;
+}
+
+static void *alloc_ok(size_t size)
+{
+    void *p = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, size, NULL, &p), STOW_OK, "alloc %zu", size);
+    return p;
+}
+
+static void finish(void)
+{
+    check();
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 0, "physical memory left: %llu",
+                 (unsigned long long)c.reserved_bytes);
+    cr_assert_eq(c.calls[STOW_SIM_MAP] - c.failures[STOW_SIM_MAP],
+                 c.calls[STOW_SIM_UNMAP] - c.failures[STOW_SIM_UNMAP], "every mapping undone");
+    cr_assert_eq(c.calls[STOW_SIM_VA_RESERVE], c.calls[STOW_SIM_VA_RELEASE]);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+Test(vmm, physical_memory_only_under_live_blocks)
+{
+    make_vmm(0, false);
+    void *a = alloc_ok(3 * MIB); /* 2 granules */
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 2 * G);
+    cr_assert_eq(s.num_map_calls, 2);
+    cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 1, "one virtual range");
+    void *b = alloc_ok(1 * MIB + 4 * KIB); /* large pool, continues in granule 2 */
+    cr_assert_eq((char *)b - (char *)a, (ptrdiff_t)(3 * MIB));
+    s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 3 * G);
+    check();
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    s = stats();
+    /* Unused granules stay mapped (cached) until needed elsewhere. */
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 3 * G);
+    cr_assert_eq(s.free_reserved_bytes, 3 * G);
+    cr_assert_eq(s.fragmentation, 0.0, "physical memory is fungible");
+    finish();
+}
+
+Test(vmm, small_requests_share_granules)
+{
+    make_vmm(0, false);
+    void *p[100];
+    for (int i = 0; i < 100; i++)
+        p[i] = alloc_ok(10 * KIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, G, "1000 KiB in one granule");
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    finish();
+}
+
+Test(vmm, unused_granules_are_remapped_instead_of_growing)
+{
+    make_vmm(0, false);
+    void *a = alloc_ok(4 * MIB);
+    void *b = alloc_ok(4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    /* 6 MiB does not fit a's 4 MiB hole: new addresses, 3 granules. The live
+     * high-water becomes 5 granules: one new handle, then a's two granules
+     * are unmapped and mapped under the new block. */
+    void *c = alloc_ok(6 * MIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 5 * G);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 5 * G);
+    cr_assert_eq(s.num_unmap_calls, 2);
+    cr_assert_eq(s.num_sync_all_streams, 1, "unmapping waits for queued work");
+    check();
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    finish();
+}
+
+Test(vmm, device_capacity_is_reached_by_remapping)
+{
+    make_vmm(8 * MIB, false);
+    void *a = alloc_ok(6 * MIB);
+    void *b = alloc_ok(2 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    /* 6 MiB free but at other addresses; 8 MiB more cannot fit... */
+    void *out;
+    cr_assert_eq(stow_pool_alloc(pool, 8 * MIB, NULL, &out), STOW_ENOMEM);
+    /* ...but 6 MiB anywhere can: a's granules move under it. */
+    void *c = alloc_ok(6 * MIB);
+    stow_stats_t s = stats();
+    cr_assert(s.reserved_bytes[STOW_POOL_ALL].peak <= 8 * MIB);
+    cr_assert_eq(s.num_ooms, 1);
+    char msg[768];
+    cr_assert(stow_pool_oom_message(pool, msg, sizeof msg) > 0);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    finish();
+}
+
+Test(vmm, empty_cache_returns_unused_physical_memory)
+{
+    make_vmm(0, false);
+    void *a = alloc_ok(10 * MIB), *b = alloc_ok(4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 2 * G, "only b's granules remain");
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 2 * G);
+    check();
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish();
+}
+
+Test(vmm, record_stream_keeps_granules_mapped_until_the_stream_finished)
+{
+    make_vmm(0, true);
+    stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+    void *a;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_record_stream(pool, a, s2), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    void *b;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &b), STOW_OK);
+    cr_assert_neq(b, a);
+    stow_stats_t st = stats();
+    cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, 4 * G, "a is still mapped");
+    check();
+    stow_sim_complete_stream(sim, s2);
+    void *c;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &c), STOW_OK);
+    cr_assert_eq(c, a);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    finish();
+}
+
+Test(vmm, mapping_failures_leave_the_books_exact)
+{
+    make_vmm(0, false);
+    void *out = NULL;
+    stow_sim_fail_nth(sim, STOW_SIM_MAP, 2, STOW_EBACKEND);
+    cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, NULL, &out), STOW_EBACKEND);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current, 0);
+    check();
+    stow_sim_fail_nth(sim, STOW_SIM_PHYS_CREATE, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_pool_alloc(pool, 20 * MIB, NULL, &out), STOW_EBACKEND);
+    check();
+    void *a = alloc_ok(6 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish();
+}
+
+Test(vmm, destroy_with_live_blocks_is_busy_and_force_releases_everything)
+{
+    make_vmm(0, false);
+    void *a = alloc_ok(5 * MIB);
+    (void)a;
+    cr_assert_eq(stow_pool_destroy(pool), STOW_EBUSY);
+    stow_pool_destroy_force(pool);
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 0);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
