@@ -1383,8 +1383,10 @@ static stow_status_t search_phase(plan_ctx_t *c, const stow_plan_problem_t *p, u
             target = capacity;
             slice = left;
         } else if (first) {
+            /* A quarter: perfect packings are found fast or not at all (D and
+             * J of MiniMalloc's suite), and the bisection needs the rest. */
             target = lo;
-            slice = left * 0.5;
+            slice = left * 0.25;
         } else {
             target = lo + (hi - lo) / 2;
             slice = left * 0.5;
