@@ -116,6 +116,11 @@ void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_
 
 /* ---- create / destroy ---- */
 
+static size_t limit_for(double fraction, size_t capacity_bytes)
+{
+    return fraction >= 1.0 ? capacity_bytes : (size_t)(fraction * (double)capacity_bytes);
+}
+
 static bool backend_valid(const stow_backend_t *b)
 {
     return b && b->abi_version == STOW_BACKEND_ABI && b->reserve && b->release && b->mem_info &&
@@ -159,9 +164,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->has_events = backend->event_record && backend->event_query && backend->event_destroy;
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
     pool->capacity_bytes = total_bytes;
-    pool->limit_bytes = cfg.memory_fraction >= 1.0
-                            ? total_bytes
-                            : (size_t)(cfg.memory_fraction * (double)total_bytes);
+    pool->limit_bytes = limit_for(cfg.memory_fraction, total_bytes);
     stow__acct_init(&pool->acct);
     pool->acct.s.num_backend_calls = 1; /* the mem_info above */
     pool->acct.s.max_split_size_bytes = cfg.max_split_size_bytes;
@@ -487,6 +490,18 @@ size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len)
         snprintf(buf, buf_len, "%s", pool->oom_message);
     pthread_mutex_unlock(&pool->lock);
     return n;
+}
+
+stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction)
+{
+    if (!pool || !(fraction > 0.0 && fraction <= 1.0))
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    pool->config.memory_fraction = fraction;
+    pool->limit_bytes = limit_for(fraction, pool->capacity_bytes);
+    pool->acct.s.limit_bytes = pool->limit_bytes;
+    pthread_mutex_unlock(&pool->lock);
+    return STOW_OK;
 }
 
 void stow_pool_config(stow_pool_t *pool, stow_config_t *out)

@@ -183,6 +183,15 @@ stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *b
  */
 size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len);
 
+/*
+ * Changes the share of the device's total memory the pool may reserve, as
+ * torch.cuda.set_per_process_memory_fraction does. Memory already reserved is
+ * kept (a lower limit takes effect as cached memory is released and new
+ * reservations are refused). Errors: STOW_EINVAL outside (0, 1].
+ * Thread safety: safe.
+ */
+stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction);
+
 /* The pool's configuration as created. */
 void stow_pool_config(stow_pool_t *pool, stow_config_t *out);
 

@@ -289,6 +289,23 @@ Test(pool, memory_fraction_limits_reservations)
     finish_pool();
 }
 
+Test(pool, memory_fraction_can_change_at_run_time)
+{
+    make_pool(16 * MIB, NULL);
+    void *a = alloc_ok(8 * MIB);
+    cr_assert_eq(stow_pool_set_memory_fraction(pool, 0.0), STOW_EINVAL);
+    cr_assert_eq(stow_pool_set_memory_fraction(pool, 1.5), STOW_EINVAL);
+    cr_assert_eq(stow_pool_set_memory_fraction(pool, 0.5), STOW_OK);
+    void *out;
+    cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, NULL, &out), STOW_ENOMEM);
+    cr_assert_eq(stats_now().limit_bytes, 8 * MIB);
+    cr_assert_eq(stow_pool_set_memory_fraction(pool, 1.0), STOW_OK);
+    void *b = alloc_ok(2 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish_pool();
+}
+
 Test(pool, max_split_size_keeps_large_blocks_whole)
 {
     stow_config_t c;
