@@ -22,15 +22,6 @@
 #define TORCH_MSG_LEN 1024
 #define STOW_LIKELY_(x) __builtin_expect(!!(x), 1)
 
-/* Present once the pool API grows a run-time limit setter (requested in
- * issue 5); until then the weak reference resolves to NULL. */
-#if defined(__GNUC__)
-stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction)
-    __attribute__((weak));
-#define TORCH_HAVE_WEAK 1
-#else
-#define TORCH_HAVE_WEAK 0
-#endif
 
 typedef struct torch_slot {
     _Atomic(stow_pool_t *) pool; /* published after creation; Synchronization: torch_lock */
@@ -296,20 +287,10 @@ void stow_torch_memory_fraction(double fraction, int device)
     pthread_mutex_unlock(&torch_lock);
     if (!pool)
         return;
-#if TORCH_HAVE_WEAK
-    if (stow_pool_set_memory_fraction) {
-        stow_status_t st = stow_pool_set_memory_fraction(pool, fraction);
-        if (st != STOW_OK)
-            torch_log("set_per_process_memory_fraction(%g, device %d): %s", fraction, device,
-                      stow_strerror(st));
-        return;
-    }
-#endif
-    if (first_time(&s->logged_fraction))
-        torch_log("set_per_process_memory_fraction(%g, device %d): the pool already exists and "
-                  "this version cannot change its limit; set it before the first CUDA "
-                  "allocation or with per_process_memory_fraction in STOWAGE_CONF",
-                  fraction, device);
+    stow_status_t st = stow_pool_set_memory_fraction(pool, fraction);
+    if (st != STOW_OK)
+        torch_log("set_per_process_memory_fraction(%g, device %d): %s", fraction, device,
+                  stow_strerror(st));
 }
 
 /* ---- for Python and tests ---- */
