@@ -2,16 +2,17 @@
  * planner/plan.c: the planner's solver (stow_plan_solve).
  *
  * Three phases, each keeping the best plan so far:
- *   1. greedy: best-fit / first-fit placement under several static orders, with
- *      a max-upper segment tree over buffers sorted by start time, so that one
- *      placement costs O((k + 1) log n) for k time-overlapping placed buffers;
+ *   1. greedy: best-fit / first-fit placement under a list of (order, fit)
+ *      pairs, best first (greedy_plan), with a max-upper segment tree over
+ *      buffers sorted by start time, so that one placement costs
+ *      O((k + 1) log n) for k time-overlapping placed buffers;
  *   2. exact search (<= SEARCH_MAX_BUFFERS buffers): a depth-first
  *      branch-and-bound over canonical plans, in the spirit of MiniMalloc
  *      (Moffitt, ASPLOS'23) - see search_dfs for the pruning rules;
- *   3. repair (larger problems, or what the search left): "squeaky wheel"
- *      reordering - buffers that end above the target are moved earlier in the
- *      greedy order, with random perturbation, until the time limit.
- * Every plan the search or repair accepts passes stow_plan_validate; that file
+ *   3. ruin and recreate (larger problems, or what the search left): the
+ *      highest buffers around a buffer near the top are taken out and put back
+ *      in a random order rule, until the time limit (ruin_run).
+ * Every plan the search or the ruin phase accepts passes stow_plan_validate; that file
  * shares no placement code with this one.
  */
 #include <math.h>
@@ -24,6 +25,7 @@
 #include "planner/plan_internal.h"
 
 #define SEARCH_MAX_BUFFERS 4000u /* above this the exact search rarely helps */
+#define GREEDY_SHARE 0.6 /* greedy passes after the first stop at this share of the limit */
 
 typedef struct plan_ctx {
     size_t n;
@@ -471,8 +473,8 @@ static void make_order(const plan_ctx_t *c, int kind, order_key_t *keys, uint32_
  * that only allows a few passes still runs the ones that matter. */
 static const int greedy_plan[][2] = {
     {ORD_SIZE_START, FIT_BEST}, /* TFLite: most real traces */
-    {ORD_TBAND, FIT_FIRST},     /* load band, then size: allocation traces */
     {ORD_TBAND_LEN, FIT_BEST},  /* load band, then length: iopddl S_1 */
+    {ORD_TBAND, FIT_FIRST},     /* load band, then size: allocation traces */
     {ORD_SIZE, FIT_BEST},       /* XLA's spatial order: iopddl Y_1 */
     {ORD_SIZE_START, FIT_FIRST}, {ORD_TBAND, FIT_BEST},    {ORD_TBAND_LEN, FIT_FIRST},
     {ORD_TLOAD, FIT_BEST},       {ORD_TLOAD, FIT_FIRST},   {ORD_SIZE, FIT_FIRST},
@@ -1451,7 +1453,7 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
     uint64_t goal = o.capacity != 0 ? (o.capacity > lb ? o.capacity : lb) : lb;
     if (n == 0)
         best.height = 0;
-    /* Greedy orders share at most 40% of the budget (a pass on 60k buffers
+    /* Greedy orders share at most 60% of the budget (a pass on 60k buffers
      * costs seconds); the first pass always completes, later ones give up
      * at that point. A limit of 0 means "greedy only": all orders. */
     c.lb = lb;
@@ -1474,7 +1476,7 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
         uint64_t h;
         c.pass_deadline = best.height == UINT64_MAX || o.time_limit_seconds == 0
                               ? 0.0
-                              : t0 + 0.4 * o.time_limit_seconds;
+                              : t0 + GREEDY_SHARE * o.time_limit_seconds;
         rc = greedy_run(&c, order, fit, off, &h);
         if (rc != STOW_OK)
             goto out;
@@ -1503,7 +1505,7 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
         }
         if (best.height <= goal)
             break;
-        if (o.time_limit_seconds > 0 && stow__plan_now() > t0 + 0.4 * o.time_limit_seconds)
+        if (o.time_limit_seconds > 0 && stow__plan_now() > t0 + GREEDY_SHARE * o.time_limit_seconds)
             break;
     }
     c.pass_deadline = 0.0;
@@ -1516,9 +1518,14 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
     if (best.height > goal && o.time_limit_seconds > 0 && stow__plan_now() < c.deadline &&
         strcmp(best.method, "greedy") == 0) {
         uint64_t h = best.height, iters = 0;
+        memcpy(off, best.off, n * sizeof *off); /* the greedy plan, kept as a fallback */
         rc = ruin_run(&c, best.off, &h, goal, &iters);
         if (rc != STOW_OK)
             goto out;
+        if (stow_plan_validate(problem, best.off, 0, NULL, 0) != STOW_OK) {
+            memcpy(best.off, off, n * sizeof *off); /* never expected; be safe */
+            h = best.height;
+        }
 #ifdef PLAN_DEBUG
         fprintf(stderr, "ruin: %llu steps, %llu -> %llu (%.3f s)\n", (unsigned long long)iters,
                 (unsigned long long)best.height, (unsigned long long)h, stow__plan_now() - t0);
