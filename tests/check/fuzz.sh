@@ -26,6 +26,6 @@ for t in $targets; do
     -detect_leaks=$leaks -print_final_stats=1 -artifact_prefix="$B/artifacts/$t-" "$work" \
     >"$B/$t.log" 2>&1 || { echo "fuzz: $t found a problem:"; tail -60 "$B/$t.log"; exit 1; }
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$B/$t.log" | tail -1)
-  extra=$(grep -h ' totals: ' "$B/$t.log" | tail -1 | sed 's/.*totals: //')
+  extra=$( (grep -h ' totals: ' "$B/$t.log" || true) | tail -1 | sed 's/.*totals: //')
   echo "fuzz: $t: ${SECS}s, $runs inputs${extra:+, $extra}"
 done
