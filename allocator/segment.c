@@ -3,10 +3,11 @@
  * out-of-memory path.
  *
  * Growth policy (docs/design.md, "Growth"): a small request gets a 2 MiB
- * segment that later small requests share; a large request gets a segment of
- * exactly its size rounded to the backend granularity. Segments are never
- * over-provisioned "for later": on real traces that slack is what a caching
- * allocator ends up holding at its peak. Before reserving, if the new segment
+ * segment that later small requests share; a medium one (under 8 MiB) a
+ * 32 MiB segment that later medium requests share; a large request gets a
+ * segment of exactly its size rounded to the backend granularity. Large
+ * segments are never over-provisioned "for later": on real traces that slack
+ * is what a caching allocator ends up holding at its peak. Before reserving, if the new segment
  * would lift reserved memory above its all-time high-water mark, idle segments
  * (no live block) are released first, oldest first, as far as that keeps the
  * mark where it is (release_idle_on_grow). Below the mark nothing is released:
@@ -22,6 +23,12 @@
 #include <time.h>
 
 #define SMALL_SEGMENT_BYTES ((size_t)2 << 20)
+/* Medium requests (over 1 MiB, under 8 MiB) share 32 MiB segments: given a
+ * segment each, every one strands up to 2 MiB of rounding and split
+ * remainders; four or more to a segment, the remainders are shared
+ * (docs/design.md, "Growth policy", has the measurements). */
+#define MEDIUM_SEGMENT_BYTES ((size_t)32 << 20)
+#define MEDIUM_REQUEST_LIMIT_BYTES ((size_t)8 << 20)
 
 static uint64_t now_ns(void)
 {
@@ -34,7 +41,9 @@ static stow_status_t segment_size_for(const stow_pool_t *pool, unsigned kind, si
                                       size_t *out)
 {
     size_t g = pool->granularity_bytes;
-    size_t want = kind == STOW_POOL_SMALL ? SMALL_SEGMENT_BYTES : rounded;
+    size_t want = kind == STOW_POOL_SMALL                 ? SMALL_SEGMENT_BYTES
+                  : rounded < MEDIUM_REQUEST_LIMIT_BYTES ? MEDIUM_SEGMENT_BYTES
+                                                         : rounded;
     if (want > SIZE_MAX - (g - 1))
         return STOW_EOVERFLOW;
     *out = (want + g - 1) & ~(g - 1);
@@ -249,6 +258,13 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
         pool->acct.s.num_alloc_retries++;
         stow__segment_release_cache_for_retry(pool);
         st = reserve_within_limit(pool, ss, size, &ptr);
+        /* A shared (small or medium) segment that does not fit: a segment of
+         * just the request's size may still. */
+        size_t exact = (rounded + pool->granularity_bytes - 1) & ~(pool->granularity_bytes - 1);
+        if (st == STOW_ENOMEM && exact < size) {
+            size = exact;
+            st = reserve_within_limit(pool, ss, size, &ptr);
+        }
         pool->acct.s.retry_time_ns += now_ns() - t0;
     }
     if (st != STOW_OK) {

@@ -25,9 +25,9 @@ Test(diff, size_classes_and_pct)
     cr_assert_float_eq(stow__diff_pct(0, 5), 100.0, 1e-9);
 }
 
-static const char trace_a[] = "3 5\na 0 1048576 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
-/* B: the 1 MiB tensor grew to 2 MiB */
-static const char trace_b[] = "3 5\na 0 2097152 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
+static const char trace_a[] = "3 5\na 0 8388608 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
+/* B: the 8 MiB tensor grew to 16 MiB (both large: segments of their own size) */
+static const char trace_b[] = "3 5\na 0 16777216 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
 
 Test(diff, side_figures_and_verdict)
 {
@@ -41,11 +41,11 @@ Test(diff, side_figures_and_verdict)
     const stow_replay_policy_t *p = stow__replay_policy_find("classic");
     cr_assert_eq(stow__diff_side(a, p, &c, true, &sa), STOW_OK);
     cr_assert_eq(stow__diff_side(b, p, &c, false, &sb), STOW_OK);
-    cr_assert_eq(sa.peak_live_bytes, 1048576 + 4096);
+    cr_assert_eq(sa.peak_live_bytes, 8388608 + 4096);
     cr_assert(sa.has_min_capacity);
-    cr_assert_eq(sa.class_at_peak[20], 1048576);
+    cr_assert_eq(sa.class_at_peak[23], 8388608);
     cr_assert_eq(sa.class_at_peak[12], 4096);
-    cr_assert_eq(sb.class_at_peak[21], 2097152);
+    cr_assert_eq(sb.class_at_peak[24], 16777216);
     cr_assert_eq(sa.class_count[11], 1);
     char *out = NULL;
     size_t len = 0;
@@ -54,7 +54,7 @@ Test(diff, side_figures_and_verdict)
     cr_assert_not(stow__diff_print(f, "a", "a", &sa, &sa, 2.0, "classic"));
     cr_assert_not(stow__diff_print(f, "b", "a", &sb, &sa, 2.0, "classic")); /* shrank */
     fclose(f);
-    cr_assert_not_null(strstr(out, "[2 MiB, 4 MiB)"), "%s", out);
+    cr_assert_not_null(strstr(out, "[16 MiB, 32 MiB)"), "%s", out);
     cr_assert_not_null(strstr(out, "REGRESSION"));
     free(out);
     stow_trace_free(a);
@@ -100,7 +100,7 @@ Test(diff_cli, exit_codes)
     cr_assert_eq(cli(args, out, sizeof out), 1, "%s", out);
     snprintf(args, sizeof args, "%s %s --threshold 150", a, b);
     cr_assert_eq(cli(args, out, sizeof out), 0, "%s", out);
-    snprintf(args, sizeof args, "--policy pytorch %s %s", b, a); /* smaller: ok */
+    snprintf(args, sizeof args, "--policy naive %s %s", b, a); /* smaller: ok */
     cr_assert_eq(cli(args, out, sizeof out), 0, "%s", out);
     snprintf(args, sizeof args, "%s %s", a, bad);
     cr_assert_eq(cli(args, out, sizeof out), 2, "%s", out);

@@ -137,14 +137,14 @@ Test(pool, best_fit_prefers_smallest_then_lowest_address)
 {
     make_pool(0, NULL);
     /* Three large segments of 4, 8 and 6 MiB, freed: requests take the best fit. */
-    void *a = alloc_ok(4 * MIB), *b = alloc_ok(8 * MIB), *c = alloc_ok(6 * MIB);
-    void *hold = alloc_ok(2 * MIB + 1);
+    void *a = alloc_ok(16 * MIB), *b = alloc_ok(32 * MIB), *c = alloc_ok(24 * MIB);
+    void *hold = alloc_ok(8 * MIB + 1);
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
-    cr_assert_eq(alloc_ok(5 * MIB), c);
-    cr_assert_eq(alloc_ok(3 * MIB), a);
-    cr_assert_eq(alloc_ok(7 * MIB), b);
+    cr_assert_eq(alloc_ok(20 * MIB), c);
+    cr_assert_eq(alloc_ok(12 * MIB), a);
+    cr_assert_eq(alloc_ok(28 * MIB), b);
     stow_stats_t s = stats_now();
     cr_assert_eq(s.num_cache_hits, 3);
     stow_pool_destroy_force(pool);
@@ -218,11 +218,11 @@ Test(pool, destroy_with_live_blocks_is_busy)
 
 Test(pool, out_of_memory_explains_and_changes_nothing)
 {
-    make_pool(8 * MIB, NULL);
-    void *a = alloc_ok(6 * MIB);
+    make_pool(32 * MIB, NULL);
+    void *a = alloc_ok(24 * MIB);
     stow_stats_t before = stats_now();
     void *out = NULL;
-    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, NULL, &out), STOW_ENOMEM);
+    cr_assert_eq(stow_pool_alloc(pool, 16 * MIB, NULL, &out), STOW_ENOMEM);
     cr_assert_null(out);
     stow_stats_t s = stats_now();
     cr_assert_eq(s.num_ooms, 1);
@@ -234,8 +234,8 @@ Test(pool, out_of_memory_explains_and_changes_nothing)
     char msg[768];
     size_t n = stow_pool_oom_message(pool, msg, sizeof msg);
     cr_assert(n > 0 && n < sizeof msg);
-    cr_assert_not_null(strstr(msg, "4.00 MiB"), "%s", msg);
-    cr_assert_not_null(strstr(msg, "6.00 MiB reserved"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "16.00 MiB"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "24.00 MiB reserved"), "%s", msg);
     cr_assert_not_null(strstr(msg, "largest free block"), "%s", msg);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     finish_pool();
@@ -246,15 +246,15 @@ Test(pool, release_and_retry_recovers_cached_memory)
     stow_config_t c;
     stow_config_default(&c);
     c.release_idle_on_grow = false; /* exercise the retry path itself */
-    make_pool(8 * MIB, &c);
-    void *a = alloc_ok(6 * MIB);
+    make_pool(32 * MIB, &c);
+    void *a = alloc_ok(24 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
-    void *b = alloc_ok(8 * MIB); /* needs the cached 6 MiB back */
+    void *b = alloc_ok(32 * MIB); /* needs the cached 6 MiB back */
     stow_stats_t s = stats_now();
     cr_assert_eq(s.num_alloc_retries, 1);
     cr_assert_eq(s.num_ooms, 0);
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 8 * MIB);
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 8 * MIB);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 32 * MIB);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 32 * MIB);
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     finish_pool();
 }
@@ -262,11 +262,11 @@ Test(pool, release_and_retry_recovers_cached_memory)
 Test(pool, release_idle_on_grow_keeps_reserved_flat)
 {
     make_pool(0, NULL);
-    void *a = alloc_ok(6 * MIB);
+    void *a = alloc_ok(24 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
-    void *b = alloc_ok(8 * MIB); /* the idle 6 MiB segment goes first */
+    void *b = alloc_ok(32 * MIB); /* the idle 6 MiB segment goes first */
     stow_stats_t s = stats_now();
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 8 * MIB);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 32 * MIB);
     cr_assert_eq(s.num_idle_releases, 1);
     cr_assert_eq(s.num_alloc_retries, 0);
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
@@ -291,16 +291,16 @@ Test(pool, memory_fraction_limits_reservations)
 
 Test(pool, memory_fraction_can_change_at_run_time)
 {
-    make_pool(16 * MIB, NULL);
-    void *a = alloc_ok(8 * MIB);
+    make_pool(64 * MIB, NULL);
+    void *a = alloc_ok(32 * MIB);
     cr_assert_eq(stow_pool_set_memory_fraction(pool, 0.0), STOW_EINVAL);
     cr_assert_eq(stow_pool_set_memory_fraction(pool, 1.5), STOW_EINVAL);
     cr_assert_eq(stow_pool_set_memory_fraction(pool, 0.5), STOW_OK);
     void *out;
-    cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, NULL, &out), STOW_ENOMEM);
-    cr_assert_eq(stats_now().limit_bytes, 8 * MIB);
+    cr_assert_eq(stow_pool_alloc(pool, 8 * MIB, NULL, &out), STOW_ENOMEM);
+    cr_assert_eq(stats_now().limit_bytes, 32 * MIB);
     cr_assert_eq(stow_pool_set_memory_fraction(pool, 1.0), STOW_OK);
-    void *b = alloc_ok(2 * MIB);
+    void *b = alloc_ok(8 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     finish_pool();
@@ -334,18 +334,18 @@ Test(pool, injected_backend_failures_return_errors)
     make_pool(0, NULL);
     void *out = NULL;
     stow_sim_fail_nth(sim, STOW_SIM_RESERVE, 1, STOW_EBACKEND);
-    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, NULL, &out), STOW_EBACKEND);
+    cr_assert_eq(stow_pool_alloc(pool, 16 * MIB, NULL, &out), STOW_EBACKEND);
     cr_assert_eq(stats_now().reserved_bytes[STOW_POOL_ALL].current, 0);
     /* An injected ENOMEM is retried once after releasing the cache. */
     stow_sim_fail_nth(sim, STOW_SIM_RESERVE, 1, STOW_ENOMEM);
-    void *p = alloc_ok(4 * MIB);
+    void *p = alloc_ok(16 * MIB);
     cr_assert_eq(stats_now().num_alloc_retries, 1);
     cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
     /* A failing release leaves the segment cached and the books exact. */
     stow_sim_fail_nth(sim, STOW_SIM_RELEASE, 1, STOW_EBACKEND);
     cr_assert_eq(stow_empty_cache(pool), STOW_OK);
     stow_stats_t s = stats_now();
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 4 * MIB);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 16 * MIB);
     check_pool();
     cr_assert_eq(stow_empty_cache(pool), STOW_OK);
     cr_assert_eq(stats_now().reserved_bytes[STOW_POOL_ALL].current, 0);
@@ -358,14 +358,14 @@ Test(pool, garbage_collection_threshold_releases_oldest_idle)
     stow_config_default(&c);
     c.release_idle_on_grow = false;
     c.garbage_collection_threshold = 0.5;
-    make_pool(32 * MIB, &c);
-    void *a = alloc_ok(6 * MIB), *b = alloc_ok(6 * MIB);
+    make_pool(128 * MIB, &c);
+    void *a = alloc_ok(24 * MIB), *b = alloc_ok(24 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     /* 12 MiB cached + 8 MiB new > 16 MiB threshold: the oldest idle goes. */
-    void *d = alloc_ok(8 * MIB);
+    void *d = alloc_ok(32 * MIB);
     stow_stats_t s = stats_now();
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 14 * MIB);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 56 * MIB);
     cr_assert_eq(s.num_alloc_retries, 0);
     cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
     finish_pool();
@@ -375,17 +375,39 @@ Test(pool, waste_at_peak_adds_up)
 {
     make_pool(0, NULL);
     void *a = alloc_ok(1000);
-    void *b = alloc_ok(3 * MIB + 5);
+    void *b = alloc_ok(12 * MIB + 5); /* a 14 MiB segment; the 2 MiB - 512 tail is split off */
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     stow_stats_t s = stats_now();
     const stow_waste_t *w = &s.waste_at_peak;
-    cr_assert_eq(w->reserved_bytes, 2 * MIB + 4 * MIB);
-    cr_assert_eq(w->requested_bytes, 1000 + 3 * MIB + 5);
-    cr_assert_eq(w->rounding_bytes, 24 + (4 * MIB - 3 * MIB - 5));
+    cr_assert_eq(w->reserved_bytes, 2 * MIB + 14 * MIB);
+    cr_assert_eq(w->requested_bytes, 1000 + 12 * MIB + 5);
+    cr_assert_eq(w->rounding_bytes, 24 + 507);
+    cr_assert_eq(w->split_remainder_bytes, (2 * MIB - 1024) + (2 * MIB - 512));
+    cr_assert_eq(w->idle_cached_bytes, 0);
     cr_assert_eq(w->requested_bytes + w->rounding_bytes + w->split_remainder_bytes +
                      w->idle_cached_bytes + w->pending_bytes,
                  w->reserved_bytes);
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, medium_requests_share_32_mib_segments)
+{
+    make_pool(0, NULL);
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        p[i] = alloc_ok(3 * MIB + 100); /* medium: 1 MiB < size < 8 MiB */
+    stow_stats_t s = stats_now();
+    /* Nine 3 MiB blocks fit a 32 MiB segment: eight need one segment. */
+    cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 1);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, 32 * MIB);
+    void *big = alloc_ok(8 * MIB); /* large: a segment of its own size */
+    s = stats_now();
+    cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 2);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, 40 * MIB);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, big), STOW_OK);
     finish_pool();
 }
 

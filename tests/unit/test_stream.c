@@ -63,15 +63,15 @@ Test(stream, same_stream_reuses_at_once, .init = setup)
 
 Test(stream, other_stream_waits_for_the_clearance_event, .init = setup)
 {
-    void *a = alloc_on(S1, 4 * MIB);
+    void *a = alloc_on(S1, 16 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     /* S1 has not finished: S2 must not get a's memory. */
-    void *b = alloc_on(S2, 4 * MIB);
+    void *b = alloc_on(S2, 16 * MIB);
     cr_assert_neq(b, a);
     check();
     stow_sim_complete_stream(sim, S1);
     /* Now the event recorded on S1 after the free is complete. */
-    void *d = alloc_on(S2, 4 * MIB);
+    void *d = alloc_on(S2, 16 * MIB);
     cr_assert_eq(d, a);
     stow_stats_t s;
     stow_pool_stats(pool, &s);
@@ -84,16 +84,16 @@ Test(stream, other_stream_waits_for_the_clearance_event, .init = setup)
 
 Test(stream, blocks_freed_after_the_event_stay_private, .init = setup)
 {
-    void *a = alloc_on(S1, 4 * MIB);
-    void *a2 = alloc_on(S1, 6 * MIB);
+    void *a = alloc_on(S1, 16 * MIB);
+    void *a2 = alloc_on(S1, 24 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
-    void *b = alloc_on(S2, 4 * MIB); /* records the clearance event on S1 */
+    void *b = alloc_on(S2, 16 * MIB); /* records the clearance event on S1 */
     cr_assert_neq(b, a);
     cr_assert_eq(stow_pool_free(pool, a2), STOW_OK); /* freed after that event */
     stow_sim_complete_stream(sim, S1);
-    void *c = alloc_on(S2, 4 * MIB); /* gets a, covered by the event */
+    void *c = alloc_on(S2, 16 * MIB); /* gets a, covered by the event */
     cr_assert_eq(c, a);
-    void *d = alloc_on(S2, 6 * MIB); /* a2 was not covered: new memory */
+    void *d = alloc_on(S2, 24 * MIB); /* a2 was not covered: new memory */
     cr_assert_neq(d, a2);
     for (void **p = (void *[]){b, c, d, NULL}; *p; p++)
         cr_assert_eq(stow_pool_free(pool, *p), STOW_OK);
@@ -129,10 +129,10 @@ Test(stream, record_stream_defers_reuse_until_the_user_stream_finished, .init = 
 
 Test(stream, empty_cache_synchronizes_pending_blocks_away, .init = setup)
 {
-    void *a = alloc_on(S1, 4 * MIB);
+    void *a = alloc_on(S1, 16 * MIB);
     cr_assert_eq(stow_record_stream(pool, a, S2), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
-    void *b = alloc_on(S2, 2 * MIB);
+    void *b = alloc_on(S2, 8 * MIB);
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     cr_assert_eq(stow_empty_cache(pool), STOW_OK);
     stow_stats_t s;
@@ -176,18 +176,18 @@ Test(stream, destroy_with_pending_blocks_is_clean, .init = setup)
 
 Test(stream, out_of_memory_synchronizes_and_reuses_other_streams_blocks)
 {
-    sim = ts_sim(8 * MIB, false, true);
+    sim = ts_sim(32 * MIB, false, true);
     cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
-    void *a = alloc_on(S1, 2 * MIB + 1);
-    void *hold = alloc_on(S1, 2 * MIB + 1);
+    void *a = alloc_on(S1, 8 * MIB + 1);
+    void *hold = alloc_on(S1, 8 * MIB + 1);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     /* S2 cannot reuse a yet, and the device is nearly full: the retry path
      * synchronizes, after which a's segment may be reused or released. */
-    void *b = alloc_on(S2, 4 * MIB);
+    void *b = alloc_on(S2, 16 * MIB);
     stow_stats_t s;
     stow_pool_stats(pool, &s);
     cr_assert_eq(s.num_ooms, 0);
-    cr_assert(s.reserved_bytes[STOW_POOL_ALL].current <= 8 * MIB);
+    cr_assert(s.reserved_bytes[STOW_POOL_ALL].current <= 32 * MIB);
     check();
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, hold), STOW_OK);
