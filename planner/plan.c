@@ -1522,7 +1522,7 @@ stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
     uint64_t goal = o.capacity != 0 ? (o.capacity > lb ? o.capacity : lb) : lb;
     if (n == 0)
         best.height = 0;
-    /* Greedy orders share at most 60% of the budget (a pass on 60k buffers
+    /* Greedy orders share at most 45% of the budget (a pass on 60k buffers
      * costs seconds); the first pass always completes, later ones give up
      * at that point. A limit of 0 means "greedy only": all orders. */
     c.lb = lb;

@@ -150,9 +150,10 @@ typedef struct stow_plan_result {
     const char *method;     /* static string: which phase produced the plan */
 } stow_plan_result_t;
 
-/* Plans `problem`. Runs several greedy best-fit orders, then, within the time
- * limit, an exact branch-and-bound (small problems) or a randomised
- * repair search (large ones). Stops early when the height equals the lower
+/* Plans `problem`. Runs several greedy best-/first-fit orders, then, within the
+ * time limit, an exact branch-and-bound (up to 4000 buffers) or, for larger
+ * problems, a promotion search (buffers that end near the top move to the front
+ * of the greedy order) and a randomised ruin-and-recreate search. Stops early when the height equals the lower
  * bound, or when a capacity is given and the plan fits it. When the capacity
  * is not met in time the lowest plan found is returned with fits == false.
  * `opts` NULL means the defaults. The plan always satisfies the validator.
