@@ -165,6 +165,8 @@ stow_stream_state_t *stow__stream_get(stow_pool_t *pool, stow_stream_t stream);
 stow_status_t stow__stream_state_new(stow_pool_t *pool, stow_stream_t stream,
                                      stow_stream_state_t **out);
 void stow__stream_states_destroy(stow_pool_t *pool);
+/* Destroy path: forgets PENDING blocks, returning their events. */
+void stow__stream_drop_pending(stow_pool_t *pool);
 /* Frees a block with record_stream users: records events, makes it PENDING. */
 stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b);
 /* Turns PENDING blocks whose events completed into FREE blocks. */

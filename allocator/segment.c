@@ -132,8 +132,15 @@ void stow__segment_release_all(stow_pool_t *pool)
         pool->acct.s.num_sync_all_streams++;
         stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
     }
+    stow__stream_drop_pending(pool);
     while (pool->segments) {
         stow_segment_t *seg = pool->segments;
+        /* Blocks go with their chunks at destroy; their record_stream lists
+         * are separate allocations. */
+        for (stow_block_t *b = seg->first; b; b = b->next) {
+            free(b->uses);
+            b->uses = NULL;
+        }
         if (seg->granules) {
             stow__vmm_release_segment(pool, seg);
             segment_unlink(pool, seg);

@@ -68,10 +68,18 @@ void stow__stream_states_destroy(stow_pool_t *pool)
     free(pool->streams);
     pool->streams = NULL;
     pool->stream_count = pool->stream_capacity = 0;
-    for (stow_block_t *b = pool->pending; b; b = b->right)
+}
+
+void stow__stream_drop_pending(stow_pool_t *pool)
+{
+    for (stow_block_t *b = pool->pending; b; b = b->right) {
         for (uint32_t i = 0; b->uses && i < b->uses->count; i++)
             if (b->uses->item[i].event)
                 destroy_event(pool, b->uses->item[i].event);
+        free(b->uses);
+        b->uses = NULL;
+    }
+    pool->pending = NULL;
 }
 
 /* Re-homes a FREE, indexed block under `any`, merging with free neighbours there. */

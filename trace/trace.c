@@ -107,6 +107,9 @@ typedef struct id_state {
 
 static stow_status_t parse_header(parser_t *p, uint64_t *ids, uint64_t *events)
 {
+    /* Memory for events is sized from the header, so the count is checked
+     * against the text first: every event line takes at least 4 bytes
+     * ("f 0\n"). The id table grows with the ids actually seen. */
     const char *b, *e;
     do {
         if (!next_line(p, &b, &e))
@@ -121,11 +124,37 @@ static stow_status_t parse_header(parser_t *p, uint64_t *ids, uint64_t *events)
     if (*events > 2 * *ids)
         return parse_error(p, "header announces %llu events for %llu ids (at most 2 per id)",
                            (unsigned long long)*events, (unsigned long long)*ids);
+    size_t remaining = (size_t)(p->end - p->cursor);
+    if (*events > remaining / 4 + 1)
+        return parse_error(p, "header announces %llu events; the file is too short for them",
+                           (unsigned long long)*events);
     return STOW_OK;
 }
 
+typedef struct id_table {
+    id_state_t *v;
+    size_t capacity; /* entries allocated; ids below it are valid indexes */
+} id_table_t;
+
+/* Makes room for `id`; false when out of host memory. */
+static bool id_table_reserve(id_table_t *ids, uint64_t id)
+{
+    if (id < ids->capacity)
+        return true;
+    size_t cap = ids->capacity ? ids->capacity : 1024;
+    while (cap <= id)
+        cap *= 2;
+    id_state_t *grown = realloc(ids->v, cap * sizeof *grown);
+    if (!grown)
+        return false;
+    memset(grown + ids->capacity, 0, (cap - ids->capacity) * sizeof *grown);
+    ids->v = grown;
+    ids->capacity = cap;
+    return true;
+}
+
 static stow_status_t parse_event(parser_t *p, const char *b, const char *e, stow_trace_t *t,
-                                 id_state_t *ids, uint64_t *live_bytes)
+                                 id_table_t *ids, uint64_t *live_bytes)
 {
     skip_blanks(&b, e);
     char kind = *b++;
@@ -137,7 +166,15 @@ static stow_status_t parse_event(parser_t *p, const char *b, const char *e, stow
     if (id >= t->id_count)
         return parse_error(p, "id %llu out of range (header says %u ids)",
                            (unsigned long long)id, t->id_count);
-    id_state_t *st = &ids[id];
+    /* Dense ids grow with the events; one far beyond them would make the table
+     * (16 bytes an id) huge for a tiny file, so it is refused. */
+    if (id >= ids->capacity && id > 2 * (uint64_t)t->event_count + ((uint64_t)1 << 20))
+        return parse_error(p, "id %llu is far beyond the %zu events read so far (ids must be "
+                              "dense and 0-based)",
+                           (unsigned long long)id, t->event_count);
+    if (!id_table_reserve(ids, id))
+        return STOW_EHOSTMEM;
+    id_state_t *st = &ids->v[id];
     stow_trace_event_t *ev = &t->events[t->event_count];
     if (kind == 'a') {
         if (!parse_u64(&b, e, &size) || !parse_u64(&b, e, &stream) || !at_line_end(b, e))
@@ -190,13 +227,12 @@ stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_l
         return st;
 
     stow_trace_t *t = calloc(1, sizeof *t);
-    id_state_t *ids = calloc(id_count ? id_count : 1, sizeof *ids);
+    id_table_t ids = {NULL, 0};
     if (t)
         t->events = malloc((event_count ? event_count : 1) * sizeof *t->events);
     if (t)
         t->path = strdup(name);
-    if (!t || !ids || !t->events || !t->path) {
-        free(ids);
+    if (!t || !t->events || !t->path) {
         stow_trace_free(t);
         return STOW_EHOSTMEM;
     }
@@ -213,7 +249,7 @@ stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_l
                              (unsigned long long)event_count);
             break;
         }
-        st = parse_event(&p, b, e, t, ids, &live_bytes);
+        st = parse_event(&p, b, e, t, &ids, &live_bytes);
         if (st != STOW_OK)
             break;
         t->event_count++;
@@ -225,7 +261,7 @@ stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_l
     if (st == STOW_OK && t->event_count != event_count)
         st = parse_error(&p, "header announces %llu events, file has %zu",
                          (unsigned long long)event_count, t->event_count);
-    free(ids);
+    free(ids.v);
     if (st != STOW_OK) {
         stow_trace_free(t);
         return st;

@@ -4,8 +4,6 @@
 # from a scratch copy of its committed corpus (tests/fuzz/corpus/<name>/), so
 # CI never writes into the checkout. A crash, leak, timeout or check failure
 # fails the run; its input is kept in $B/artifacts.
-# -detect_leaks=0 for fuzz_api only while library bug R2 is open
-# (docs/reliability.md, "Findings").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${FUZZ_BUILD:-build-fuzz}
@@ -21,9 +19,8 @@ for t in $targets; do
   work="$B/corpus/$short"
   rm -rf "$work"; mkdir -p "$work"
   [ -d "tests/fuzz/corpus/$short" ] && cp -r "tests/fuzz/corpus/$short/." "$work/"
-  leaks=1; [ "$t" = fuzz_api ] && leaks=0
-  ASAN_OPTIONS="detect_leaks=$leaks" "$B/$t" -max_total_time="$SECS" -timeout=10 \
-    -detect_leaks=$leaks -print_final_stats=1 -artifact_prefix="$B/artifacts/$t-" "$work" \
+  ASAN_OPTIONS="detect_leaks=1" "$B/$t" -max_total_time="$SECS" -timeout=10 \
+    -detect_leaks=1 -print_final_stats=1 -artifact_prefix="$B/artifacts/$t-" "$work" \
     >"$B/$t.log" 2>&1 || { echo "fuzz: $t found a problem:"; tail -60 "$B/$t.log"; exit 1; }
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$B/$t.log" | tail -1)
   extra=$( (grep -h ' totals: ' "$B/$t.log" || true) | tail -1 | sed 's/.*totals: //')

@@ -30,17 +30,6 @@
 
 #define FZ_MIB ((size_t)1 << 20)
 
-/* Open library bugs (docs/reliability.md, "Findings") that this target would
- * hit at once; with STOW_FUZZ_KNOWN_BUGS=0 it reproduces them. Remove each
- * workaround when its bug is fixed.
- *   R1: stow__round_size with roundup_power2_divisions wraps for sizes above
- *       2^63: stow_pool_alloc returns STOW_OK with a 0-byte block.
- *   R2: blocks named by stow_record_stream leak their stream-use list (48 B)
- *       at stow_pool_destroy (tests/check/fuzz.sh runs with -detect_leaks=0
- *       while R2 is open; every other check stays on). */
-#ifndef STOW_FUZZ_KNOWN_BUGS
-#define STOW_FUZZ_KNOWN_BUGS 1
-#endif
 #define FZ_MAX_LIVE 192
 #define FZ_MAX_OPS 400
 #define FZ_STREAMS 4
@@ -252,8 +241,6 @@ static void fz_alloc(fz_state_t *s, fz_in_t *in)
     size_t size = fz_size(in);
     stow_stream_t stream = fz_streams[fz_u8(in) % FZ_STREAMS];
     if (s->n_live == FZ_MAX_LIVE)
-        return;
-    if (STOW_FUZZ_KNOWN_BUGS && s->rounding && size > ((size_t)1 << 63)) /* R1 */
         return;
     stow_stats_t before = fz_stats(s);
     void *sentinel = (void *)(uintptr_t)0xdead0000, *p = sentinel;

@@ -30,41 +30,7 @@
         }                                                                               \
     } while (0)
 
-/* Open library bug (docs/reliability.md, "Findings"), worked around unless
- * STOW_FUZZ_KNOWN_BUGS=0:
- *   R3: stow_trace_parse allocates id_count x 16 B and event_count x 16 B from
- *       the header before reading any event: the 22-byte input
- *       "4294967295 8589934590\n" asks for 64 GiB + 128 GiB (ASan aborts).
- *       Inputs whose header line has a number of 7 or more digits are skipped. */
-#ifndef STOW_FUZZ_KNOWN_BUGS
-#define STOW_FUZZ_KNOWN_BUGS 1
-#endif
 
-static bool ft_huge_header(const uint8_t *d, size_t n)
-{
-    size_t i = 0;
-    for (;;) { /* skip blank and comment lines */
-        size_t j = i;
-        while (j < n && (d[j] == ' ' || d[j] == '\t' || d[j] == '\r'))
-            j++;
-        if (j < n && (d[j] == '\n' || d[j] == '#')) {
-            while (j < n && d[j] != '\n')
-                j++;
-            if (j == n)
-                return false;
-            i = j + 1;
-            continue;
-        }
-        break;
-    }
-    unsigned run = 0;
-    for (; i < n && d[i] != '\n'; i++) {
-        run = (d[i] >= '0' && d[i] <= '9') ? run + 1 : 0;
-        if (run >= 7)
-            return true;
-    }
-    return false;
-}
 
 static unsigned long long ft_inputs, ft_accepted;
 
@@ -87,9 +53,17 @@ static void ft_check_trace(const stow_trace_t *t)
     FT_CHECK(t->path && strcmp(t->path, "fuzz") == 0, "path");
     FT_CHECK(t->event_count <= 2 * (uint64_t)t->id_count, "events %zu ids %u", t->event_count,
              t->id_count);
-    uint8_t *state = calloc(t->id_count ? t->id_count : 1, 1);
-    uint64_t *size = calloc(t->id_count ? t->id_count : 1, sizeof *size);
-    uint16_t *stream = calloc(t->id_count ? t->id_count : 1, sizeof *stream);
+    /* The shadow is sized by the ids the events use, not by the header: a
+     * header may announce billions of ids that never appear. */
+    size_t n_ids = 1;
+    for (size_t i = 0; i < t->event_count; i++) {
+        FT_CHECK(t->events[i].id < t->id_count, "event %zu: id out of range", i);
+        if ((size_t)t->events[i].id + 1 > n_ids)
+            n_ids = (size_t)t->events[i].id + 1;
+    }
+    uint8_t *state = calloc(n_ids, 1);
+    uint64_t *size = calloc(n_ids, sizeof *size);
+    uint16_t *stream = calloc(n_ids, sizeof *stream);
     FT_CHECK(state && size && stream, "host memory");
     uint64_t live = 0, peak = 0;
     size_t peak_event = 0;
@@ -135,8 +109,6 @@ static void ft_check_trace(const stow_trace_t *t)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (STOW_FUZZ_KNOWN_BUGS && ft_huge_header(data, size)) /* R3 */
-        return 0;
     ft_inputs++;
     /* Exact-size copy: a read past text_len is a heap overflow under ASan. */
     char *text = malloc(size ? size : 1);

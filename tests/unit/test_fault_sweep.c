@@ -280,3 +280,52 @@ Test(fault_sweep, random_faults_every_kind, .timeout = 600)
             faults_injected);
     free(t.ev);
 }
+
+/* ---- Regressions for library bugs found by the fuzzers (docs/reliability.md,
+ * "Findings"). ---- */
+#include <sys/resource.h>
+
+/* R1: roundup_power2_divisions rounding wraps above 2^63: alloc returned
+ * STOW_OK with a 0-byte block and stow_pool_check failed ("bad size 0"). */
+Test(fault_sweep_regress, r1_rounding_near_size_max)
+{
+    stow_backend_t *sim = ts_sim(0, false, false);
+    stow_config_t c;
+    stow_config_default(&c);
+    char err[128];
+    cr_assert_eq(stow_config_parse(&c, "roundup_power2_divisions:4", err, sizeof err), STOW_OK);
+    stow_pool_t *pool;
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    const size_t sizes[] = {17909382853805490358ull, SIZE_MAX - ((size_t)1 << 30),
+                            ((size_t)1 << 63) + ((size_t)1 << 62)};
+    for (int i = 0; i < 3; i++) {
+        void *p = NULL;
+        stow_status_t st = stow_pool_alloc(pool, sizes[i], NULL, &p);
+        cr_expect(st == STOW_EOVERFLOW || st == STOW_ENOMEM, "alloc(%zu) returned %s", sizes[i],
+                  stow_strerror(st));
+        check_pool(pool, "after a huge request", (size_t)i);
+    }
+    stow_pool_destroy_force(pool);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+/* R3: the header alone makes stow_trace_parse allocate 64 GiB + 128 GiB. */
+Test(fault_sweep_regress, r3_trace_header_does_not_drive_allocation)
+{
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* A relapse would try to allocate 192 GiB: make that fail fast instead.
+     * (Sanitizers reserve terabytes of address space: no limit there.) */
+    struct rlimit lim = {(rlim_t)4 << 30, (rlim_t)4 << 30};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &lim), 0);
+#endif
+    static const char text[] = "4294967295 8589934590\n";
+    stow_trace_t *t = NULL;
+    char err[256];
+    stow_status_t st = stow_trace_parse("r3", text, sizeof text - 1, &t, err, sizeof err);
+    cr_assert_eq(st, STOW_EPARSE, "returned %s (%s)", stow_strerror(st), err);
+    /* Sparse ids far beyond the events are refused too (the id table would be huge). */
+    static const char sparse[] = "4294967295 2\na 4294967294 5 0\nf 4294967294\n";
+    st = stow_trace_parse("r3b", sparse, sizeof sparse - 1, &t, err, sizeof err);
+    cr_assert_eq(st, STOW_EPARSE, "returned %s (%s)", stow_strerror(st), err);
+    cr_assert_not_null(strstr(err, "r3b:2: "), "%s", err);
+}
