@@ -10,6 +10,7 @@
 
 #include "accounting/accounting.h"
 #include "allocator/types.h"
+#include "stowage/record.h"
 
 /* Assertion levels (STOW_DEBUG): 1 caller contracts, 2 internal, 3 expensive
  * whole-pool checks. Release builds (0) compile them out. A failed assertion is
@@ -85,6 +86,39 @@ typedef struct stow_free_handle {
     uint8_t kind; /* pool kind its reserved bytes are counted under */
 } stow_free_handle_t;
 
+/* ---- record.c ---- */
+typedef enum {
+    STOW_REC_ALLOC,
+    STOW_REC_FREE,
+    STOW_REC_SEGMENT_RESERVE,
+    STOW_REC_SEGMENT_RELEASE,
+    STOW_REC_MAP,
+    STOW_REC_UNMAP,
+    STOW_REC_OOM
+} stow_rec_kind_t;
+
+typedef struct stow_rec_event {
+    uint64_t ticks;  /* stow__record_clock(), sampled every 64th event (record.c) */
+    uint64_t addr;
+    uint64_t size;   /* ALLOC: requested bytes; others: bytes concerned */
+    uint16_t stream; /* index of the stream state (0 = shared lists) */
+    uint8_t kind;    /* stow_rec_kind_t */
+    uint8_t tag;
+    uint32_t reserved_;
+} stow_rec_event_t;
+
+typedef struct stow_recorder {
+    stow_rec_event_t *events; /* ring of `capacity` */
+    size_t capacity;
+    uint64_t count;           /* events recorded, overwritten ones included */
+    uint64_t last_ticks;      /* the clock at the last sampled event */
+    uint64_t start_ticks, start_ns;
+} stow_recorder_t;
+
+extern _Thread_local unsigned char stow__current_tag;
+uint64_t stow__record_clock(void);
+void stow__record_free(stow_pool_t *pool);
+
 /* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
 struct stow_pool {
     pthread_mutex_t lock;
@@ -118,7 +152,31 @@ struct stow_pool {
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];
+    stow_recorder_t *rec;            /* NULL: not recording */
+    stow_tag_stats_t tag_stats[STOW_TAG_MAX];
 };
+
+/* Appends one event when recording (lock held). */
+static inline void stow__record(stow_pool_t *pool, stow_rec_kind_t kind, uint64_t addr,
+                                uint64_t size, unsigned stream, unsigned tag)
+{
+    stow_recorder_t *r = pool->rec;
+    if (STOW_LIKELY(!r))
+        return;
+    /* The clock costs more than the rest of an event (a VM's TSC read is
+     * ~12 ns): it is read every 64th event and at every rare event, and the
+     * dump interpolates the times in between. */
+    if ((r->count & 63) == 0 || kind > STOW_REC_FREE)
+        r->last_ticks = stow__record_clock();
+    stow_rec_event_t *e = &r->events[r->count++ % r->capacity];
+    e->ticks = r->last_ticks;
+    e->addr = addr;
+    e->size = size;
+    e->stream = (uint16_t)stream;
+    e->kind = (uint8_t)kind;
+    e->tag = (uint8_t)tag;
+    e->reserved_ = 0;
+}
 
 /* Inserts a FREE block into its owner's index (with accounting). */
 void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b);

@@ -222,6 +222,13 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         c->memory_fraction = f;
         return STOW_OK;
     }
+    if (!strcmp(key, "record_events")) {
+        unsigned long long n;
+        if (!parse_ulong(v, &n) || n > ((unsigned long long)1 << 32))
+            return fail(err, err_len, "key 'record_events': '%s' is not a count up to 2^32", v);
+        c->record_events = (size_t)n;
+        return STOW_OK;
+    }
     if (!strcmp(key, "vmm_slack")) {
         double f;
         if (!parse_double(v, &f) || !(f >= 0.0 && f <= 1.0))

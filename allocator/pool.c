@@ -134,6 +134,18 @@ stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st)
     return st;
 }
 
+static void pool_free_memory(stow_pool_t *pool)
+{
+    stow__record_free(pool);
+    free(pool->free_handles);
+    stow__stream_states_destroy(pool);
+    free(pool->any);
+    stow__ptr_map_destroy(&pool->live);
+    stow__block_store_destroy(&pool->blocks);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
 stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t *backend,
                                stow_pool_t **out)
 {
@@ -178,20 +190,14 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     }
     pool->any->is_any = true;
     pthread_mutex_init(&pool->lock, NULL);
+    if (cfg.record_events && stow_record_start(pool, cfg.record_events) != STOW_OK) {
+        pool_free_memory(pool);
+        return STOW_EHOSTMEM;
+    }
     *out = pool;
     return STOW_OK;
 }
 
-static void pool_free_memory(stow_pool_t *pool)
-{
-    free(pool->free_handles);
-    stow__stream_states_destroy(pool);
-    free(pool->any);
-    stow__ptr_map_destroy(&pool->live);
-    stow__block_store_destroy(&pool->blocks);
-    pthread_mutex_destroy(&pool->lock);
-    free(pool);
-}
 
 stow_status_t stow_pool_destroy(stow_pool_t *pool)
 {
@@ -293,8 +299,15 @@ static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *
     b->owner = ss;
     b->requested_bytes = requested;
     b->size_class = (uint8_t)stow__size_class_of(requested);
+    b->tag = stow__current_tag;
     stow__ptr_map_put(&pool->live, b->addr, b);
     stow__acct_alloc(&pool->acct, b->pool_kind, b->size_bytes, requested, b->size_class, hit);
+    stow_tag_stats_t *t = &pool->tag_stats[b->tag];
+    t->allocated_bytes += b->size_bytes;
+    t->allocations++;
+    if (t->allocated_bytes > t->allocated_bytes_peak)
+        t->allocated_bytes_peak = t->allocated_bytes;
+    stow__record(pool, STOW_REC_ALLOC, b->addr, requested, ss->index, b->tag);
 }
 
 static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
@@ -413,6 +426,9 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
     }
     pool->op_count++;
     stow__acct_free(&pool->acct, b->pool_kind, b->size_bytes, b->requested_bytes, b->size_class);
+    pool->tag_stats[b->tag].allocated_bytes -= b->size_bytes;
+    pool->tag_stats[b->tag].allocations--;
+    stow__record(pool, STOW_REC_FREE, b->addr, b->size_bytes, b->owner->index, b->tag);
     if (STOW_UNLIKELY(b->uses != NULL && pool->has_events)) {
         stow__stream_defer_free(pool, b);
     } else {
@@ -528,6 +544,8 @@ void stow_stats_reset_peak(stow_pool_t *pool)
         return;
     pthread_mutex_lock(&pool->lock);
     stow__acct_reset_peak(&pool->acct, stow__pool_largest_free(pool));
+    for (unsigned i = 0; i < STOW_TAG_MAX; i++)
+        pool->tag_stats[i].allocated_bytes_peak = pool->tag_stats[i].allocated_bytes;
     pthread_mutex_unlock(&pool->lock);
 }
 

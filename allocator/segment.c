@@ -75,6 +75,7 @@ static bool segment_release(stow_pool_t *pool, stow_segment_t *seg)
     if (st != STOW_OK)
         return false;
     pool->acct.s.num_device_free++;
+    stow__record(pool, STOW_REC_SEGMENT_RELEASE, seg->base, seg->size_bytes, 0, 0);
     stow_block_t *b = seg->first;
     stow__pool_index_remove(pool, b);
     stow__block_delete(&pool->blocks, b);
@@ -212,6 +213,7 @@ static const char *reserve_hint(const stow_pool_t *pool, uint64_t cached_bytes)
 
 void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes)
 {
+    stow__record(pool, STOW_REC_OOM, 0, requested, 0, stow__current_tag);
     const stow_stats_t *s = &pool->acct.s;
     uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
     uint64_t active = s->active_bytes[STOW_POOL_ALL].current;
@@ -301,6 +303,7 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
     b->owner = pool->has_events ? ss : pool->any;
     b->free_seq = ++b->owner->free_seq;
     stow__acct_segment_add(&pool->acct, kind, size);
+    stow__record(pool, STOW_REC_SEGMENT_RESERVE, seg->base, size, ss->index, 0);
     pool->acct.idle_segment_bytes += size;
     if (pool->acct.s.reserved_bytes[STOW_POOL_ALL].current > pool->reserved_high_water_bytes)
         pool->reserved_high_water_bytes = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;

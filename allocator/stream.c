@@ -50,6 +50,7 @@ stow_stream_state_t *stow__stream_get(stow_pool_t *pool, stow_stream_t stream)
     if (stow__stream_state_new(pool, stream, &ss) != STOW_OK)
         return NULL;
     pool->streams[pool->stream_count++] = ss;
+    ss->index = (uint16_t)(pool->stream_count < UINT16_MAX ? pool->stream_count : UINT16_MAX);
     return pool->last_stream = ss;
 }
 

@@ -65,6 +65,8 @@ struct stow_block {
     uint8_t pool_kind;            /* STOW_POOL_SMALL or STOW_POOL_LARGE */
     uint8_t size_class;           /* ALLOCATED: stats size class of the request */
     uint8_t counted_split_;       /* FREE: counted in inactive_split (not a whole segment) */
+    uint8_t tag;                  /* ALLOCATED/PENDING: the allocating thread's tag */
+    uint16_t stream_index;        /* ALLOCATED/PENDING: recorder's stream number */
 };
 
 /* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
@@ -105,6 +107,7 @@ struct stow_stream_state {
     stow_stream_t stream;
     stow_free_index_t free[3];    /* indexed by STOW_POOL_SMALL / STOW_POOL_LARGE */
     uint64_t free_seq;            /* incremented at each free into this index */
+    uint16_t index;               /* 1 + position in pool->streams; 0 for `any` */
     stow_event_t clear_event;     /* in flight: covers blocks with free_seq <= clear_upto */
     uint64_t clear_upto_seq;
     bool is_any;

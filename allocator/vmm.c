@@ -90,6 +90,7 @@ static void granule_span(const stow_pool_t *pool, const stow_segment_t *seg, uin
 static stow_status_t do_unmap(stow_pool_t *pool, stow_granule_t *g)
 {
     pool->acct.s.num_unmap_calls++;
+    stow__record(pool, STOW_REC_UNMAP, g->va, pool->granularity_bytes, 0, 0);
     return stow__backend_status(pool, pool->backend->unmap(pool->backend->ctx, (void *)g->va,
                                                            pool->granularity_bytes));
 }
@@ -97,6 +98,7 @@ static stow_status_t do_unmap(stow_pool_t *pool, stow_granule_t *g)
 static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
 {
     pool->acct.s.num_map_calls++;
+    stow__record(pool, STOW_REC_MAP, g->va, pool->granularity_bytes, 0, 0);
     return stow__backend_status(
         pool, pool->backend->map(pool->backend->ctx, (void *)g->va, pool->granularity_bytes, h));
 }

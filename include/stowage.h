@@ -81,6 +81,9 @@ typedef struct stow_config {
                                       memory above its all-time high-water mark, release idle
                                       cached segments (oldest first) so that the mark stays;
                                       below the mark keep them; key "release_idle_on_grow" */
+    size_t record_events;          /* 0 (default): no recording; else record the pool's events
+                                      into a ring of this many (stowage/record.h);
+                                      key "record_events" */
     double vmm_slack;              /* policy vmm: physical memory the pool may hold beyond the
                                       high-water mark of live granules before it remaps unused
                                       granules instead of taking more, as a fraction of that
@@ -94,7 +97,7 @@ void stow_config_default(stow_config_t *config);
  * Applies `text` in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value")
  * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
- * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack,
+ * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, record_events,
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.

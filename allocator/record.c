@@ -1,0 +1,288 @@
+/*
+ * allocator/record.c: the event ring buffer of a live pool, allocation tags
+ * with per-tag accounting, and stow_trace_dump (stowage/record.h).
+ *
+ * Recording sits on the alloc/free fast path, so an event is 32 bytes written
+ * into a preallocated ring with a cycle-counter timestamp (converted to
+ * nanoseconds only when dumped); nothing is allocated or formatted per event.
+ */
+#include "allocator/internal.h"
+#include "stowage/record.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
+/* ---- tags ---- */
+
+static pthread_mutex_t tag_lock = PTHREAD_MUTEX_INITIALIZER;
+static char tag_names[STOW_TAG_MAX][STOW_TAG_NAME_MAX];
+static unsigned tag_count = 1; /* 0 is "untagged" */
+_Thread_local unsigned char stow__current_tag;
+
+stow_status_t stow_tag_set(const char *name, unsigned *id_out)
+{
+    if (!name || !*name) {
+        stow__current_tag = 0;
+        if (id_out)
+            *id_out = 0;
+        return STOW_OK;
+    }
+    if (strlen(name) >= STOW_TAG_NAME_MAX)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&tag_lock);
+    unsigned id = 1;
+    while (id < tag_count && strcmp(tag_names[id], name))
+        id++;
+    stow_status_t st = STOW_OK;
+    if (id == tag_count) {
+        if (tag_count == STOW_TAG_MAX)
+            st = STOW_EBUSY;
+        else
+            snprintf(tag_names[tag_count++], STOW_TAG_NAME_MAX, "%s", name);
+    }
+    pthread_mutex_unlock(&tag_lock);
+    if (st != STOW_OK)
+        return st;
+    stow__current_tag = (unsigned char)id;
+    if (id_out)
+        *id_out = id;
+    return STOW_OK;
+}
+
+const char *stow_tag_name(unsigned id)
+{
+    /* Names are written once, before their id is published under the lock. */
+    pthread_mutex_lock(&tag_lock);
+    const char *name = id < tag_count ? tag_names[id] : "";
+    pthread_mutex_unlock(&tag_lock);
+    return name;
+}
+
+const char *stow_tag_current(void) { return stow_tag_name(stow__current_tag); }
+
+stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_TAG_MAX])
+{
+    if (!pool || !out)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    memcpy(out, pool->tag_stats, sizeof pool->tag_stats);
+    pthread_mutex_unlock(&pool->lock);
+    return STOW_OK;
+}
+
+/* ---- the ring buffer ---- */
+
+uint64_t stow__record_clock(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+#endif
+}
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events)
+{
+    if (!pool || capacity_events > ((size_t)1 << 32))
+        return STOW_EINVAL;
+    stow_recorder_t *rec = NULL;
+    if (capacity_events) {
+        rec = calloc(1, sizeof *rec);
+        if (rec)
+            rec->events = malloc(capacity_events * sizeof *rec->events);
+        if (!rec || !rec->events) {
+            if (rec)
+                free(rec->events);
+            free(rec);
+            return STOW_EHOSTMEM;
+        }
+        /* Touch every page now rather than on the fast path. */
+        memset(rec->events, 0, capacity_events * sizeof *rec->events);
+        rec->capacity = capacity_events;
+        rec->start_ticks = stow__record_clock();
+        rec->last_ticks = rec->start_ticks;
+        rec->start_ns = wall_ns();
+    }
+    pthread_mutex_lock(&pool->lock);
+    stow_recorder_t *old = pool->rec;
+    pool->rec = rec;
+    pthread_mutex_unlock(&pool->lock);
+    if (old) {
+        free(old->events);
+        free(old);
+    }
+    return STOW_OK;
+}
+
+void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t *kept)
+{
+    uint64_t r = 0, k = 0;
+    if (pool) {
+        pthread_mutex_lock(&pool->lock);
+        if (pool->rec) {
+            r = pool->rec->count;
+            k = r < pool->rec->capacity ? r : pool->rec->capacity;
+        }
+        pthread_mutex_unlock(&pool->lock);
+    }
+    if (recorded)
+        *recorded = r;
+    if (kept)
+        *kept = k;
+}
+
+void stow__record_free(stow_pool_t *pool)
+{
+    if (pool->rec) {
+        free(pool->rec->events);
+        free(pool->rec);
+        pool->rec = NULL;
+    }
+}
+
+/* ---- dump ---- */
+
+static const char *const kind_names[] = {
+    [STOW_REC_ALLOC] = "alloc",       [STOW_REC_FREE] = "free",
+    [STOW_REC_SEGMENT_RESERVE] = "segment_reserve", [STOW_REC_SEGMENT_RELEASE] = "segment_release",
+    [STOW_REC_MAP] = "map",           [STOW_REC_UNMAP] = "unmap",
+    [STOW_REC_OOM] = "oom",
+};
+
+static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, size_t n,
+                                double ns_per_tick, uint64_t start_ticks)
+{
+    /* Ids: one per allocation whose event is kept, in order; frees find
+     * theirs by address. Pass 1 counts, pass 2 writes. */
+    stow_ptr_map_t ids;
+    if (stow__ptr_map_init(&ids) != STOW_OK)
+        return STOW_EHOSTMEM;
+    uint32_t *id_of = malloc((n ? n : 1) * sizeof *id_of); /* per event; UINT32_MAX = skip */
+    unsigned char *tag_of_id = malloc(n ? n : 1);
+    if (!id_of || !tag_of_id) {
+        free(id_of);
+        free(tag_of_id);
+        stow__ptr_map_destroy(&ids);
+        return STOW_EHOSTMEM;
+    }
+    uint32_t next_id = 0;
+    size_t lines = 0;
+    bool tagged = false;
+    stow_status_t st = STOW_OK;
+    for (size_t i = 0; i < n && st == STOW_OK; i++) {
+        id_of[i] = UINT32_MAX;
+        if (ev[i].kind == STOW_REC_ALLOC) {
+            if ((st = stow__ptr_map_reserve_one(&ids)) != STOW_OK)
+                break;
+            stow__ptr_map_put(&ids, (uintptr_t)ev[i].addr, (void *)(uintptr_t)(next_id + 1));
+            tag_of_id[next_id] = ev[i].tag;
+            tagged |= ev[i].tag != 0;
+            id_of[i] = next_id++;
+            lines++;
+        } else if (ev[i].kind == STOW_REC_FREE) {
+            uintptr_t v = (uintptr_t)stow__ptr_map_remove(&ids, (uintptr_t)ev[i].addr);
+            if (v) {
+                id_of[i] = (uint32_t)(v - 1);
+                lines++;
+            }
+        }
+    }
+    FILE *f = st == STOW_OK ? fopen(path, "w") : NULL;
+    if (st == STOW_OK && !f)
+        st = STOW_EIO;
+    if (f) {
+        fprintf(f, "%u %zu\n", next_id, lines);
+        fprintf(f, "# recorded by stowage: %zu events; times in ns from the recording start\n", n);
+        for (size_t i = 0; i < n; i++) {
+            const stow_rec_event_t *e = &ev[i];
+            if (e->kind == STOW_REC_ALLOC)
+                fprintf(f, "a %u %llu %u\n", id_of[i], (unsigned long long)e->size,
+                        e->stream);
+            else if (e->kind == STOW_REC_FREE && id_of[i] != UINT32_MAX)
+                fprintf(f, "f %u\n", id_of[i]);
+            else if (e->kind != STOW_REC_FREE)
+                fprintf(f, "# %s %#llx %llu t=%.0f\n", kind_names[e->kind],
+                        (unsigned long long)e->addr, (unsigned long long)e->size,
+                        (double)(e->ticks - start_ticks) * ns_per_tick);
+        }
+        if (fclose(f) != 0)
+            st = STOW_EIO;
+    }
+    if (st == STOW_OK && tagged) {
+        char tags_path[4096];
+        snprintf(tags_path, sizeof tags_path, "%s.tags", path);
+        FILE *tf = fopen(tags_path, "w");
+        if (!tf)
+            st = STOW_EIO;
+        for (uint32_t id = 0; tf && id < next_id; id++)
+            if (tag_of_id[id])
+                fprintf(tf, "%u %s\n", id, stow_tag_name(tag_of_id[id]));
+        if (tf && fclose(tf) != 0)
+            st = STOW_EIO;
+    }
+    free(id_of);
+    free(tag_of_id);
+    stow__ptr_map_destroy(&ids);
+    return st;
+}
+
+/* Events between two clock samples carry the earlier sample: spread them
+ * evenly up to the next one. */
+static void interpolate_ticks(stow_rec_event_t *ev, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i + 1;
+        while (j < n && ev[j].ticks == ev[i].ticks)
+            j++;
+        if (j < n && ev[j].ticks > ev[i].ticks) {
+            uint64_t span = ev[j].ticks - ev[i].ticks;
+            for (size_t k = i + 1; k < j; k++)
+                ev[k].ticks = ev[i].ticks + span * (k - i) / (j - i);
+        }
+        i = j;
+    }
+}
+
+stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path)
+{
+    if (!pool || !path)
+        return STOW_EINVAL;
+    pthread_mutex_lock(&pool->lock);
+    stow_recorder_t *rec = pool->rec;
+    if (!rec) {
+        pthread_mutex_unlock(&pool->lock);
+        return STOW_EINVAL;
+    }
+    size_t n = rec->count < rec->capacity ? (size_t)rec->count : rec->capacity;
+    stow_rec_event_t *copy = malloc((n ? n : 1) * sizeof *copy);
+    if (!copy) {
+        pthread_mutex_unlock(&pool->lock);
+        return STOW_EHOSTMEM;
+    }
+    /* Oldest first: after a wrap the oldest sits at the write position. */
+    size_t first = rec->count <= rec->capacity ? 0 : (size_t)(rec->count % rec->capacity);
+    for (size_t i = 0; i < n; i++)
+        copy[i] = rec->events[(first + i) % rec->capacity];
+    uint64_t t0 = rec->start_ticks, ns0 = rec->start_ns;
+    pthread_mutex_unlock(&pool->lock);
+    interpolate_ticks(copy, n);
+    uint64_t t1 = stow__record_clock(), ns1 = wall_ns();
+    double ns_per_tick = t1 > t0 ? (double)(ns1 - ns0) / (double)(t1 - t0) : 1.0;
+    stow_status_t st = write_dump(path, copy, n, ns_per_tick, t0);
+    free(copy);
+    return st;
+}

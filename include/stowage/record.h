@@ -1,0 +1,80 @@
+/*
+ * stowage/record.h: recording a live pool's events, and allocation tags.
+ *
+ * A pool can record what happens to it (allocations, frees, segment
+ * reservations and releases, page maps and unmaps, out-of-memory errors) into
+ * a bounded ring buffer: off by default, on with stow_record_start() or
+ * "record_events:N" in STOWAGE_CONF. stow_trace_dump() writes the buffer as a
+ * .rep trace (docs/trace_format.md) that `build/stowage replay`, `report` and
+ * `diff` read, plus TRACE.tags ("<id> <tag>" per line) when tags were set.
+ *
+ * Tags name what an allocation is for ("weights", "activations", "optimizer",
+ * "kv_cache"...): a thread-local current tag is attached to every allocation
+ * the thread makes, and the pool keeps allocated bytes per tag.
+ */
+#ifndef STOWAGE_RECORD_H
+#define STOWAGE_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stowage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STOW_TAG_MAX 64       /* distinct tags in a process (tag 0 is "untagged") */
+#define STOW_TAG_NAME_MAX 32  /* bytes, NUL included */
+
+/*
+ * Sets the calling thread's current tag (NULL or "" = untagged) and returns its
+ * id through *id_out (optional). Names are interned process-wide; at most
+ * STOW_TAG_MAX - 1 distinct names (then STOW_EBUSY); a name of
+ * STOW_TAG_NAME_MAX bytes or more is STOW_EINVAL.
+ * Thread safety: safe; the current tag is per thread.
+ */
+stow_status_t stow_tag_set(const char *name, unsigned *id_out);
+
+/* The calling thread's current tag name ("" when untagged); static storage. */
+const char *stow_tag_current(void);
+
+/* Name of tag `id` ("" for 0 or unknown); static storage, never freed. */
+const char *stow_tag_name(unsigned id);
+
+/* Allocated bytes of one tag in a pool. */
+typedef struct stow_tag_stats {
+    uint64_t allocated_bytes;      /* current */
+    uint64_t allocated_bytes_peak; /* since creation or the last stow_stats_reset_peak */
+    uint64_t allocations;          /* current count */
+} stow_tag_stats_t;
+
+/* Per-tag figures of `pool`: out[0..STOW_TAG_MAX). Errors: STOW_EINVAL. */
+stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_TAG_MAX]);
+
+/*
+ * Starts recording into a ring buffer of `capacity_events` events (the oldest
+ * are overwritten), replacing any previous buffer; 0 stops recording and frees
+ * it. 32 bytes per event. Errors: STOW_EINVAL, STOW_EHOSTMEM.
+ * Thread safety: safe.
+ */
+stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events);
+
+/* Events recorded since the start (including overwritten ones), and kept. */
+void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t *kept);
+
+/*
+ * Writes the recorded events as a .rep trace to `path` (and `path`.tags when any
+ * allocation was tagged). Allocations whose allocation event was overwritten
+ * are left out, with their frees; the other events of the kind the format has
+ * no line for (segments, maps, OOMs) are written as '#' comment lines, which
+ * readers ignore. The buffer is kept. Errors: STOW_EINVAL (not recording),
+ * STOW_EIO, STOW_EHOSTMEM.
+ * Thread safety: safe (the pool is locked while the buffer is copied).
+ */
+stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOWAGE_RECORD_H */

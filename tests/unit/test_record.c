@@ -1,0 +1,212 @@
+/*
+ * tests/unit/test_record.c: tags, per-tag accounting, the event ring buffer
+ * and stow_trace_dump (allocator/record.c).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stowage/record.h"
+#include "test_support.h"
+
+#define MIB ((size_t)1 << 20)
+
+static stow_backend_t *sim;
+static stow_pool_t *pool;
+
+static void make_pool(const char *conf)
+{
+    sim = ts_sim(0, false, false);
+    stow_config_t c;
+    stow_config_default(&c);
+    char err[256];
+    if (conf)
+        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+static void finish(void)
+{
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+Test(tags, interned_per_process_and_current_per_thread)
+{
+    unsigned a, b, c;
+    cr_assert_eq(stow_tag_set("weights", &a), STOW_OK);
+    cr_assert_eq(stow_tag_set("activations", &b), STOW_OK);
+    cr_assert_eq(stow_tag_set("weights", &c), STOW_OK);
+    cr_assert_eq(a, c);
+    cr_assert_neq(a, b);
+    cr_assert_str_eq(stow_tag_current(), "weights");
+    cr_assert_str_eq(stow_tag_name(b), "activations");
+    cr_assert_str_eq(stow_tag_name(0), "");
+    cr_assert_str_eq(stow_tag_name(999), "");
+    char longname[STOW_TAG_NAME_MAX + 1];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    cr_assert_eq(stow_tag_set(longname, NULL), STOW_EINVAL);
+    cr_assert_eq(stow_tag_set(NULL, &a), STOW_OK);
+    cr_assert_eq(a, 0);
+    cr_assert_str_eq(stow_tag_current(), "");
+    char name[16];
+    stow_status_t st = STOW_OK;
+    for (int i = 0; i < STOW_TAG_MAX && st == STOW_OK; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        st = stow_tag_set(name, NULL);
+    }
+    cr_assert_eq(st, STOW_EBUSY, "at most STOW_TAG_MAX - 1 names");
+}
+
+Test(tags, pool_accounts_bytes_per_tag)
+{
+    make_pool(NULL);
+    unsigned w, act;
+    cr_assert_eq(stow_tag_set("weights", &w), STOW_OK);
+    void *p, *q, *r;
+    cr_assert_eq(stow_pool_alloc(pool, 10 * MIB, NULL, &p), STOW_OK);
+    cr_assert_eq(stow_tag_set("activations", &act), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 1000, NULL, &q), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 2000, NULL, &r), STOW_OK);
+    stow_tag_stats_t t[STOW_TAG_MAX];
+    cr_assert_eq(stow_pool_tag_stats(pool, t), STOW_OK);
+    cr_assert_eq(t[w].allocated_bytes, 10 * MIB);
+    cr_assert_eq(t[act].allocated_bytes, 1024 + 2048);
+    cr_assert_eq(t[act].allocations, 2);
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    cr_assert_eq(stow_pool_tag_stats(pool, t), STOW_OK);
+    cr_assert_eq(t[act].allocated_bytes, 2048);
+    cr_assert_eq(t[act].allocated_bytes_peak, 1024 + 2048);
+    stow_stats_reset_peak(pool);
+    cr_assert_eq(stow_pool_tag_stats(pool, t), STOW_OK);
+    cr_assert_eq(t[act].allocated_bytes_peak, 2048);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, r), STOW_OK);
+    finish();
+}
+
+Test(record, dump_writes_a_trace_the_reader_accepts)
+{
+    make_pool("record_events:1000");
+    char path[] = "/tmp/stow_record_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    unsigned kv;
+    cr_assert_eq(stow_tag_set("kv_cache", &kv), STOW_OK);
+    void *a, *b;
+    cr_assert_eq(stow_pool_alloc(pool, 3000, NULL, &a), STOW_OK);
+    cr_assert_eq(stow_tag_set(NULL, NULL), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 20 * MIB, (stow_stream_t)0x5, &b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    uint64_t recorded, kept;
+    stow_record_counts(pool, &recorded, &kept);
+    cr_assert_eq(recorded, 5, "2 allocs, 1 free, 2 segment reservations");
+    cr_assert_eq(kept, 5);
+    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
+    stow_trace_t *t;
+    char err[256];
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(t->id_count, 2);
+    cr_assert_eq(t->event_count, 3);
+    cr_assert_eq(t->events[0].kind, STOW_TRACE_ALLOC);
+    cr_assert_eq(t->events[0].size_bytes, 3000);
+    cr_assert_eq(t->events[1].size_bytes, 20 * MIB);
+    cr_assert_eq(t->events[1].stream, 2, "second stream seen by the pool");
+    cr_assert_eq(t->events[2].kind, STOW_TRACE_FREE);
+    cr_assert_eq(t->events[2].id, 0);
+    cr_assert_eq(t->peak_live_bytes, 3000 + 20 * MIB);
+    stow_trace_free(t);
+    char *text = slurp(path);
+    cr_assert_not_null(strstr(text, "# segment_reserve"), "%s", text);
+    char tags_path[64];
+    snprintf(tags_path, sizeof tags_path, "%s.tags", path);
+    cr_assert_str_eq(slurp(tags_path), "0 kv_cache\n");
+    unlink(path);
+    unlink(tags_path);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish();
+}
+
+Test(record, the_ring_keeps_the_newest_events)
+{
+    make_pool(NULL);
+    cr_assert_eq(stow_trace_dump(pool, "/tmp/never"), STOW_EINVAL, "not recording");
+    cr_assert_eq(stow_record_start(pool, 4), STOW_OK);
+    void *p[6];
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(stow_pool_alloc(pool, 1000 + (size_t)i, NULL, &p[i]), STOW_OK);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    uint64_t recorded, kept;
+    stow_record_counts(pool, &recorded, &kept);
+    cr_assert_eq(recorded, 13, "1 segment + 6 allocs + 6 frees");
+    cr_assert_eq(kept, 4);
+    char path[] = "/tmp/stow_ring_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
+    stow_trace_t *t;
+    char err[256];
+    /* Only frees survive, whose allocations were overwritten: an empty trace. */
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(t->event_count, 0);
+    stow_trace_free(t);
+    unlink(path);
+    cr_assert_eq(stow_record_start(pool, 0), STOW_OK);
+    stow_record_counts(pool, &recorded, &kept);
+    cr_assert_eq(recorded, 0);
+    finish();
+}
+
+/* Recording a replay of a real trace gives the same trace back. */
+Test(record, replay_round_trip)
+{
+    stow_trace_t *t;
+    char err[256];
+    cr_assert_eq(stow_trace_load(STOW_SOURCE_DIR "/bench/traces/resnet50_train.rep", &t, err,
+                                 sizeof err),
+                 STOW_OK, "%s", err);
+    make_pool("record_events:100000");
+    void **ptrs = calloc(t->id_count, sizeof *ptrs);
+    for (size_t i = 0; i < t->event_count; i++) {
+        const stow_trace_event_t *e = &t->events[i];
+        if (e->kind == STOW_TRACE_ALLOC)
+            cr_assert_eq(stow_pool_alloc(pool, e->size_bytes, NULL, &ptrs[e->id]), STOW_OK);
+        else
+            cr_assert_eq(stow_pool_free(pool, ptrs[e->id]), STOW_OK);
+    }
+    char path[] = "/tmp/stow_rt_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
+    stow_trace_t *back;
+    cr_assert_eq(stow_trace_load(path, &back, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(back->event_count, t->event_count);
+    cr_assert_eq(back->id_count, t->id_count);
+    cr_assert_eq(back->peak_live_bytes, t->peak_live_bytes);
+    for (size_t i = 0; i < t->event_count; i++) {
+        cr_assert_eq(back->events[i].kind, t->events[i].kind, "event %zu", i);
+        cr_assert_eq(back->events[i].size_bytes, t->events[i].size_bytes, "event %zu", i);
+    }
+    stow_trace_free(back);
+    unlink(path);
+    stow_pool_destroy_force(pool);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    free(ptrs);
+    stow_trace_free(t);
+}
