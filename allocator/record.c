@@ -203,14 +203,27 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
     FILE *f = st == STOW_OK ? fopen(path, "w") : NULL;
     if (st == STOW_OK && !f)
         st = STOW_EIO;
+    /* Streams are numbered in order of first use, from 0, as in the traces
+     * PyTorch recordings give (the pool's own numbering starts at 1). */
+    uint16_t *stream_no = calloc(65536, sizeof *stream_no); /* recorded -> 1 + dense */
+    uint16_t streams_seen = 0;
+    if (!stream_no && st == STOW_OK)
+        st = STOW_EHOSTMEM;
+    if (f && st != STOW_OK) {
+        fclose(f);
+        f = NULL;
+    }
     if (f) {
         fprintf(f, "%u %zu\n", next_id, lines);
         fprintf(f, "# recorded by stowage: %zu events; times in ns from the recording start\n", n);
         for (size_t i = 0; i < n; i++) {
             const stow_rec_event_t *e = &ev[i];
-            if (e->kind == STOW_REC_ALLOC)
+            if (e->kind == STOW_REC_ALLOC) {
+                if (!stream_no[e->stream])
+                    stream_no[e->stream] = ++streams_seen;
                 fprintf(f, "a %u %llu %u\n", id_of[i], (unsigned long long)e->size,
-                        e->stream);
+                        stream_no[e->stream] - 1u);
+            }
             else if (e->kind == STOW_REC_FREE && id_of[i] != UINT32_MAX)
                 fprintf(f, "f %u\n", id_of[i]);
             else if (e->kind != STOW_REC_FREE)
@@ -233,6 +246,7 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
         if (tf && fclose(tf) != 0)
             st = STOW_EIO;
     }
+    free(stream_no);
     free(id_of);
     free(tag_of_id);
     stow__ptr_map_destroy(&ids);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "stowage/cuda.h"
+#include "stowage/record.h"
 
 #define TORCH_MSG_LEN 1024
 #define STOW_LIKELY_(x) __builtin_expect(!!(x), 1)
@@ -319,6 +320,18 @@ stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len)
     pthread_mutex_unlock(&torch_lock);
     return env_wants_sim() || stow_cuda_probe(NULL, 0) == STOW_CUDA_PROBE_OK ? STOW_EBACKEND
                                                                               : STOW_ENODEV;
+}
+
+stow_status_t stow_torch_record(int device, size_t capacity_events)
+{
+    stow_pool_t *pool = stow_torch_pool(device);
+    return pool ? stow_record_start(pool, capacity_events) : STOW_EINVAL;
+}
+
+stow_status_t stow_torch_dump_trace(int device, const char *path)
+{
+    stow_pool_t *pool = stow_torch_pool(device);
+    return pool ? stow_trace_dump(pool, path) : STOW_EINVAL;
 }
 
 size_t stow_torch_stats_json(int device, char *buf, size_t buf_len)

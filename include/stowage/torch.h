@@ -86,6 +86,15 @@ stow_pool_t *stow_torch_pool(int device);
  * exists); the reason of a failure goes into why. */
 stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len);
 
+/*
+ * Recording for Python: starts (capacity_events > 0) or stops (0) the device
+ * pool's event ring (stowage/record.h), and dumps it as a .rep trace (plus
+ * PATH.tags). Errors: STOW_EINVAL (no pool for the device, or not recording),
+ * STOW_EIO, STOW_EHOSTMEM.
+ */
+stow_status_t stow_torch_record(int device, size_t capacity_events);
+stow_status_t stow_torch_dump_trace(int device, const char *path);
+
 /* stow_stats_json of the device's pool; a device without a pool gets the JSON
  * of an all-zero snapshot (same keys), like torch.cuda.memory_stats before any
  * allocation. snprintf semantics: returns the full length. */

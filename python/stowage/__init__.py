@@ -18,6 +18,7 @@ __all__ = [
     "validate_conf", "memory_stats", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "dump_trace",
+    "record", "set_tag",
     "last_error",
 ]
 
@@ -129,22 +130,42 @@ def last_error(device=None):
     return _lib.call_text(_lib.load().stow_torch_last_error, _device_index(device))
 
 
-def dump_trace(path, device=None):
-    """Writes the device's allocation trace (.rep) to path.
-
-    This library version has no trace recording yet: raises NotImplementedError
-    (use memory_stats() / memory_summary() meanwhile). When the library gains
-    stow_torch_dump_trace(int device, const char *path) -> stow_status_t, it is
-    used automatically."""
-    lib = _lib.load()
-    fn = getattr(lib, "stow_torch_dump_trace", None)
-    if fn is None:
-        raise NotImplementedError(
-            "stowage.dump_trace: this libstowage (%s) does not record allocation traces yet; "
-            "use stowage.memory_stats() or memory_summary()" % library_path())
+def record(events=1000000, device=None):
+    """Starts recording the device's allocations, frees, segment and mapping
+    events into a ring of `events` entries (32 bytes each; the oldest are
+    overwritten); events=0 stops. Or set record_events:N in STOWAGE_CONF."""
     import ctypes
+    fn = _lib.load().stow_torch_record
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_size_t]
+    st = fn(_device_index(device), int(events))
+    if st != 0:
+        raise OSError("stowage.record(%d): %s (the device's pool is created by its first "
+                      "allocation)" % (events, _lib.strerror(st)))
+
+
+def set_tag(name):
+    """Tags every allocation the calling thread makes from now on (e.g.
+    "weights", "activations", "optimizer", "kv_cache"); None clears it. The
+    pool keeps allocated bytes per tag, and dump_trace writes PATH.tags."""
+    import ctypes
+    fn = _lib.load().stow_tag_set
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    st = fn(None if name is None else str(name).encode(), None)
+    if st != 0:
+        raise ValueError("stowage.set_tag(%r): %s" % (name, _lib.strerror(st)))
+
+
+def dump_trace(path, device=None):
+    """Writes the device's recorded allocation trace (.rep, and PATH.tags when
+    allocations were tagged) to path; see record(). The file is what
+    `stowage replay`, `report` and `diff` read."""
+    import ctypes
+    fn = _lib.load().stow_torch_dump_trace
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p]
     st = fn(_device_index(device), str(path).encode())
     if st != 0:
-        raise OSError("stowage.dump_trace(%r): %s" % (path, _lib.strerror(st)))
+        raise OSError("stowage.dump_trace(%r): %s (is recording on? see stowage.record)"
+                      % (path, _lib.strerror(st)))

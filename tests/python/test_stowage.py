@@ -10,6 +10,7 @@ for PyTorch to check what enable() wires. STOWAGE_LIB overrides the library path
 
 import ctypes
 import os
+import tempfile
 import sys
 import types
 import unittest
@@ -159,9 +160,30 @@ class StatsTest(Base):
         free(p)
         self.assertEqual(stowage.memory_allocated(), 0)
 
-    def test_dump_trace(self):
-        with self.assertRaises(NotImplementedError):
-            stowage.dump_trace("/tmp/never-written.rep")
+    def test_record_tags_and_dump_trace(self):
+        free(malloc(4096))  # creates device 0's pool
+        with self.assertRaises(OSError):
+            stowage.dump_trace("/tmp/never-written.rep")  # not recording yet
+        stowage.record(1000)
+        stowage.set_tag("weights")
+        p = malloc(3 * MiB)
+        stowage.set_tag(None)
+        q = malloc(1000)
+        free(q)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "run.rep")
+            stowage.dump_trace(path)
+            with open(path) as f:
+                lines = [l.split() for l in f if not l.startswith("#")]
+            self.assertEqual(lines[0], ["2", "3"])
+            self.assertEqual(lines[1], ["a", "0", str(3 * MiB), "0"])
+            self.assertEqual(lines[3], ["f", "1"])
+            with open(path + ".tags") as f:
+                self.assertEqual(f.read(), "0 weights\n")
+        free(p)
+        stowage.record(0)
+        with self.assertRaises(ValueError):
+            stowage.set_tag("x" * 100)
 
     def test_raw_pool_handle(self):
         self.assertIsNone(LIB.stow_torch_pool(0))

@@ -126,7 +126,8 @@ Test(record, dump_writes_a_trace_the_reader_accepts)
     cr_assert_eq(t->events[0].kind, STOW_TRACE_ALLOC);
     cr_assert_eq(t->events[0].size_bytes, 3000);
     cr_assert_eq(t->events[1].size_bytes, 20 * MIB);
-    cr_assert_eq(t->events[1].stream, 2, "second stream seen by the pool");
+    cr_assert_eq(t->events[0].stream, 0, "streams numbered from 0 in order of use");
+    cr_assert_eq(t->events[1].stream, 1);
     cr_assert_eq(t->events[2].kind, STOW_TRACE_FREE);
     cr_assert_eq(t->events[2].id, 0);
     cr_assert_eq(t->peak_live_bytes, 3000 + 20 * MIB);
