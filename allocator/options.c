@@ -222,6 +222,11 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         c->memory_fraction = f;
         return STOW_OK;
     }
+    if (!strcmp(key, "scrub_on_free")) {
+        if (!parse_bool(v, &c->scrub_on_free))
+            return fail(err, err_len, "key 'scrub_on_free': '%s' is not true or false", v);
+        return STOW_OK;
+    }
     if (!strcmp(key, "record_events")) {
         unsigned long long n;
         if (!parse_ulong(v, &n) || n > ((unsigned long long)1 << 32))

@@ -98,6 +98,16 @@ void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_
 {
     stow_segment_t *seg = b->segment;
     if (b->state != BLOCK_FREE) {
+        if (STOW_UNLIKELY(pool->config.scrub_on_free)) {
+            /* Zeroed on its own stream before anyone can reuse it: the same
+             * stream is ordered after the scrub, others wait for clearance. */
+            pool->acct.s.num_scrubs++;
+            if (stow__backend_status(pool, pool->backend->scrub(
+                                               pool->backend->ctx, (void *)b->addr, b->size_bytes,
+                                               b->owner->is_any ? NULL : b->owner->stream)) !=
+                STOW_OK)
+                pool->acct.s.num_scrub_failures++;
+        }
         stow__acct_release_active(&pool->acct, b->pool_kind, b->size_bytes);
         if (seg->granules)
             stow__vmm_unback(pool, b);
@@ -158,6 +168,8 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
         stow_config_default(&cfg);
     if (stow__config_validate(&cfg, NULL, 0) != STOW_OK)
         return STOW_EINVAL;
+    if (cfg.scrub_on_free && !backend->scrub)
+        return STOW_ENOSYS;
     if (cfg.policy == STOW_POLICY_VMM &&
         !(backend->va_reserve && backend->va_release && backend->phys_create &&
           backend->phys_release && backend->map && backend->unmap))

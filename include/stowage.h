@@ -81,6 +81,9 @@ typedef struct stow_config {
                                       memory above its all-time high-water mark, release idle
                                       cached segments (oldest first) so that the mark stays;
                                       below the mark keep them; key "release_idle_on_grow" */
+    bool scrub_on_free;            /* zero every block when it is freed, before any stream can
+                                      get it again (needs a backend with scrub: CUDA,
+                                      host-backed sim); default false; key "scrub_on_free" */
     size_t record_events;          /* 0 (default): no recording; else record the pool's events
                                       into a ring of this many (stowage/record.h);
                                       key "record_events" */
@@ -98,6 +101,7 @@ void stow_config_default(stow_config_t *config);
  * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
  * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, record_events,
+ * scrub_on_free (true|false),
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.

@@ -100,6 +100,8 @@ typedef struct driver {
     CUresult (*mem_unmap)(CUdeviceptr ptr, size_t size);
     CUresult (*mem_set_access)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                size_t count);
+    CUresult (*memset_d8_async)(CUdeviceptr dst, unsigned char value, size_t n,
+                                CUstream stream);
     CUresult (*mem_get_allocation_granularity)(size_t *granularity,
                                                const CUmemAllocationProp *prop,
                                                CUmemAllocationGranularity_flags option);
@@ -148,6 +150,7 @@ static const struct {
     {"cuMemUnmap", DRV_FIELD(mem_unmap), false, true},
     {"cuMemSetAccess", DRV_FIELD(mem_set_access), false, true},
     {"cuMemGetAllocationGranularity", DRV_FIELD(mem_get_allocation_granularity), false, true},
+    {"cuMemsetD8Async", DRV_FIELD(memset_d8_async), false, false},
 };
 
 #if defined(STOW_HAVE_CUDA_HEADERS) && defined(__GNUC__)
@@ -183,6 +186,7 @@ DRV_CHECK(mem_map, cuMemMap);
 DRV_CHECK(mem_unmap, cuMemUnmap);
 DRV_CHECK(mem_set_access, cuMemSetAccess);
 DRV_CHECK(mem_get_allocation_granularity, cuMemGetAllocationGranularity);
+DRV_CHECK(memset_d8_async, cuMemsetD8Async);
 #endif
 
 /* "NAME: message" for a driver result; both lookups may fail (the stub
@@ -374,6 +378,23 @@ static stow_status_t cuda_release(void *ctx, void *ptr, size_t size_bytes)
     CUresult r = D.mem_free((CUdeviceptr)(uintptr_t)ptr);
     if (r != CUDA_SUCCESS)
         st = cuda_fail(c, r, "cuMemFree_v2(%p, %zu)", ptr, size_bytes);
+    ctx_leave(&g);
+    return st;
+}
+
+/* scrub_on_free: a memset queued on the freeing stream, so the next user of
+ * the block on that stream (or on another, after the pool's clearance event)
+ * sees zeros. */
+static stow_status_t cuda_scrub(void *ctx, void *ptr, size_t size_bytes, stow_stream_t stream)
+{
+    cuda_t *c = cuda_of(ctx);
+    ctx_guard_t g;
+    stow_status_t st = ctx_enter(c, &g);
+    if (st != STOW_OK)
+        return st;
+    CUresult r = D.memset_d8_async((CUdeviceptr)(uintptr_t)ptr, 0, size_bytes, (CUstream)stream);
+    if (r != CUDA_SUCCESS)
+        st = cuda_fail(c, r, "cuMemsetD8Async(%p, 0, %zu)", ptr, size_bytes);
     ctx_leave(&g);
     return st;
 }
@@ -694,6 +715,8 @@ stow_status_t stow_cuda_backend_create(int device, stow_backend_t **out, char *w
     b->event_query = cuda_event_query;
     b->event_destroy = cuda_event_destroy;
 
+    if (D.memset_d8_async)
+        b->scrub = cuda_scrub;
     if (D.has_vmm) {
         /* VMM is usable when the device answers the granularity query. */
         CUmemAllocationProp prop;

@@ -56,7 +56,7 @@ static const uint64_t h200_cost_ns[STOW_SIM_CALL_KINDS] = {
     [STOW_SIM_EVENT_DESTROY] = 126, [STOW_SIM_VA_RESERVE] = 16000,
     [STOW_SIM_VA_RELEASE] = 16000,  [STOW_SIM_PHYS_CREATE] = 9800,
     [STOW_SIM_PHYS_RELEASE] = 9400, [STOW_SIM_MAP] = 24000,
-    [STOW_SIM_UNMAP] = 15000,
+    [STOW_SIM_UNMAP] = 15000,       [STOW_SIM_SCRUB] = 2000,
 };
 
 static uint64_t splitmix64(uint64_t *state)
@@ -380,6 +380,18 @@ static stow_status_t sim_unmap(void *ctx, void *va, size_t size_bytes)
     return st;
 }
 
+static stow_status_t sim_scrub(void *ctx, void *ptr, size_t size_bytes, stow_stream_t stream)
+{
+    (void)stream; /* the simulated device runs everything at once */
+    sim_t *s = sim_of(ctx);
+    pthread_mutex_lock(&s->lock);
+    stow_status_t st = sim_enter(s, STOW_SIM_SCRUB);
+    pthread_mutex_unlock(&s->lock);
+    if (st == STOW_OK && s->config.host_backed)
+        memset(ptr, 0, size_bytes);
+    return st;
+}
+
 void stow_sim_config_default(stow_sim_config_t *config)
 {
     memset(config, 0, sizeof *config);
@@ -436,6 +448,7 @@ stow_status_t stow_sim_create(const stow_sim_config_t *config, stow_backend_t **
     b->phys_release = sim_phys_release;
     b->map = sim_map;
     b->unmap = sim_unmap;
+    b->scrub = sim_scrub;
     *out = b;
     return STOW_OK;
 }

@@ -74,6 +74,10 @@ struct stow_backend {
     stow_status_t (*phys_release)(void *ctx, stow_phys_t handle, size_t size_bytes);
     stow_status_t (*map)(void *ctx, void *va, size_t size_bytes, stow_phys_t handle);
     stow_status_t (*unmap)(void *ctx, void *va, size_t size_bytes);
+
+    /* Optional (NULL: scrub_on_free unavailable). Zeroes [ptr, ptr+size_bytes),
+     * ordered after the work queued on `stream` and before later work there. */
+    stow_status_t (*scrub)(void *ctx, void *ptr, size_t size_bytes, stow_stream_t stream);
 };
 
 #ifdef __cplusplus

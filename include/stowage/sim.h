@@ -29,7 +29,8 @@ extern "C" {
     X(PHYS_CREATE, phys_create)                      \
     X(PHYS_RELEASE, phys_release)                    \
     X(MAP, map)                                      \
-    X(UNMAP, unmap)
+    X(UNMAP, unmap)                                  \
+    X(SCRUB, scrub)
 
 typedef enum {
 #define STOW_SIM_CALL_ENUM_(up, low) STOW_SIM_##up,
@@ -54,7 +55,8 @@ typedef struct stow_sim_counters {
  * 50000 (cudaFree), mem_info 3900, synchronize 10000 (an idle device; not
  * measured), event_record 157, event_query 130, event_destroy 126, va_reserve
  * 16000, va_release 16000, phys_create 9800 (2 MiB), phys_release 9400,
- * map 24000 (cuMemMap + cuMemSetAccess), unmap 15000. */
+ * map 24000 (cuMemMap + cuMemSetAccess), unmap 15000, scrub 2000 (a memset
+ * kernel launch; not measured). */
 void stow_sim_set_call_cost(stow_backend_t *sim, stow_sim_call_t kind, uint64_t cost_ns);
 
 /* Name of a call kind ("reserve"...); static. */

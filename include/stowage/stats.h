@@ -69,7 +69,9 @@ typedef enum {
     X(num_cache_misses, "allocations that had to reserve memory")                 \
     X(num_invalid_frees, "frees rejected: foreign, interior or double")           \
     X(retry_time_ns, "host time spent releasing the cache and retrying")          \
-    X(num_idle_releases, "cached segments released to make room (not by empty_cache)")
+    X(num_idle_releases, "cached segments released to make room (not by empty_cache)")   \
+    X(num_scrubs, "blocks zeroed at free (scrub_on_free)")                                \
+    X(num_scrub_failures, "scrubs the backend refused (block still freed)")
 
 /* Where the reserved bytes went at the moment reserved_bytes reached its peak.
  * requested + rounding + split_remainder + idle_cached + pending == reserved. */

@@ -503,3 +503,29 @@ Test(pool, concurrent_threads_keep_books_exact)
     cr_assert(s.allocation[STOW_POOL_ALL].allocated >= 4 * 10000);
     finish_pool();
 }
+
+Test(pool, scrub_on_free_zeroes_blocks_before_reuse)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.scrub_on_free = true;
+    sim = ts_sim(64 * MIB, false, false);
+    stow_backend_t no_scrub = *sim;
+    no_scrub.scrub = NULL;
+    cr_assert_eq(stow_pool_create(&c, &no_scrub, &pool), STOW_ENOSYS);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    sim = ts_sim(64 * MIB, true, false); /* host-backed: real bytes to check */
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    unsigned char *a = alloc_ok(5000);
+    memset(a, 0xAB, 5000);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    unsigned char *b = alloc_ok(5000);
+    cr_assert_eq(b, a, "the same block comes back");
+    for (size_t i = 0; i < 5000; i++)
+        cr_assert_eq(b[i], 0, "byte %zu not scrubbed", i);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.num_scrubs, 1);
+    cr_assert_eq(s.num_scrub_failures, 0);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish_pool();
+}

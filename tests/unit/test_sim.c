@@ -257,6 +257,7 @@ static stow_status_t call_kind(stow_backend_t *b, fixture_t *f, stow_sim_call_t 
     case STOW_SIM_UNMAP:
         cr_assert_eq(b->map(b->ctx, f->va[i], GRAN, f->phys[i]), STOW_OK);
         return b->unmap(b->ctx, f->va[i], GRAN);
+    case STOW_SIM_SCRUB: return b->scrub(b->ctx, f->res[0], GRAN, NULL);
     default: cr_assert_fail("bad kind"); return STOW_EINVAL;
     }
 }
