@@ -25,6 +25,10 @@ typedef struct stow_accounting {
     uint64_t pending_bytes;        /* PENDING blocks (freed, waiting for events) */
     uint64_t idle_segment_bytes;   /* segments with live_blocks == 0 */
     bool reserved_peak_moved;      /* a new reserved peak since the last waste snapshot */
+    /* The fragmentation peak as the fraction it came from, so that the per-event
+     * comparison is two integer multiplies instead of a division:
+     * fragmentation_peak == 1 - peak_largest / peak_free. */
+    uint64_t frag_peak_largest, frag_peak_free;
     unsigned scope_depth;
     stow_scope_frame_t scope[STOW_SCOPE_MAX_DEPTH];
 } stow_accounting_t;
@@ -177,10 +181,28 @@ static inline void stow__acct_inactive_split(stow_accounting_t *a, unsigned kind
     }
 }
 
+/* 128-bit products for exact fraction comparisons (a GCC/Clang extension). */
+__extension__ typedef unsigned __int128 stow_u128_t;
+
 /* accounting/stats.c */
 void stow__acct_init(stow_accounting_t *a);
-/* Records fragmentation now (and its peak); largest_free is the largest cached block. */
-void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t largest_free_bytes);
+void stow__acct_fragmentation_peak_moved(stow_accounting_t *a);
+
+/* Records a new fragmentation peak if 1 - largest/free exceeds it (after
+ * every allocation and free; the current value itself is computed only in
+ * snapshots). largest_free is the largest cached block. */
+static inline void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t largest_free_bytes)
+{
+    uint64_t free_bytes =
+        a->s.reserved_bytes[STOW_POOL_ALL].current - a->s.active_bytes[STOW_POOL_ALL].current;
+    /* 1 - L/F > 1 - Lp/Fp  <=>  L * Fp < Lp * F   (F > 0) */
+    if (free_bytes && (stow_u128_t)largest_free_bytes * a->frag_peak_free <
+                          (stow_u128_t)a->frag_peak_largest * free_bytes) {
+        a->frag_peak_largest = largest_free_bytes;
+        a->frag_peak_free = free_bytes;
+        stow__acct_fragmentation_peak_moved(a);
+    }
+}
 /* Takes the waste-at-peak snapshot if reserved reached a new peak since the last one. */
 void stow__acct_note_waste_if_peak(stow_accounting_t *a, uint64_t largest_free_bytes);
 void stow__acct_snapshot(const stow_accounting_t *a, uint64_t largest_free_bytes,

@@ -12,6 +12,7 @@ void stow__acct_init(stow_accounting_t *a)
     memset(a, 0, sizeof *a);
     a->s.size = (uint32_t)sizeof(stow_stats_t);
     a->s.version = STOW_STATS_VERSION;
+    a->frag_peak_largest = a->frag_peak_free = 1; /* fragmentation 0 */
 }
 
 static uint64_t free_reserved_bytes(const stow_accounting_t *a)
@@ -26,12 +27,18 @@ static double fragmentation_of(uint64_t free_bytes, uint64_t largest_free_bytes)
     return 1.0 - (double)largest_free_bytes / (double)free_bytes;
 }
 
-void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t largest_free_bytes)
+void stow__acct_fragmentation_peak_moved(stow_accounting_t *a)
 {
-    double f = fragmentation_of(free_reserved_bytes(a), largest_free_bytes);
-    a->s.fragmentation = f;
-    if (f > a->s.fragmentation_peak)
-        a->s.fragmentation_peak = f;
+    a->s.fragmentation_peak = fragmentation_of(a->frag_peak_free, a->frag_peak_largest);
+}
+
+static void fragmentation_peak_reset(stow_accounting_t *a, uint64_t largest_free_bytes)
+{
+    uint64_t free_bytes = free_reserved_bytes(a);
+    /* No free memory counts as fragmentation 0, the fraction 1/1. */
+    a->frag_peak_largest = free_bytes ? largest_free_bytes : 1;
+    a->frag_peak_free = free_bytes ? free_bytes : 1;
+    stow__acct_fragmentation_peak_moved(a);
 }
 
 static void take_waste_snapshot(stow_accounting_t *a, uint64_t largest_free_bytes)
@@ -76,8 +83,7 @@ void stow__acct_reset_peak(stow_accounting_t *a, uint64_t largest_free_bytes)
     STOW_STAT_ARRAY_FIELDS(RESET_ARRAY_PEAK_)
     for (unsigned c = 0; c < STOW_SIZE_CLASS_COUNT; c++)
         a->s.size_class[c].live_peak = a->s.size_class[c].live;
-    stow__acct_note_fragmentation(a, largest_free_bytes);
-    a->s.fragmentation_peak = a->s.fragmentation;
+    fragmentation_peak_reset(a, largest_free_bytes);
     take_waste_snapshot(a, largest_free_bytes);
 }
 #undef RESET_ARRAY_PEAK_

@@ -74,6 +74,7 @@ static void bitmap_clear(stow_free_index_t *idx, unsigned bin)
 void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
 {
     unsigned bin = stow__free_bin_of(b->size_bytes);
+    b->bin = (uint16_t)bin;
     b->priority = priority_of(b->addr);
     b->left = b->right = NULL;
     /* Descend while the existing nodes outrank b, then split the rest under b. */
@@ -89,7 +90,7 @@ void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
 
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b)
 {
-    unsigned bin = stow__free_bin_of(b->size_bytes);
+    unsigned bin = b->bin;
     stow_block_t **link = &idx->root[bin];
     while (*link != b) {
         stow_assert_internal(*link != NULL);

@@ -66,7 +66,7 @@ struct stow_block {
     uint8_t size_class;           /* ALLOCATED: stats size class of the request */
     uint8_t counted_split_;       /* FREE: counted in inactive_split (not a whole segment) */
     uint8_t tag;                  /* ALLOCATED/PENDING: the allocating thread's tag */
-    uint16_t stream_index;        /* ALLOCATED/PENDING: recorder's stream number */
+    uint16_t bin;                 /* FREE: its free-index bin (size_class.c) */
 };
 
 /* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
