@@ -111,6 +111,7 @@ typedef struct stow_recorder {
     stow_rec_event_t *events; /* ring of `capacity` */
     size_t capacity;
     uint64_t count;           /* events recorded, overwritten ones included */
+    size_t next;              /* slot the next event goes to: count % capacity */
     uint64_t last_ticks;      /* the clock at the last sampled event */
     uint64_t start_ticks, start_ns;
 } stow_recorder_t;
@@ -168,7 +169,10 @@ static inline void stow__record(stow_pool_t *pool, stow_rec_kind_t kind, uint64_
      * dump interpolates the times in between. */
     if ((r->count & 63) == 0 || kind > STOW_REC_FREE)
         r->last_ticks = stow__record_clock();
-    stow_rec_event_t *e = &r->events[r->count++ % r->capacity];
+    stow_rec_event_t *e = &r->events[r->next]; /* no division on the fast path */
+    r->count++;
+    if (++r->next == r->capacity)
+        r->next = 0;
     e->ticks = r->last_ticks;
     e->addr = addr;
     e->size = size;
