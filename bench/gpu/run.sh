@@ -3,7 +3,7 @@
 # (budget: well under 10 minutes). Run from the repository root:
 #     bash bench/gpu/run.sh            # results under $OUT (default ./out-gpu)
 # Parts, each in its own process with a timeout; a failure is reported, never fatal:
-#   1 build      libstowage.so (CMake; direct gcc fallback when jemalloc/Criterion are missing)
+#   1 build      libstowage.so (CMake, STOW_WITH_TOOLS=OFF without jemalloc; gcc fallback)
 #   2 ctest      tests/unit/test_cuda (the Criterion GPU tests), when Criterion exists
 #   3 gputests   bench/gpu/gpu_tests.py: PyTorch on Stowage (write/read, streams +
 #                record_stream, OOM under a memory fraction, empty_cache, stats)
@@ -49,17 +49,16 @@ cat "$OUT/logs/env.log"
 
 # ---- 1 build ----
 build_lib() {
-    local tests=OFF
-    pkg-config --exists criterion && pkg-config --exists jemalloc && tests=ON
-    if pkg-config --exists jemalloc; then
-        cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTOW_BUILD_TESTS=$tests >/dev/null &&
-        cmake --build "$BUILD" -j"$(nproc)" --target stowage &&
-        { [ $tests = OFF ] || cmake --build "$BUILD" -j"$(nproc)" --target test_cuda test_torch_entry; } &&
-        return 0
-        echo "cmake build failed; falling back to gcc"
-    else
-        echo "jemalloc missing (CMakeLists requires it): building libstowage.so with gcc directly"
-    fi
+    local tests=OFF tools=OFF
+    pkg-config --exists jemalloc && tools=ON
+    [ $tools = ON ] && pkg-config --exists criterion && tests=ON
+    # STOW_WITH_TOOLS=OFF: the library alone, no jemalloc or Criterion needed.
+    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTOW_WITH_TOOLS=$tools \
+          -DSTOW_BUILD_TESTS=$tests >/dev/null &&
+    cmake --build "$BUILD" -j"$(nproc)" --target stowage &&
+    { [ $tests = OFF ] || cmake --build "$BUILD" -j"$(nproc)" --target test_cuda test_torch_entry; } &&
+    return 0
+    echo "cmake build failed; falling back to gcc"
     mkdir -p "$BUILD"
     local cuinc=""
     [ -f /usr/local/cuda/include/cuda.h ] && cuinc="-DSTOW_HAVE_CUDA_HEADERS=1 -isystem /usr/local/cuda/include"
