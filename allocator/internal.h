@@ -200,6 +200,10 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
  * else only until `want_bytes` were released (oldest idle first). */
 size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes);
 void stow__segment_release_all(stow_pool_t *pool);
+/* Links a new segment [base, base+size) into the pool with `b` as its single
+ * free block, indexed under ss (or the shared lists). */
+void stow__segment_install(stow_pool_t *pool, stow_segment_t *seg, stow_block_t *b,
+                           stow_stream_state_t *ss, uintptr_t base, size_t size, unsigned kind);
 
 /* ---- vmm.c ---- */
 /* Maps physical granules under [b->addr, b->addr + size_bytes) (b is a FREE

@@ -159,6 +159,28 @@ void stow__segment_release_all(stow_pool_t *pool)
         stow__vmm_release_all_handles(pool);
 }
 
+void stow__segment_install(stow_pool_t *pool, stow_segment_t *seg, stow_block_t *b,
+                           stow_stream_state_t *ss, uintptr_t base, size_t size, unsigned kind)
+{
+    seg->base = base;
+    seg->size_bytes = size;
+    seg->pool_kind = (uint8_t)kind;
+    seg->first = b;
+    seg->idle_since_op = pool->op_count;
+    seg->next = pool->segments;
+    if (pool->segments)
+        pool->segments->prev = seg;
+    pool->segments = seg;
+    b->addr = base;
+    b->size_bytes = size;
+    b->segment = seg;
+    b->pool_kind = (uint8_t)kind;
+    b->state = BLOCK_FREE;
+    b->owner = pool->has_events ? ss : pool->any;
+    b->free_seq = ++b->owner->free_seq;
+    stow__pool_index_insert(pool, b);
+}
+
 /* Reserves size bytes within the pool's limit; STOW_ENOMEM when either the
  * limit or the device says no. */
 static stow_status_t reserve_within_limit(stow_pool_t *pool, stow_stream_state_t *ss,
@@ -286,28 +308,12 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
         }
         return STOW_EBACKEND;
     }
-    seg->base = (uintptr_t)ptr;
-    seg->size_bytes = size;
-    seg->pool_kind = (uint8_t)kind;
-    seg->first = b;
-    seg->idle_since_op = pool->op_count;
-    seg->next = pool->segments;
-    if (pool->segments)
-        pool->segments->prev = seg;
-    pool->segments = seg;
-    b->addr = seg->base;
-    b->size_bytes = size;
-    b->segment = seg;
-    b->pool_kind = (uint8_t)kind;
-    b->state = BLOCK_FREE;
-    b->owner = pool->has_events ? ss : pool->any;
-    b->free_seq = ++b->owner->free_seq;
     stow__acct_segment_add(&pool->acct, kind, size);
-    stow__record(pool, STOW_REC_SEGMENT_RESERVE, seg->base, size, ss->index, 0);
+    stow__record(pool, STOW_REC_SEGMENT_RESERVE, (uintptr_t)ptr, size, ss->index, 0);
     pool->acct.idle_segment_bytes += size;
     if (pool->acct.s.reserved_bytes[STOW_POOL_ALL].current > pool->reserved_high_water_bytes)
         pool->reserved_high_water_bytes = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
-    stow__pool_index_insert(pool, b);
+    stow__segment_install(pool, seg, b, ss, (uintptr_t)ptr, size, kind);
     *out = b;
     return STOW_OK;
 }

@@ -268,28 +268,13 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
         stow__block_delete(&pool->blocks, b);
         return st == STOW_ENOMEM ? STOW_ENOMEM : STOW_EBACKEND;
     }
-    seg->base = (uintptr_t)va;
-    seg->size_bytes = size;
-    seg->pool_kind = (uint8_t)kind;
     seg->granules = granules;
     for (size_t i = 0; i < size / g; i++) {
-        granules[i].va = seg->base + i * g;
+        granules[i].va = (uintptr_t)va + i * g;
         granules[i].pool_kind = (uint8_t)kind;
     }
-    seg->first = b;
-    seg->next = pool->segments;
-    if (pool->segments)
-        pool->segments->prev = seg;
-    pool->segments = seg;
-    b->addr = seg->base;
-    b->size_bytes = size;
-    b->segment = seg;
-    b->pool_kind = (uint8_t)kind;
-    b->state = BLOCK_FREE;
-    b->owner = pool->has_events ? ss : pool->any;
-    b->free_seq = ++b->owner->free_seq;
     stow__stat2_add(pool->acct.s.segment, kind, 1);
-    stow__pool_index_insert(pool, b);
+    stow__segment_install(pool, seg, b, ss, (uintptr_t)va, size, kind);
     *out = b;
     return STOW_OK;
 }
