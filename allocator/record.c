@@ -237,7 +237,8 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
     if (st == STOW_OK && tagged) {
         char tags_path[4096];
         int tags_len = snprintf(tags_path, sizeof tags_path, "%s.tags", path);
-        FILE *tf = tags_len > 0 && (size_t)tags_len < sizeof tags_path ? fopen(tags_path, "w") : NULL;
+        bool fits = tags_len > 0 && (size_t)tags_len < sizeof tags_path;
+        FILE *tf = fits ? fopen(tags_path, "w") : NULL;
         if (!tf)
             st = STOW_EIO;
         for (uint32_t id = 0; tf && id < next_id; id++)
