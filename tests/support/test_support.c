@@ -3,8 +3,11 @@
  */
 #include "test_support.h"
 
+#include <criterion/criterion.h>
 #include <jemalloc/jemalloc.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef STOW_SHARED_DIR
@@ -42,4 +45,22 @@ stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_even
     }
     stow_backend_t *b = NULL;
     return stow_sim_create(&c, &b) == STOW_OK ? b : NULL;
+}
+
+int ts_cli(const char *subcommand, const char *args, char *out, size_t out_len)
+{
+    char exe[4096], cmd[8192];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
+    cr_assert_gt(n, 0);
+    exe[n] = 0;
+    strcpy(strrchr(exe, '/'), "/stowage");
+    if (access(exe, X_OK))
+        cr_skip_test("build/stowage not built");
+    snprintf(cmd, sizeof cmd, "'%s' %s %s 2>&1", exe, subcommand, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t got = fread(out, 1, out_len - 1, p);
+    out[got] = 0;
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

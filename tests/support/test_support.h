@@ -21,4 +21,9 @@ void ts_host_free(void *ptr, size_t size_bytes, void *arg);
 /* A simulated device with the given capacity (0 = unlimited). */
 stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_events);
 
+/* Runs `build/stowage SUBCOMMAND ARGS` (the CLI next to the test binary),
+ * capturing stdout and stderr into out; returns the exit status. Skips the
+ * test when the CLI is not built. */
+int ts_cli(const char *subcommand, const char *args, char *out, size_t out_len);
+
 #endif

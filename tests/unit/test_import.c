@@ -5,6 +5,8 @@
  */
 #include <criterion/criterion.h>
 
+#include "test_support.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,19 +82,7 @@ Test(rmm_import, errors_name_file_and_line)
 
 static int cli(const char *args, char *out, size_t out_len)
 {
-    char exe[4096], cmd[8192];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    cr_assert_gt(n, 0);
-    exe[n] = 0;
-    strcpy(strrchr(exe, '/'), "/stowage");
-    if (access(exe, X_OK))
-        cr_skip_test("build/stowage not built");
-    snprintf(cmd, sizeof cmd, "'%s' import %s 2>&1", exe, args);
-    FILE *p = popen(cmd, "r");
-    size_t got = fread(out, 1, out_len - 1, p);
-    out[got] = 0;
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return ts_cli("import", args, out, out_len);
 }
 
 Test(rmm_import_cli, file_line_and_exit_status)
