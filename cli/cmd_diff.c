@@ -139,10 +139,8 @@ int stow__cli_diff(int argc, char **argv)
         return 2;
     }
     stow_config_t config;
-    stow_config_default(&config);
     char err[512] = "";
-    if (stow_config_from_env(&config, err, sizeof err) != STOW_OK ||
-        (conf && stow_config_parse(&config, conf, err, sizeof err) != STOW_OK)) {
+    if (stow__replay_load_config(conf, &config, err, sizeof err) != STOW_OK) {
         fprintf(stderr, "stowage diff: %s\n", err);
         return 2;
     }

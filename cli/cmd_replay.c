@@ -65,9 +65,7 @@ int stow__cli_replay(int argc, char **argv)
         return 0;
     }
     stow_config_t config;
-    stow_config_default(&config);
-    if (stow_config_from_env(&config, err, sizeof err) != STOW_OK ||
-        (o.conf && stow_config_parse(&config, o.conf, err, sizeof err) != STOW_OK)) {
+    if (stow__replay_load_config(o.conf, &config, err, sizeof err) != STOW_OK) {
         fprintf(stderr, "stowage replay: %s\n", err);
         return 2;
     }

@@ -117,15 +117,13 @@ int stow__cli_report(int argc, char **argv)
         report_usage(stderr);
         return 2;
     }
-    if (!stow__replay_policy_find(policy) && strcmp(policy, "vmm")) {
+    if (!stow__replay_policy_find(policy)) {
         fprintf(stderr, "stowage report: unknown policy '%s'\n", policy);
         return 2;
     }
     stow_config_t config;
-    stow_config_default(&config);
     char err[512] = "";
-    if (stow_config_from_env(&config, err, sizeof err) != STOW_OK ||
-        (conf && stow_config_parse(&config, conf, err, sizeof err) != STOW_OK)) {
+    if (stow__replay_load_config(conf, &config, err, sizeof err) != STOW_OK) {
         fprintf(stderr, "stowage report: %s\n", err);
         return 2;
     }

@@ -35,6 +35,16 @@ const stow_replay_policy_t *stow__replay_policy_find(const char *name)
 
 /* ---- options ---- */
 
+stow_status_t stow__replay_load_config(const char *conf, stow_config_t *out, char *err,
+                                       size_t err_len)
+{
+    stow_config_default(out);
+    stow_status_t st = stow_config_from_env(out, err, err_len);
+    if (st == STOW_OK && conf)
+        st = stow_config_parse(out, conf, err, err_len);
+    return st;
+}
+
 void stow__replay_usage(FILE *f)
 {
     fprintf(f,

@@ -128,6 +128,11 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
 /* "123", "4K", "16MiB", "2G", "1T" (powers of 1024) -> bytes. False on junk or overflow. */
 bool stow__replay_parse_bytes(const char *text, size_t *out);
 
+/* The built-in defaults, then STOWAGE_CONF, then `conf` (--conf; may be NULL).
+ * Errors: STOW_EINVAL with the offending key in err. */
+stow_status_t stow__replay_load_config(const char *conf, stow_config_t *out, char *err,
+                                       size_t err_len);
+
 /* The --help text. */
 void stow__replay_usage(FILE *f);
 

@@ -207,12 +207,12 @@ stow_status_t stow__report_build(const stow_trace_t *trace, const char *policy,
                                  bool min_capacity, size_t frag_samples, stow_report_t *out)
 {
     const stow_replay_policy_t *p = stow__replay_policy_find(policy);
-    if (!p && strcmp(policy, "vmm"))
+    if (!p)
         return STOW_EINVAL;
     stow_report_t r;
     memset(&r, 0, sizeof r);
     r.trace = trace;
-    r.policy = p ? p->name : "vmm";
+    r.policy = p->name;
     r.peak_reserved_event = SIZE_MAX;
     stow_status_t st = scan_trace(trace, &r);
     if (st == STOW_OK && policy_observable(r.policy)) {
