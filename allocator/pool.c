@@ -179,6 +179,10 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     if (st != STOW_OK)
         return st == STOW_ENODEV ? st : STOW_EBACKEND;
 
+    /* A fraction that leaves less than one granule makes a pool that can never
+     * allocate: refuse it now, clearly, rather than fail every allocation. */
+    if (limit_for(cfg.memory_fraction, total_bytes) < backend->granularity_bytes)
+        return STOW_EINVAL;
     stow_pool_t *pool = calloc(1, sizeof *pool);
     if (!pool)
         return STOW_EHOSTMEM;
@@ -522,7 +526,8 @@ size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len)
 
 stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction)
 {
-    if (!pool || !(fraction > 0.0 && fraction <= 1.0))
+    if (!pool || !(fraction > 0.0 && fraction <= 1.0) ||
+        limit_for(fraction, pool->capacity_bytes) < pool->granularity_bytes)
         return STOW_EINVAL;
     pthread_mutex_lock(&pool->lock);
     pool->config.memory_fraction = fraction;

@@ -122,7 +122,8 @@ typedef struct stow_pool stow_pool_t; /* opaque */
  * Creates a pool on `backend` with `config` (NULL: defaults, then STOWAGE_CONF is
  * NOT read; call stow_config_from_env yourself to honour it).
  * Ownership: the pool borrows `backend`, which must outlive it.
- * Thread safety: safe. Errors: STOW_EINVAL (bad config or backend ABI),
+ * Thread safety: safe. Errors: STOW_EINVAL (bad config or backend ABI, or a
+ * memory fraction that leaves the pool less than one backend granule),
  * STOW_ENOSYS (policy not available), STOW_EHOSTMEM.
  */
 STOW_NODISCARD stow_status_t stow_pool_create(const stow_config_t *config,
@@ -194,7 +195,8 @@ size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len);
  * Changes the share of the device's total memory the pool may reserve, as
  * torch.cuda.set_per_process_memory_fraction does. Memory already reserved is
  * kept (a lower limit takes effect as cached memory is released and new
- * reservations are refused). Errors: STOW_EINVAL outside (0, 1].
+ * reservations are refused). Errors: STOW_EINVAL outside (0, 1], or when the
+ * limit would be less than one backend granule.
  * Thread safety: safe.
  */
 stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction);

@@ -455,7 +455,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s->rounding = (conf & 2) != 0;
     stow_status_t st = stow_pool_create(&cfg, &fz_backend, &s->pool);
     if (st != STOW_OK) {
-        FZ_CHECK(st == STOW_EBACKEND && (conf & 32), "create returned %s", stow_strerror(st));
+        /* A memory fraction leaving less than one 2 MiB granule is refused. */
+        double limit = cfg.memory_fraction >= 1.0 ? (double)fz_capacity
+                                                  : cfg.memory_fraction * (double)fz_capacity;
+        FZ_CHECK((st == STOW_EBACKEND && (conf & 32)) ||
+                     (st == STOW_EINVAL && (size_t)limit < 2 * FZ_MIB),
+                 "create returned %s", stow_strerror(st));
         fz_totals.injected_faults += fz_injected;
         stow_sim_counters_t c;
         stow_sim_counters(fz_sim, &c);

@@ -87,6 +87,8 @@ Test(pool, create_rejects_bad_backend_and_config)
     stow_config_default(&c);
     c.memory_fraction = 0.0;
     cr_assert_eq(stow_pool_create(&c, b, &p), STOW_EINVAL);
+    c.memory_fraction = 1e-98; /* valid syntax, but less than one 2 MiB granule of the device */
+    cr_assert_eq(stow_pool_create(&c, b, &p), STOW_EINVAL);
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
     bad = *b;
@@ -295,6 +297,7 @@ Test(pool, memory_fraction_can_change_at_run_time)
     void *a = alloc_ok(32 * MIB);
     cr_assert_eq(stow_pool_set_memory_fraction(pool, 0.0), STOW_EINVAL);
     cr_assert_eq(stow_pool_set_memory_fraction(pool, 1.5), STOW_EINVAL);
+    cr_assert_eq(stow_pool_set_memory_fraction(pool, 1e-98), STOW_EINVAL, "no granule left");
     cr_assert_eq(stow_pool_set_memory_fraction(pool, 0.5), STOW_OK);
     void *out;
     cr_assert_eq(stow_pool_alloc(pool, 8 * MIB, NULL, &out), STOW_ENOMEM);
