@@ -57,6 +57,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'per_process_memory_fraction': must be in (0, 1]");
     if (!(c->vmm_slack >= 0.0 && c->vmm_slack <= 1.0))
         return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
+    if (c->record_events > STOW_RECORD_EVENTS_MAX)
+        return fail(err, err_len, "key 'record_events': at most %zu events", STOW_RECORD_EVENTS_MAX);
     for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
         if (!is_pow2_or_zero(c->roundup_power2_divisions[i]) ||
             c->roundup_power2_divisions[i] > 1024)
@@ -229,8 +231,10 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
     }
     if (!strcmp(key, "record_events")) {
         unsigned long long n;
-        if (!parse_ulong(v, &n) || n > ((unsigned long long)1 << 32))
-            return fail(err, err_len, "key 'record_events': '%s' is not a count up to 2^32", v);
+        if (!parse_ulong(v, &n) || n > STOW_RECORD_EVENTS_MAX)
+            return fail(err, err_len,
+                        "key 'record_events': '%s' is not a count up to %zu (2^24 events, 512 MiB)",
+                        v, STOW_RECORD_EVENTS_MAX);
         c->record_events = (size_t)n;
         return STOW_OK;
     }

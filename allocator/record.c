@@ -96,7 +96,7 @@ static uint64_t wall_ns(void)
 
 stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events)
 {
-    if (!pool || capacity_events > ((size_t)1 << 32))
+    if (!pool || capacity_events > STOW_RECORD_EVENTS_MAX)
         return STOW_EINVAL;
     stow_recorder_t *rec = NULL;
     if (capacity_events) {

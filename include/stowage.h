@@ -85,13 +85,17 @@ typedef struct stow_config {
                                       get it again (needs a backend with scrub: CUDA,
                                       host-backed sim); default false; key "scrub_on_free" */
     size_t record_events;          /* 0 (default): no recording; else record the pool's events
-                                      into a ring of this many (stowage/record.h);
+                                      into a ring of this many, at most
+                                      STOW_RECORD_EVENTS_MAX (stowage/record.h);
                                       key "record_events" */
     double vmm_slack;              /* policy vmm: physical memory the pool may hold beyond the
                                       high-water mark of live granules before it remaps unused
                                       granules instead of taking more, as a fraction of that
                                       mark; default 0.005; key "vmm_slack" */
 } stow_config_t;
+
+/* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */
+#define STOW_RECORD_EVENTS_MAX ((size_t)1 << 24)
 
 /* The built-in defaults above. Thread safety: pure. */
 void stow_config_default(stow_config_t *config);

@@ -55,7 +55,8 @@ stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_T
 /*
  * Starts recording into a ring buffer of `capacity_events` events (the oldest
  * are overwritten), replacing any previous buffer; 0 stops recording and frees
- * it. 32 bytes per event. Errors: STOW_EINVAL, STOW_EHOSTMEM.
+ * it. 32 bytes per event, at most STOW_RECORD_EVENTS_MAX events (stowage.h).
+ * Errors: STOW_EINVAL (also above the maximum), STOW_EHOSTMEM.
  * Thread safety: safe.
  */
 stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events);

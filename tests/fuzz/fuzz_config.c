@@ -56,6 +56,8 @@ static void fc_check_valid(const stow_config_t *c, const char *text)
              "gc threshold %g: %s", c->garbage_collection_threshold, text);
     FC_CHECK(c->memory_fraction > 0.0 && c->memory_fraction <= 1.0, "fraction %g: %s",
              c->memory_fraction, text);
+    FC_CHECK(c->record_events <= STOW_RECORD_EVENTS_MAX, "record_events %zu: %s",
+             c->record_events, text);
     for (int i = 0; i < STOW_ROUNDUP_INTERVALS; i++) {
         unsigned d = c->roundup_power2_divisions[i];
         FC_CHECK((d & (d - 1)) == 0 && d <= 1024, "divisions[%d] = %u: %s", i, d, text);

@@ -171,6 +171,10 @@ Test(record, the_ring_keeps_the_newest_events)
     cr_assert_eq(stow_record_start(pool, 0), STOW_OK);
     stow_record_counts(pool, &recorded, &kept);
     cr_assert_eq(recorded, 0);
+    /* Past the maximum: refused, and recording stays as it was (off). */
+    cr_assert_eq(stow_record_start(pool, STOW_RECORD_EVENTS_MAX + 1), STOW_EINVAL);
+    cr_assert_eq(stow_record_start(pool, SIZE_MAX), STOW_EINVAL);
+    cr_assert_eq(stow_trace_dump(pool, "/tmp/never"), STOW_EINVAL, "still not recording");
     finish();
 }
 
