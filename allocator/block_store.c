@@ -14,21 +14,30 @@ struct stow_block_chunk {
     stow_block_t blocks[BLOCKS_PER_CHUNK];
 };
 
-stow_block_t *stow__block_new(stow_block_store_t *store)
+stow_status_t stow__block_reserve(stow_block_store_t *store, size_t count)
 {
-    if (STOW_UNLIKELY(!store->free_list)) {
+    while (STOW_UNLIKELY(store->free_count < count)) {
         stow_block_chunk_t *chunk = malloc(sizeof *chunk);
         if (!chunk)
-            return NULL;
+            return STOW_EHOSTMEM;
         chunk->next = store->chunks;
         store->chunks = chunk;
         for (size_t i = BLOCKS_PER_CHUNK; i-- > 0;) {
             chunk->blocks[i].next = store->free_list;
             store->free_list = &chunk->blocks[i];
         }
+        store->free_count += BLOCKS_PER_CHUNK;
     }
+    return STOW_OK;
+}
+
+stow_block_t *stow__block_new(stow_block_store_t *store)
+{
+    if (STOW_UNLIKELY(stow__block_reserve(store, 1) != STOW_OK))
+        return NULL;
     stow_block_t *b = store->free_list;
     store->free_list = b->next;
+    store->free_count--;
     memset(b, 0, sizeof *b);
     store->live_count++;
     return b;
@@ -40,6 +49,7 @@ void stow__block_delete(stow_block_store_t *store, stow_block_t *b)
     b->uses = NULL;
     b->next = store->free_list;
     store->free_list = b;
+    store->free_count++;
     store->live_count--;
 }
 
@@ -51,5 +61,6 @@ void stow__block_store_destroy(stow_block_store_t *store)
         store->chunks = next;
     }
     store->free_list = NULL;
+    store->free_count = 0;
     store->live_count = 0;
 }

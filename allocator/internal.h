@@ -74,6 +74,8 @@ size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out
 
 /* ---- block_store.c ---- */
 stow_block_t *stow__block_new(stow_block_store_t *store);
+/* Makes sure the next `count` stow__block_new calls cannot fail. */
+stow_status_t stow__block_reserve(stow_block_store_t *store, size_t count);
 void stow__block_delete(stow_block_store_t *store, stow_block_t *b);
 void stow__block_store_destroy(stow_block_store_t *store);
 
@@ -149,7 +151,8 @@ struct stow_pool {
     uint64_t phys_count;               /* handles held (mapped + free) */
     uint64_t mapped_count;             /* granules mapped */
     uint64_t live_granules;            /* granules under live blocks */
-    uint64_t live_granules_high_water; /* since creation or the last empty_cache */
+    uint64_t live_bytes;               /* bytes of the blocks holding granules */
+    uint64_t live_bytes_high_water;    /* since creation or the last empty_cache */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];

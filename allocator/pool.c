@@ -282,9 +282,8 @@ static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t 
 
 static void split_block(stow_pool_t *pool, stow_block_t *b, size_t rounded)
 {
-    stow_block_t *rem = stow__block_new(&pool->blocks);
-    if (!rem)
-        return; /* out of host memory: hand out the whole block, still correct */
+    stow_block_t *rem = stow__block_new(&pool->blocks); /* reserved by stow_pool_alloc */
+    stow_assert_internal(rem != NULL);
     rem->addr = b->addr + rounded;
     rem->size_bytes = b->size_bytes - rounded;
     rem->segment = b->segment;
@@ -398,8 +397,12 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     if (STOW_UNLIKELY(pool->pending != NULL))
         stow__stream_process_pending(pool);
     stow_stream_state_t *ss = stow__stream_get(pool, stream);
-    /* Room in the live map first, so nothing can fail after the block is taken. */
-    if (STOW_UNLIKELY(!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK)) {
+    /* Room in the live map and for block records first (a new segment's, a
+     * second one on the retry path, a split remainder), so nothing can fail
+     * after the block is taken: a page-mapped block is backed for exactly the
+     * size it has once split. */
+    if (STOW_UNLIKELY(!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK ||
+                      stow__block_reserve(&pool->blocks, 3) != STOW_OK)) {
         pthread_mutex_unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }

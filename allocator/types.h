@@ -124,6 +124,7 @@ typedef struct stow_ptr_map {
 typedef struct stow_block_chunk stow_block_chunk_t;
 typedef struct stow_block_store {
     stow_block_t *free_list; /* linked through ->next */
+    size_t free_count;       /* blocks on free_list */
     stow_block_chunk_t *chunks;
     size_t live_count;
 } stow_block_store_t;

@@ -5,11 +5,13 @@
  * large), placed by the same exact best fit as the classic pool; physical
  * memory is mapped in granules (2 MiB on CUDA) only under live blocks.
  * Physical granules are fungible: when a block needs a granule mapped and the
- * pool already holds as much physical memory as its live data ever needed
+ * pool already holds as much physical memory as its live bytes ever needed
  * (plus a small slack, vmm_slack), it takes a granule that holds no live
  * block elsewhere (oldest first), unmaps it and maps it where it is needed,
  * instead of taking more from the device. So reserved memory tracks the
- * high-water mark of live granules, not what fragmentation strands.
+ * high-water mark of live bytes, not what fragmentation strands; it exceeds
+ * that only when live blocks themselves pin more granules (blocks that share
+ * a granule with a free hole).
  *
  * Stream safety: a granule is remapped only after a device synchronize (once
  * per allocation that remaps), because unmapping is not stream-ordered.
@@ -103,23 +105,36 @@ static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
         pool, pool->backend->map(pool->backend->ctx, (void *)g->va, pool->granularity_bytes, h));
 }
 
-static bool may_create(const stow_pool_t *pool, uint64_t live_high_water)
+/* The granules the pool may hold while some mapped granule sits unused:
+ * the high-water mark of live bytes plus the slack, rounded up to granules.
+ * Measured in bytes, not in live granules, so that granules which live blocks
+ * share only partly (at the edges of free holes) do not raise the allowance:
+ * reserved memory stays within (1 + vmm_slack) of the live peak whenever the
+ * layout of live blocks allows it. */
+static uint64_t allowed_granules(const stow_pool_t *pool, uint64_t live_bytes_high_water)
+{
+    double allowed_bytes = (double)live_bytes_high_water * (1.0 + pool->config.vmm_slack);
+    double granules = allowed_bytes / (double)pool->granularity_bytes;
+    uint64_t whole = (uint64_t)granules;
+    return (double)whole < granules ? whole + 1 : whole;
+}
+
+static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
     uint64_t g = pool->granularity_bytes;
     uint64_t held = pool->phys_count * g;
     if (held + g > pool->limit_bytes)
         return false;
-    /* Physical beyond what live data ever needed, plus the slack, is not taken
-     * while some mapped granule sits unused: that one is remapped instead. */
-    uint64_t allowed = live_high_water +
-                       (uint64_t)((double)live_high_water * pool->config.vmm_slack);
-    return pool->phys_count < allowed || pool->lru_count == 0;
+    /* Beyond the allowance, an unused mapped granule is remapped instead; when
+     * none is left, live blocks themselves need more. */
+    return pool->phys_count < allowed_granules(pool, live_bytes_high_water) ||
+           pool->lru_count == 0;
 }
 
 /* Obtains one physical handle for a granule of `kind`: a free handle, a new
  * one, or one taken from an unused mapped granule (after *synced). */
-static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, uint64_t live_high_water,
-                                   bool *synced, stow_phys_t *out)
+static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
+                                   uint64_t live_bytes_high_water, bool *synced, stow_phys_t *out)
 {
     if (pool->free_handle_count) {
         stow_free_handle_t fh = pool->free_handles[--pool->free_handle_count];
@@ -127,7 +142,7 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, uint64_t li
         *out = fh.phys;
         return STOW_OK;
     }
-    if (may_create(pool, live_high_water)) {
+    if (may_create(pool, live_bytes_high_water)) {
         stow_phys_t h = 0;
         stow_status_t st = stow__backend_status(
             pool, pool->backend->phys_create(pool->backend->ctx, pool->granularity_bytes, &h));
@@ -179,9 +194,9 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
         }
     }
     uint64_t live_after = pool->live_granules + becoming_live;
-    uint64_t high_water = live_after > pool->live_granules_high_water
-                              ? live_after
-                              : pool->live_granules_high_water;
+    uint64_t bytes_after = pool->live_bytes + size_bytes;
+    uint64_t bytes_high_water =
+        bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
     bool synced = false;
     stow_status_t st = STOW_OK;
     for (size_t i = first; i < end && st == STOW_OK; i++) {
@@ -189,7 +204,7 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
         if (g->phys)
             continue;
         stow_phys_t h;
-        st = obtain_handle(pool, seg->pool_kind, high_water, &synced, &h);
+        st = obtain_handle(pool, seg->pool_kind, bytes_high_water, &synced, &h);
         if (st == STOW_OK && (st = do_map(pool, g, h)) != STOW_OK) {
             (void)push_free_handle(pool, h, seg->pool_kind);
             st = STOW_EBACKEND;
@@ -213,7 +228,8 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
     for (size_t i = first; i < end; i++)
         seg->granules[i].live++;
     pool->live_granules = live_after;
-    pool->live_granules_high_water = high_water;
+    pool->live_bytes = bytes_after;
+    pool->live_bytes_high_water = bytes_high_water;
     update_idle(pool);
     return STOW_OK;
 }
@@ -223,6 +239,8 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
     stow_segment_t *seg = b->segment;
     size_t first, end;
     granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
+    stow_assert_internal(pool->live_bytes >= b->size_bytes);
+    pool->live_bytes -= b->size_bytes;
     for (size_t i = first; i < end; i++) {
         stow_granule_t *g = &seg->granules[i];
         stow_assert_internal(g->live > 0 && g->phys);
@@ -322,7 +340,7 @@ void stow__vmm_release_unused(stow_pool_t *pool)
     }
     release_free_handles(pool);
     /* What remains mapped is live data: that is the new high-water baseline. */
-    pool->live_granules_high_water = pool->live_granules;
+    pool->live_bytes_high_water = pool->live_bytes;
     update_idle(pool);
 }
 

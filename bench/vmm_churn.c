@@ -1,0 +1,186 @@
+/*
+ * bench/vmm_churn.c: does a page-mapped pool settle? Replays each trace again
+ * and again on one warm pool per policy (vmm and classic, simulated device,
+ * the trace's streams), interleaving the two policies replay by replay, and
+ * prints for every replay of the vmm pool its map + unmap calls per 1000
+ * events, then per trace: peak reserved / peak live of the vmm pool, the
+ * steady-state churn (map + unmap per 1000 events, median of replays 3..N),
+ * and the host cost of vmm relative to classic (median of the per-replay
+ * ratios of replays 3..N: same process, same trace, back to back).
+ *
+ *   build/vmm_churn [--replays N] [--conf KEY:VALUE,...] TRACE...
+ *
+ * docs/design.md (page-mapped segments) quotes its output.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stowage.h"
+#include "stowage/sim.h"
+#include "stowage/trace.h"
+
+#define MAX_REPLAYS 100
+
+typedef struct side {
+    stow_backend_t *sim;
+    stow_pool_t *pool;
+    void **ptrs;
+} side_t;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static stow_stream_t stream_of(uint32_t index)
+{
+    /* Distinct non-NULL handles, as the replay engine gives them. */
+    return (stow_stream_t)(uintptr_t)(index + 1u);
+}
+
+/* One replay of the whole trace, then frees what the trace leaves live.
+ * Returns the time of the replay proper; counts allocation failures. */
+static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures)
+{
+    uint64_t t0 = now_ns();
+    for (size_t i = 0; i < t->event_count; i++) {
+        const stow_trace_event_t *e = &t->events[i];
+        if (e->kind == STOW_TRACE_ALLOC) {
+            if (stow_pool_alloc(s->pool, e->size_bytes, stream_of(e->stream), &s->ptrs[e->id]) !=
+                STOW_OK) {
+                s->ptrs[e->id] = NULL;
+                ++*failures;
+            }
+        } else if (s->ptrs[e->id]) {
+            (void)stow_pool_free(s->pool, s->ptrs[e->id]);
+            s->ptrs[e->id] = NULL;
+        }
+    }
+    uint64_t dt = now_ns() - t0;
+    for (uint32_t id = 0; id < t->id_count; id++)
+        if (s->ptrs[id]) {
+            (void)stow_pool_free(s->pool, s->ptrs[id]);
+            s->ptrs[id] = NULL;
+        }
+    return dt;
+}
+
+static int side_open(side_t *s, const stow_config_t *base, stow_policy_t policy,
+                     const stow_trace_t *t)
+{
+    stow_config_t c = *base;
+    c.policy = policy;
+    memset(s, 0, sizeof *s);
+    s->ptrs = calloc(t->id_count ? t->id_count : 1, sizeof *s->ptrs);
+    return s->ptrs && stow_sim_create(NULL, &s->sim) == STOW_OK &&
+                   stow_pool_create(&c, s->sim, &s->pool) == STOW_OK
+               ? 0
+               : -1;
+}
+
+static void side_close(side_t *s)
+{
+    if (s->pool)
+        stow_pool_destroy_force(s->pool);
+    if (s->sim)
+        (void)stow_sim_destroy(s->sim);
+    free(s->ptrs);
+}
+
+static uint64_t remaps(stow_pool_t *pool)
+{
+    stow_stats_t st;
+    (void)stow_pool_stats(pool, &st);
+    return st.num_map_calls + st.num_unmap_calls;
+}
+
+static int run_trace(const char *path, const stow_config_t *config, int replays)
+{
+    stow_trace_t *t;
+    char err[512];
+    if (stow_trace_load(path, &t, err, sizeof err) != STOW_OK) {
+        fprintf(stderr, "vmm_churn: %s\n", err);
+        return 2;
+    }
+    side_t vmm, classic;
+    int rc = 0;
+    if (side_open(&vmm, config, STOW_POLICY_VMM, t) || side_open(&classic, config,
+                                                                STOW_POLICY_CLASSIC, t)) {
+        fprintf(stderr, "vmm_churn: %s: cannot create the pools\n", path);
+        rc = 1;
+        goto out;
+    }
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    double churn[MAX_REPLAYS], ratio[MAX_REPLAYS];
+    uint64_t failures = 0;
+    printf("%-26s map+unmap / 1000 events by replay:", base);
+    for (int r = 0; r < replays; r++) {
+        uint64_t before = remaps(vmm.pool);
+        uint64_t vmm_ns = replay(&vmm, t, &failures);
+        uint64_t classic_ns = replay(&classic, t, &failures);
+        churn[r] = 1000.0 * (double)(remaps(vmm.pool) - before) / (double)t->event_count;
+        ratio[r] = (double)vmm_ns / (double)classic_ns;
+        printf(" %.1f", churn[r]);
+    }
+    printf("\n");
+    stow_stats_t st;
+    (void)stow_pool_stats(vmm.pool, &st);
+    double peak_ratio = (double)st.reserved_bytes[STOW_POOL_ALL].peak / (double)t->peak_live_bytes;
+    int from = replays >= 3 ? 2 : 0;
+    printf("%-26s vmm reserved/live %.4f  steady churn %.1f  vmm/classic host time %.3f"
+           "  failures %llu\n",
+           base, peak_ratio, median(churn + from, replays - from),
+           median(ratio + from, replays - from), (unsigned long long)failures);
+out:
+    side_close(&vmm);
+    side_close(&classic);
+    stow_trace_free(t);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int replays = 5, i = 1;
+    stow_config_t config;
+    stow_config_default(&config);
+    while (i + 1 < argc && argv[i][0] == '-') {
+        char err[256];
+        if (!strcmp(argv[i], "--replays")) {
+            replays = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--conf")) {
+            if (stow_config_parse(&config, argv[i + 1], err, sizeof err) != STOW_OK) {
+                fprintf(stderr, "vmm_churn: --conf: %s\n", err);
+                return 2;
+            }
+        } else {
+            break;
+        }
+        i += 2;
+    }
+    if (i >= argc || replays < 1 || replays > MAX_REPLAYS) {
+        fprintf(stderr, "usage: vmm_churn [--replays N (1..%d)] [--conf KEY:VALUE,...] TRACE...\n",
+                MAX_REPLAYS);
+        return 2;
+    }
+    int rc = 0;
+    for (; i < argc && rc == 0; i++)
+        rc = run_trace(argv[i], &config, replays);
+    return rc;
+}
