@@ -105,18 +105,17 @@ static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
         pool, pool->backend->map(pool->backend->ctx, (void *)g->va, pool->granularity_bytes, h));
 }
 
-/* The granules the pool may hold while some mapped granule sits unused:
- * the high-water mark of live bytes plus the slack, rounded up to granules.
- * Measured in bytes, not in live granules, so that granules which live blocks
- * share only partly (at the edges of free holes) do not raise the allowance:
- * reserved memory stays within (1 + vmm_slack) of the live peak whenever the
- * layout of live blocks allows it. */
+/* The granules the pool may hold while some mapped granule sits unused: the
+ * high-water mark of live bytes in granules (rounded up), plus vmm_slack of
+ * that in whole granules. Measured in bytes, not in live granules, so that
+ * granules which live blocks share only partly (at the edges of free holes)
+ * do not raise the allowance: reserved memory stays within (1 + vmm_slack)
+ * of the live peak whenever the layout of live blocks allows it. */
 static uint64_t allowed_granules(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
-    double allowed_bytes = (double)live_bytes_high_water * (1.0 + pool->config.vmm_slack);
-    double granules = allowed_bytes / (double)pool->granularity_bytes;
-    uint64_t whole = (uint64_t)granules;
-    return (double)whole < granules ? whole + 1 : whole;
+    uint64_t g = pool->granularity_bytes;
+    uint64_t live = live_bytes_high_water / g + (live_bytes_high_water % g != 0);
+    return live + (uint64_t)((double)live * pool->config.vmm_slack);
 }
 
 static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)

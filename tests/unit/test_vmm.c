@@ -102,8 +102,8 @@ Test(vmm, unused_granules_are_remapped_instead_of_growing)
     void *b = alloc_ok(4 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     /* 6 MiB does not fit a's 4 MiB hole: new addresses, 3 granules. The live
-     * high-water becomes 5 granules: one new handle, then a's two granules
-     * are unmapped and mapped under the new block. */
+     * high-water becomes 10 MiB, 5 granules: one new handle, then a's two
+     * granules are unmapped and mapped under the new block. */
     void *c = alloc_ok(6 * MIB);
     stow_stats_t s = stats();
     cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 5 * G);
