@@ -161,6 +161,30 @@ stow_block_t *stow__free_index_largest(const stow_free_index_t *idx)
     return NULL;
 }
 
+/* In-order walk of the keys of t that are at least size_bytes; false once
+ * visit asked to stop. */
+static bool visit_tree(stow_block_t *t, size_t size_bytes, bool (*visit)(void *, stow_block_t *),
+                       void *arg)
+{
+    while (t) {
+        if (t->size_bytes >= size_bytes) {
+            if (!visit_tree(t->left, size_bytes, visit, arg) || !visit(arg, t))
+                return false;
+        }
+        t = t->right;
+    }
+    return true;
+}
+
+void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_bytes,
+                                    bool (*visit)(void *arg, stow_block_t *b), void *arg)
+{
+    for (int bin = next_nonempty_bin(idx, stow__free_bin_of(size_bytes)); bin >= 0;
+         bin = next_nonempty_bin(idx, (unsigned)bin + 1))
+        if (!visit_tree(idx->root[bin], size_bytes, visit, arg))
+            return;
+}
+
 static size_t collect_tree(stow_block_t *t, stow_block_t **out, size_t n)
 {
     /* Iterative pre-order with the output array as the stack's tail. */

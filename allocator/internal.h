@@ -69,6 +69,10 @@ void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b);
 /* Smallest block with size >= size_bytes, lowest address among equals; NULL if none. */
 stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes);
 stow_block_t *stow__free_index_largest(const stow_free_index_t *idx);
+/* Calls visit(arg, b) for each block of at least size_bytes in increasing
+ * (size, address) order while it returns true. visit must not change idx. */
+void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_bytes,
+                                    bool (*visit)(void *arg, stow_block_t *b), void *arg);
 /* Appends every block of idx to out[] (capacity idx->block_count), in no order. */
 size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out);
 
@@ -153,6 +157,8 @@ struct stow_pool {
     uint64_t live_granules;            /* granules under live blocks */
     uint64_t live_bytes;               /* bytes of the blocks holding granules */
     uint64_t live_bytes_high_water;    /* since creation or the last empty_cache */
+    uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */
+    size_t placed_extra;               /* extra_granules of the placement being made */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];
@@ -213,6 +219,14 @@ void stow__segment_install(stow_pool_t *pool, stow_segment_t *seg, stow_block_t 
  * block about to be handed out with that size). STOW_ENOMEM when the device and
  * the unused granules cannot provide them; nothing changes on error. */
 stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes);
+/* Where a page-mapped pool puts a request of `rounded` bytes that best fit
+ * placed at free block b (indexed, usable by ss). Big requests whose best-fit
+ * span needs granules mapped go where the fewest need mapping instead: any
+ * usable free block, at its start, its end or the start of a run of mapped
+ * granules inside it, carved out and indexed; b when nothing is cheaper.
+ * Sets pool->placed_extra. Needs two reserved block records. */
+stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
+                              stow_block_t *b);
 /* The block (ALLOCATED or PENDING) stops holding its granules. */
 void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b);
 stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
@@ -222,6 +236,12 @@ void stow__vmm_release_unused(stow_pool_t *pool);
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg);
 void stow__vmm_release_all_handles(stow_pool_t *pool);
 stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len);
+
+/* ---- pool.c (continued) ---- */
+/* Splits free indexed block b at b->addr + offset_bytes (0 < offset < size):
+ * b keeps the lower part; returns the upper part, free and indexed. Needs a
+ * reserved block record (stow__block_reserve). */
+stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes);
 
 /* ---- segment.c (continued) ---- */
 void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes);

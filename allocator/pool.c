@@ -300,6 +300,31 @@ static void split_block(stow_pool_t *pool, stow_block_t *b, size_t rounded)
     stow__pool_index_insert(pool, rem);
 }
 
+stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes)
+{
+    stow_assert_internal(b->state == BLOCK_FREE && offset_bytes > 0 &&
+                         offset_bytes < b->size_bytes);
+    stow_block_t *upper = stow__block_new(&pool->blocks); /* reserved by stow_pool_alloc */
+    stow_assert_internal(upper != NULL);
+    stow__pool_index_remove(pool, b);
+    upper->addr = b->addr + offset_bytes;
+    upper->size_bytes = b->size_bytes - offset_bytes;
+    upper->segment = b->segment;
+    upper->pool_kind = b->pool_kind;
+    upper->state = BLOCK_FREE;
+    upper->owner = b->owner;
+    upper->free_seq = b->free_seq;
+    upper->prev = b;
+    upper->next = b->next;
+    if (b->next)
+        b->next->prev = upper;
+    b->next = upper;
+    b->size_bytes = offset_bytes;
+    stow__pool_index_insert(pool, b);
+    stow__pool_index_insert(pool, upper);
+    return upper;
+}
+
 /* Hands out free block b (indexed) for a request; cannot fail. */
 static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
                        size_t rounded, size_t requested, bool hit)
@@ -415,11 +440,19 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             return st;
         }
     }
+    if (pool->vmm && hit && kind == STOW_POOL_LARGE)
+        b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
     if (pool->vmm && (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
+        pool->placed_extra = 0;
         pthread_mutex_unlock(&pool->lock);
         return st;
     }
     take_block(pool, b, ss, rounded, size_bytes, hit);
+    if (pool->vmm) {
+        b->extra_granules = (uint32_t)pool->placed_extra;
+        pool->extra_granules_live += pool->placed_extra;
+        pool->placed_extra = 0;
+    }
     uint64_t largest = stow__pool_largest_free(pool);
     stow__acct_note_fragmentation(&pool->acct, largest);
     if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))

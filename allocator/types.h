@@ -67,6 +67,8 @@ struct stow_block {
     uint8_t counted_split_;       /* FREE: counted in inactive_split (not a whole segment) */
     uint8_t tag;                  /* ALLOCATED/PENDING: the allocating thread's tag */
     uint16_t bin;                 /* FREE: its free-index bin (size_class.c) */
+    uint32_t extra_granules;      /* ALLOCATED/PENDING, vmm: fresh granules it took beyond
+                                     what best fit would have (vmm.c placement) */
 };
 
 /* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
@@ -76,6 +78,7 @@ struct stow_block {
 typedef struct stow_granule stow_granule_t;
 struct stow_granule {
     uintptr_t va;                      /* address of the granule */
+    stow_segment_t *segment;           /* the range it belongs to */
     stow_phys_t phys;                  /* 0 = unmapped */
     stow_granule_t *lru_prev, *lru_next; /* unused-mapped list, oldest first */
     uint32_t live;
@@ -92,6 +95,9 @@ struct stow_segment {
     uint32_t live_blocks;         /* ALLOCATED + PENDING blocks inside */
     uint8_t pool_kind;
     stow_granule_t *granules;     /* vmm: one per granule of [base, base+size); else NULL */
+    size_t granules_touched;      /* vmm: 1 + the highest granule index ever mapped (every
+                                     granule at or above it is unmapped) */
+    uint64_t *mapped_bits;        /* vmm: bit i set <=> granules[i] is mapped */
 };
 
 typedef struct stow_free_index {

@@ -87,6 +87,21 @@ static void granule_span(const stow_pool_t *pool, const stow_segment_t *seg, uin
     *end = granule_index(pool, seg, addr + size - 1) + 1;
 }
 
+static void set_mapped(stow_granule_t *g, stow_phys_t h)
+{
+    stow_segment_t *seg = g->segment;
+    size_t i = (size_t)(g - seg->granules);
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    g->phys = h;
+    if (h) {
+        seg->mapped_bits[i / 64] |= bit;
+        if (i >= seg->granules_touched)
+            seg->granules_touched = i + 1;
+    } else {
+        seg->mapped_bits[i / 64] &= ~bit;
+    }
+}
+
 /* ---- backend calls ---- */
 
 static stow_status_t do_unmap(stow_pool_t *pool, stow_granule_t *g)
@@ -171,7 +186,7 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
     lru_unlink(pool, g);
     stow__acct_reserved_move(&pool->acct, g->pool_kind, kind, pool->granularity_bytes);
     *out = g->phys;
-    g->phys = 0;
+    set_mapped(g, 0);
     pool->mapped_count--;
     return STOW_OK;
 }
@@ -209,7 +224,7 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
             st = STOW_EBACKEND;
         }
         if (st == STOW_OK) {
-            g->phys = h;
+            set_mapped(g, h);
             pool->mapped_count++;
         }
     }
@@ -233,6 +248,156 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
     return STOW_OK;
 }
 
+/* ---- placement where granules are already mapped ---- */
+
+/* What a placement over granules [first, end) of a segment costs: granules
+ * to map (each a remap when the pool is at its physical allowance: about
+ * 37 us on an H200) and fresh granules (no live block yet: they add to the
+ * physical memory live data pins). */
+typedef struct span_cost {
+    size_t unmapped, fresh;
+} span_cost_t;
+
+static size_t mapped_in(const stow_segment_t *seg, size_t first, size_t end)
+{
+    if (end > seg->granules_touched)
+        end = seg->granules_touched;
+    size_t count = 0;
+    while (first < end) {
+        size_t w = first / 64, lo = first % 64;
+        size_t hi = (end - first) + lo < 64 ? (end - first) + lo : 64;
+        uint64_t word = seg->mapped_bits[w] >> lo;
+        if (hi - lo < 64)
+            word &= ((uint64_t)1 << (hi - lo)) - 1;
+        count += (size_t)__builtin_popcountll(word);
+        first += hi - lo;
+    }
+    return count;
+}
+
+/* First granule in [from, end) whose mapped bit is `mapped`, or end. */
+static size_t next_with(const stow_segment_t *seg, size_t from, size_t end, bool mapped)
+{
+    while (from < end) {
+        uint64_t word = seg->mapped_bits[from / 64];
+        word = (mapped ? word : ~word) & (~(uint64_t)0 << (from % 64));
+        if (word) {
+            size_t i = (from & ~(size_t)63) + (size_t)__builtin_ctzll(word);
+            return i < end ? i : end;
+        }
+        from = (from & ~(size_t)63) + 64;
+    }
+    return end;
+}
+
+/* Cost of placing `size` bytes at `addr` inside free block f: granules
+ * strictly inside a free block hold no live block, so only f's first and last
+ * granules can already be live (shared with a neighbour). */
+static span_cost_t cost_at(const stow_pool_t *pool, const stow_block_t *f, uintptr_t addr,
+                           size_t size)
+{
+    const stow_segment_t *seg = f->segment;
+    size_t first, end, f_first, f_end;
+    granule_span(pool, seg, addr, size, &first, &end);
+    granule_span(pool, seg, f->addr, f->size_bytes, &f_first, &f_end);
+    span_cost_t c = {(end - first) - mapped_in(seg, first, end), end - first};
+    if (first == f_first && seg->granules[first].live)
+        c.fresh--;
+    if (end == f_end && end - 1 != first && seg->granules[end - 1].live)
+        c.fresh--;
+    return c;
+}
+
+typedef struct placement {
+    const stow_pool_t *pool;
+    size_t rounded;
+    span_cost_t best_fit;   /* the cost at the best-fit block */
+    uint64_t fresh_budget;  /* extra fresh granules a move may still take */
+    stow_block_t *block;    /* chosen free block, address, cost */
+    uintptr_t addr;
+    span_cost_t cost;
+} placement_t;
+
+/* A move pays for its extra fresh granules (beyond best fit's) out of the
+ * budget, and only when it saves at least STOW_VMM_MAPS_PER_EXTRA_GRANULE
+ * granule maps for each. */
+#define STOW_VMM_MAPS_PER_EXTRA_GRANULE 16
+/* Blocks smaller than this many granules stay where best fit puts them. */
+#define STOW_VMM_PLACE_MIN_GRANULES 32
+
+static void consider(placement_t *p, stow_block_t *f, uintptr_t addr)
+{
+    span_cost_t c = cost_at(p->pool, f, addr, p->rounded);
+    if (c.unmapped > p->cost.unmapped ||
+        (c.unmapped == p->cost.unmapped && c.fresh >= p->cost.fresh))
+        return;
+    if (c.fresh > p->best_fit.fresh) {
+        size_t extra = c.fresh - p->best_fit.fresh;
+        if (extra > p->fresh_budget ||
+            p->best_fit.unmapped - c.unmapped < extra * STOW_VMM_MAPS_PER_EXTRA_GRANULE)
+            return;
+    }
+    p->block = f;
+    p->addr = addr;
+    p->cost = c;
+}
+
+/* Candidate placements inside free block f: its two ends, and the start of
+ * every run of mapped granules between (the fewest unmapped granules under a
+ * window are always found at one of these). */
+static bool consider_block(void *arg, stow_block_t *f)
+{
+    placement_t *p = arg;
+    const stow_segment_t *seg = f->segment;
+    size_t g = p->pool->granularity_bytes;
+    uintptr_t lo = f->addr, hi = f->addr + f->size_bytes - p->rounded;
+    consider(p, f, lo);
+    if (hi != lo)
+        consider(p, f, hi);
+    size_t k = (lo - seg->base + g - 1) / g, k_last = (hi - seg->base) / g;
+    if (k_last >= seg->granules_touched)
+        k_last = seg->granules_touched ? seg->granules_touched - 1 : 0;
+    while (k <= k_last && p->cost.unmapped) {
+        size_t run = next_with(seg, k, k_last + 1, true);
+        if (run > k_last)
+            break;
+        consider(p, f, seg->base + run * g);
+        k = next_with(seg, run, k_last + 1, false);
+    }
+    return p->cost.unmapped != 0;
+}
+
+stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
+                              stow_block_t *b)
+{
+    /* Only unused mapped granules make another placement cheaper, and only
+     * big blocks move: a remap of one costs milliseconds, while small blocks
+     * packed by best fit share granules, which keeps the physical peak down
+     * (docs/design.md has the measurements). Requests under max_split_size
+     * rules keep best fit (block_acceptable, pool.c). */
+    if (!pool->lru_count || rounded < STOW_VMM_PLACE_MIN_GRANULES * pool->granularity_bytes ||
+        pool->config.max_split_size_bytes != SIZE_MAX)
+        return b;
+    span_cost_t at_b = cost_at(pool, b, b->addr, rounded);
+    if (!at_b.unmapped)
+        return b;
+    /* Moved blocks may hold, together, half the slack in extra granules. */
+    uint64_t live_granules = pool->live_bytes_high_water / pool->granularity_bytes;
+    uint64_t budget = (uint64_t)((double)live_granules * pool->config.vmm_slack / 2);
+    placement_t p = {pool, rounded, at_b,
+                     budget > pool->extra_granules_live ? budget - pool->extra_granules_live : 0,
+                     b, b->addr, at_b};
+    stow__free_index_visit_fitting(&ss->free[b->pool_kind], rounded, consider_block, &p);
+    if (ss != pool->any && p.cost.unmapped)
+        stow__free_index_visit_fitting(&pool->any->free[b->pool_kind], rounded, consider_block,
+                                       &p);
+    pool->placed_extra = p.cost.fresh > at_b.fresh ? p.cost.fresh - at_b.fresh : 0;
+    if (p.addr == p.block->addr)
+        return p.block;
+    /* Cannot fail: stow_pool_alloc reserved the block records. */
+    return stow__pool_split_free_at(pool, p.block, p.addr - p.block->addr);
+}
+
 void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
 {
     stow_segment_t *seg = b->segment;
@@ -240,6 +405,8 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
     granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
     stow_assert_internal(pool->live_bytes >= b->size_bytes);
     pool->live_bytes -= b->size_bytes;
+    pool->extra_granules_live -= b->extra_granules;
+    b->extra_granules = 0;
     for (size_t i = first; i < end; i++) {
         stow_granule_t *g = &seg->granules[i];
         stow_assert_internal(g->live > 0 && g->phys);
@@ -269,9 +436,11 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     stow_segment_t *seg = calloc(1, sizeof *seg);
     stow_block_t *b = stow__block_new(&pool->blocks);
     stow_granule_t *granules = calloc(size / g, sizeof *granules);
-    if (!seg || !b || !granules) {
+    uint64_t *mapped_bits = calloc((size / g + 63) / 64, sizeof *mapped_bits);
+    if (!seg || !b || !granules || !mapped_bits) {
         free(seg);
         free(granules);
+        free(mapped_bits);
         if (b)
             stow__block_delete(&pool->blocks, b);
         return STOW_EHOSTMEM;
@@ -282,13 +451,16 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     if (st != STOW_OK) {
         free(seg);
         free(granules);
+        free(mapped_bits);
         stow__block_delete(&pool->blocks, b);
         return st == STOW_ENOMEM ? STOW_ENOMEM : STOW_EBACKEND;
     }
     seg->granules = granules;
+    seg->mapped_bits = mapped_bits;
     for (size_t i = 0; i < size / g; i++) {
         granules[i].va = (uintptr_t)va + i * g;
         granules[i].pool_kind = (uint8_t)kind;
+        granules[i].segment = seg;
     }
     stow__stat2_add(pool->acct.s.segment, kind, 1);
     stow__segment_install(pool, seg, b, ss, (uintptr_t)va, size, kind);
@@ -335,7 +507,7 @@ void stow__vmm_release_unused(stow_pool_t *pool)
                 stow__acct_reserved_sub(&pool->acct, g->pool_kind, pool->granularity_bytes);
             }
         }
-        g->phys = 0;
+        set_mapped(g, 0);
     }
     release_free_handles(pool);
     /* What remains mapped is live data: that is the new high-water baseline. */
@@ -361,13 +533,15 @@ void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
             pool->acct.s.num_device_free++;
         pool->phys_count--;
         stow__acct_reserved_sub(&pool->acct, g->pool_kind, pool->granularity_bytes);
-        g->phys = 0;
+        set_mapped(g, 0);
     }
     stow__backend_status(pool, pool->backend->va_release(pool->backend->ctx, (void *)seg->base,
                                                          seg->size_bytes));
     stow__stat2_sub(pool->acct.s.segment, seg->pool_kind, 1);
     free(seg->granules);
+    free(seg->mapped_bits);
     seg->granules = NULL;
+    seg->mapped_bits = NULL;
 }
 
 void stow__vmm_release_all_handles(stow_pool_t *pool)
@@ -406,6 +580,12 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
             live_granules += g->live > 0;
             mapped += g->phys != 0;
             lru += g->on_lru;
+            bool bit = (seg->mapped_bits[i / 64] >> (i % 64)) & 1;
+            if (bit != (g->phys != 0) || (g->phys && i >= seg->granules_touched)) {
+                snprintf(why, why_len, "vmm: granule %zu: mapped bit %d, mapped %d, touched %zu",
+                         i, bit, g->phys != 0, seg->granules_touched);
+                return STOW_EINVAL;
+            }
             if (g->on_lru != (g->live == 0 && g->phys != 0)) {
                 snprintf(why, why_len, "vmm: granule %zu: on_lru %u, live %u, mapped %d", i,
                          g->on_lru, g->live, g->phys != 0);

@@ -205,3 +205,83 @@ Test(vmm, destroy_with_live_blocks_is_busy_and_force_releases_everything)
     cr_assert_eq(c.reserved_bytes, 0);
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
+
+/* A big request whose best fit lies on unmapped addresses goes where unused
+ * granules are still mapped (no map call); a small one keeps best fit. */
+Test(vmm, big_blocks_go_where_granules_are_mapped)
+{
+    make_vmm(0, false);
+    /* [y 66 MiB][s2][x 100 MiB][s3]; y freed and unmapped by empty_cache: an
+     * unmapped 66 MiB hole; x freed afterwards: a mapped 100 MiB hole whose
+     * 50 granules sit unused. */
+    void *y = alloc_ok(66 * MIB);
+    void *s2 = alloc_ok(2 * MIB);
+    void *x = alloc_ok(100 * MIB);
+    void *s3 = alloc_ok(2 * MIB);
+    cr_assert_eq(stow_pool_free(pool, y), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
+    check();
+    stow_stats_t before = stats();
+    /* Best fit is y's hole (66 < 100 MiB) but all of it is unmapped. */
+    void *c = alloc_ok(64 * MIB);
+    stow_stats_t after = stats();
+    cr_assert_eq(c, x, "placed on the mapped hole, at its start");
+    cr_assert_eq(after.num_map_calls, before.num_map_calls, "no granule mapped");
+    cr_assert_eq(after.reserved_bytes[STOW_POOL_ALL].current,
+                 before.reserved_bytes[STOW_POOL_ALL].current);
+    check();
+    /* 40 MiB (20 granules) is below the size that moves: best fit, y's
+     * hole (x's 36 MiB remainder is too small), mapped anew. */
+    void *d = alloc_ok(40 * MIB);
+    cr_assert_eq(d, y);
+    cr_assert_eq(stats().num_map_calls, after.num_map_calls + 20);
+    check();
+    void *all[] = {s2, s3, c, d};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(stow_pool_free(pool, all[i]), STOW_OK);
+    finish();
+}
+
+/* The room a big block moves to may lie inside a free block: the block is
+ * carved there. */
+Test(vmm, big_block_carved_out_of_a_free_block)
+{
+    sim = ts_sim(0, false, true); /* events complete by hand */
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_slack = 0;
+    cr_assert_eq(stow_pool_create(&cfg, sim, &pool), STOW_OK);
+    stow_stream_t s1 = (stow_stream_t)0x1, s2 = (stow_stream_t)0x2;
+    /* On s1: [a 40 MiB][x 70 MiB][b 2 MiB]; a then x freed: one 110 MiB
+     * hole, its 55 granules unused, a's the oldest. */
+    void *a, *x, *b, *y, *c, *d;
+    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 70 * MIB, s1, &x), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
+    /* s2 cannot reuse s1's hole (no clearance yet): its 40 MiB go to a new
+     * range, and with no slack its 20 granules are a's, remapped. */
+    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s2, &y), STOW_OK);
+    stow_stats_t before = stats();
+    cr_assert_eq(before.num_unmap_calls, 20);
+    check();
+    /* Best fit puts 70 MiB on s1 at the hole's start, over a's 20 unmapped
+     * granules; x's 35 mapped ones at the hole's end take it with no map. */
+    cr_assert_eq(stow_pool_alloc(pool, 70 * MIB, s1, &c), STOW_OK);
+    cr_assert_eq(c, x);
+    cr_assert_eq(stats().num_map_calls, before.num_map_calls);
+    check();
+    /* The front, a's 40 MiB, stays a free block of its own. */
+    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s1, &d), STOW_OK);
+    cr_assert_eq(d, a);
+    check();
+    void *all[] = {b, y, c, d};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(stow_pool_free(pool, all[i]), STOW_OK);
+    stow_sim_complete_stream(sim, s1);
+    stow_sim_complete_stream(sim, s2);
+    finish();
+}
