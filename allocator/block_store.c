@@ -14,9 +14,9 @@ struct stow_block_chunk {
     stow_block_t blocks[BLOCKS_PER_CHUNK];
 };
 
-stow_status_t stow__block_reserve(stow_block_store_t *store, size_t count)
+stow_status_t stow__block_store_grow(stow_block_store_t *store, size_t count)
 {
-    while (STOW_UNLIKELY(store->free_count < count)) {
+    while (store->free_count < count) {
         stow_block_chunk_t *chunk = malloc(sizeof *chunk);
         if (!chunk)
             return STOW_EHOSTMEM;

@@ -53,15 +53,35 @@
 stow_status_t stow__ptr_map_init(stow_ptr_map_t *map);
 void stow__ptr_map_destroy(stow_ptr_map_t *map);
 void *stow__ptr_map_get(const stow_ptr_map_t *map, uintptr_t key);
-/* Makes room for one more key; call before put, which cannot fail. */
-stow_status_t stow__ptr_map_reserve_one(stow_ptr_map_t *map);
+stow_status_t stow__ptr_map_grow(stow_ptr_map_t *map);
+/* Makes room for one more key; call before put, which cannot fail. The load
+ * stays under 1/2 so that probes stay short. */
+static inline stow_status_t stow__ptr_map_reserve_one(stow_ptr_map_t *map)
+{
+    return STOW_LIKELY((map->count + 1) * 2 <= map->capacity) ? STOW_OK : stow__ptr_map_grow(map);
+}
 void stow__ptr_map_put(stow_ptr_map_t *map, uintptr_t key, void *value);
 void *stow__ptr_map_remove(stow_ptr_map_t *map, uintptr_t key);
+/* The slot holding key, or NULL; stow__ptr_map_remove_slot removes it without
+ * probing again (the free path looks a pointer up, then drops it). */
+stow_ptr_slot_t *stow__ptr_map_find(const stow_ptr_map_t *map, uintptr_t key);
+void stow__ptr_map_remove_slot(stow_ptr_map_t *map, stow_ptr_slot_t *slot);
 
 /* ---- size_class.c ---- */
 /* Rounds a request to its block size; STOW_EOVERFLOW near SIZE_MAX. */
 stow_status_t stow__round_size(const stow_config_t *config, size_t size_bytes, size_t *out);
-unsigned stow__free_bin_of(size_t size_bytes);
+/* Free-index bin of a block size: exact below 8 KiB (16 bins of 512 B), then
+ * 8 bins per power of two. Inline: every index operation needs it. */
+static inline unsigned stow__free_bin_of(size_t size_bytes)
+{
+    size_t x = size_bytes / STOW_MIN_BLOCK_BYTES;
+    if (x < 16)
+        return (unsigned)x;
+    unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)x); /* >= 4 */
+    unsigned sub = (unsigned)(x >> (lg - 3)) & 7u;
+    unsigned bin = 16u + (lg - 4u) * 8u + sub;
+    return bin < STOW_FREE_BINS ? bin : STOW_FREE_BINS - 1;
+}
 
 /* ---- free_index.c ---- */
 void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b);
@@ -78,8 +98,12 @@ size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out
 
 /* ---- block_store.c ---- */
 stow_block_t *stow__block_new(stow_block_store_t *store);
+stow_status_t stow__block_store_grow(stow_block_store_t *store, size_t count);
 /* Makes sure the next `count` stow__block_new calls cannot fail. */
-stow_status_t stow__block_reserve(stow_block_store_t *store, size_t count);
+static inline stow_status_t stow__block_reserve(stow_block_store_t *store, size_t count)
+{
+    return STOW_LIKELY(store->free_count >= count) ? STOW_OK : stow__block_store_grow(store, count);
+}
 void stow__block_delete(stow_block_store_t *store, stow_block_t *b);
 void stow__block_store_destroy(stow_block_store_t *store);
 

@@ -470,7 +470,8 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
     if (STOW_UNLIKELY(!pool || !ptr))
         return STOW_EINVAL;
     pthread_mutex_lock(&pool->lock);
-    stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
+    stow_ptr_slot_t *slot = stow__ptr_map_find(&pool->live, (uintptr_t)ptr);
+    stow_block_t *b = slot ? slot->value : NULL;
     if (STOW_UNLIKELY(!b || b->state != BLOCK_ALLOCATED)) {
         pool->acct.s.num_invalid_frees++;
         pthread_mutex_unlock(&pool->lock);
@@ -484,7 +485,7 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
     if (STOW_UNLIKELY(b->uses != NULL && pool->has_events)) {
         stow__stream_defer_free(pool, b);
     } else {
-        stow__ptr_map_remove(&pool->live, b->addr);
+        stow__ptr_map_remove_slot(&pool->live, slot);
         stow__pool_make_free(pool, b, b->owner);
     }
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));

@@ -24,71 +24,42 @@ stow_status_t stow__ptr_map_init(stow_ptr_map_t *map)
 {
     map->capacity = PTR_MAP_MIN_CAPACITY;
     map->count = 0;
-    map->keys = calloc(map->capacity, sizeof *map->keys);
-    map->values = calloc(map->capacity, sizeof *map->values);
-    if (!map->keys || !map->values) {
-        stow__ptr_map_destroy(map);
-        return STOW_EHOSTMEM;
-    }
-    return STOW_OK;
+    map->slots = calloc(map->capacity, sizeof *map->slots);
+    return map->slots ? STOW_OK : STOW_EHOSTMEM;
 }
 
 void stow__ptr_map_destroy(stow_ptr_map_t *map)
 {
-    free(map->keys);
-    free(map->values);
-    map->keys = NULL;
-    map->values = NULL;
+    free(map->slots);
+    map->slots = NULL;
     map->capacity = map->count = 0;
 }
 
-static stow_status_t ptr_map_grow(stow_ptr_map_t *map)
+stow_status_t stow__ptr_map_grow(stow_ptr_map_t *map)
 {
     size_t new_capacity = map->capacity * 2;
-    uintptr_t *keys = calloc(new_capacity, sizeof *keys);
-    void **values = calloc(new_capacity, sizeof *values);
-    if (!keys || !values) {
-        free(keys);
-        free(values);
+    stow_ptr_slot_t *slots = calloc(new_capacity, sizeof *slots);
+    if (!slots)
         return STOW_EHOSTMEM;
-    }
     size_t mask = new_capacity - 1;
     for (size_t i = 0; i < map->capacity; i++) {
-        if (!map->keys[i])
+        if (!map->slots[i].key)
             continue;
-        size_t j = ptr_map_slot(map->keys[i], mask);
-        while (keys[j])
+        size_t j = ptr_map_slot(map->slots[i].key, mask);
+        while (slots[j].key)
             j = (j + 1) & mask;
-        keys[j] = map->keys[i];
-        values[j] = map->values[i];
+        slots[j] = map->slots[i];
     }
-    free(map->keys);
-    free(map->values);
-    map->keys = keys;
-    map->values = values;
+    free(map->slots);
+    map->slots = slots;
     map->capacity = new_capacity;
     return STOW_OK;
 }
 
 void *stow__ptr_map_get(const stow_ptr_map_t *map, uintptr_t key)
 {
-    if (!key)
-        return NULL;
-    size_t mask = map->capacity - 1;
-    for (size_t i = ptr_map_slot(key, mask);; i = (i + 1) & mask) {
-        if (map->keys[i] == key)
-            return map->values[i];
-        if (!map->keys[i])
-            return NULL;
-    }
-}
-
-stow_status_t stow__ptr_map_reserve_one(stow_ptr_map_t *map)
-{
-    /* Keep the load under 1/2 so probes stay short. */
-    if ((map->count + 1) * 2 > map->capacity)
-        return ptr_map_grow(map);
-    return STOW_OK;
+    stow_ptr_slot_t *slot = stow__ptr_map_find(map, key);
+    return slot ? slot->value : NULL;
 }
 
 void stow__ptr_map_put(stow_ptr_map_t *map, uintptr_t key, void *value)
@@ -96,40 +67,52 @@ void stow__ptr_map_put(stow_ptr_map_t *map, uintptr_t key, void *value)
     stow_assert(key != 0 && (map->count + 1) * 2 <= map->capacity);
     size_t mask = map->capacity - 1;
     size_t i = ptr_map_slot(key, mask);
-    while (map->keys[i] && map->keys[i] != key)
+    while (map->slots[i].key && map->slots[i].key != key)
         i = (i + 1) & mask;
-    if (!map->keys[i])
+    if (!map->slots[i].key)
         map->count++;
-    map->keys[i] = key;
-    map->values[i] = value;
+    map->slots[i].key = key;
+    map->slots[i].value = value;
 }
 
-void *stow__ptr_map_remove(stow_ptr_map_t *map, uintptr_t key)
+stow_ptr_slot_t *stow__ptr_map_find(const stow_ptr_map_t *map, uintptr_t key)
 {
     if (!key)
         return NULL;
     size_t mask = map->capacity - 1;
-    size_t i = ptr_map_slot(key, mask);
-    while (map->keys[i] != key) {
-        if (!map->keys[i])
+    for (size_t i = ptr_map_slot(key, mask);; i = (i + 1) & mask) {
+        if (map->slots[i].key == key)
+            return &map->slots[i];
+        if (!map->slots[i].key)
             return NULL;
-        i = (i + 1) & mask;
     }
-    void *value = map->values[i];
+}
+
+void stow__ptr_map_remove_slot(stow_ptr_map_t *map, stow_ptr_slot_t *slot)
+{
+    size_t mask = map->capacity - 1;
     /* Backward-shift deletion: pull later members of the probe run into the
      * hole so that lookups never stop early at it. */
-    size_t hole = i;
-    for (size_t j = (i + 1) & mask; map->keys[j]; j = (j + 1) & mask) {
-        size_t home = ptr_map_slot(map->keys[j], mask);
+    size_t hole = (size_t)(slot - map->slots);
+    for (size_t j = (hole + 1) & mask; map->slots[j].key; j = (j + 1) & mask) {
+        size_t home = ptr_map_slot(map->slots[j].key, mask);
         bool movable = (hole <= j) ? (home <= hole || home > j) : (home <= hole && home > j);
         if (movable) {
-            map->keys[hole] = map->keys[j];
-            map->values[hole] = map->values[j];
+            map->slots[hole] = map->slots[j];
             hole = j;
         }
     }
-    map->keys[hole] = 0;
-    map->values[hole] = NULL;
+    map->slots[hole].key = 0;
+    map->slots[hole].value = NULL;
     map->count--;
+}
+
+void *stow__ptr_map_remove(stow_ptr_map_t *map, uintptr_t key)
+{
+    stow_ptr_slot_t *slot = stow__ptr_map_find(map, key);
+    if (!slot)
+        return NULL;
+    void *value = slot->value;
+    stow__ptr_map_remove_slot(map, slot);
     return value;
 }

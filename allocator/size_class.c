@@ -54,14 +54,3 @@ stow_status_t stow__round_size(const stow_config_t *config, size_t size_bytes, s
     *out = (size_bytes + STOW_MIN_BLOCK_BYTES - 1) & ~(STOW_MIN_BLOCK_BYTES - 1);
     return STOW_OK;
 }
-
-unsigned stow__free_bin_of(size_t size_bytes)
-{
-    size_t x = size_bytes / STOW_MIN_BLOCK_BYTES;
-    if (x < 16)
-        return (unsigned)x;
-    unsigned lg = floor_log2(x); /* >= 4 */
-    unsigned sub = (unsigned)(x >> (lg - 3)) & 7u;
-    unsigned bin = 16u + (lg - 4u) * 8u + sub;
-    return bin < STOW_FREE_BINS ? bin : STOW_FREE_BINS - 1;
-}

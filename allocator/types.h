@@ -119,10 +119,14 @@ struct stow_stream_state {
     bool is_any;
 };
 
+typedef struct stow_ptr_slot {
+    uintptr_t key; /* 0 = empty */
+    void *value;
+} stow_ptr_slot_t;
+
 typedef struct stow_ptr_map {
-    uintptr_t *keys; /* 0 = empty slot */
-    void **values;
-    size_t capacity; /* power of two */
+    stow_ptr_slot_t *slots; /* key and value side by side: one cache line per probe */
+    size_t capacity;        /* power of two */
     size_t count;
 } stow_ptr_map_t;
 

@@ -461,10 +461,10 @@ stow_status_t stow_sim_destroy(stow_backend_t *backend)
     stow_status_t st = s->counters.live_reservations || s->phys.count ? STOW_EBUSY : STOW_OK;
     if (s->config.host_backed) {
         for (size_t i = 0; i < s->reservations.capacity; i++) {
-            uintptr_t addr = s->reservations.keys[i];
+            uintptr_t addr = s->reservations.slots[i].key;
             if (!addr)
                 continue;
-            size_t size = (size_t)(uintptr_t)s->reservations.values[i];
+            size_t size = (size_t)(uintptr_t)s->reservations.slots[i].value;
             if (s->config.host_free)
                 s->config.host_free((void *)addr, size, s->config.host_arg);
             else

@@ -39,14 +39,14 @@ static void check_invariant(const stow_ptr_map_t *m)
     cr_assert_eq(m->capacity & mask, 0, "capacity %zu not a power of two", m->capacity);
     cr_assert_leq(m->count * 2, m->capacity);
     for (size_t i = 0; i < m->capacity; i++) {
-        if (!m->keys[i]) {
-            cr_assert_null(m->values[i]);
+        if (!m->slots[i].key) {
+            cr_assert_null(m->slots[i].value);
             continue;
         }
         n++;
-        for (size_t j = home_slot(m->keys[i], mask); j != i; j = (j + 1) & mask)
-            cr_assert_neq(m->keys[j], 0, "key %#lx at %zu: hole at %zu after its home",
-                          (unsigned long)m->keys[i], i, j);
+        for (size_t j = home_slot(m->slots[i].key, mask); j != i; j = (j + 1) & mask)
+            cr_assert_neq(m->slots[j].key, 0, "key %#lx at %zu: hole at %zu after its home",
+                          (unsigned long)m->slots[i].key, i, j);
     }
     cr_assert_eq(n, m->count);
 }
@@ -71,7 +71,7 @@ Test(ptr_map, init_empty_and_destroy)
     cr_assert_null(stow__ptr_map_remove(&m, 0));
     cr_assert_eq(m.count, 0);
     stow__ptr_map_destroy(&m);
-    cr_assert_null(m.keys);
+    cr_assert_null(m.slots);
     cr_assert_eq(m.count, 0);
 }
 
@@ -264,7 +264,7 @@ Test(ptr_map, remove_all_then_reuse)
         cr_assert_eq(stow__ptr_map_remove(&m, i << 21), val_of(i));
     cr_assert_eq(m.count, 0);
     for (size_t i = 0; i < m.capacity; i++)
-        cr_assert_eq(m.keys[i], 0);
+        cr_assert_eq(m.slots[i].key, 0);
     for (uintptr_t i = 1; i <= 1000; i++)
         put(&m, i << 21, val_of(i + 1));
     cr_assert_eq(m.capacity, cap, "no growth needed for the same key count");
