@@ -4,8 +4,9 @@
  * alloc/free fast path. Snapshots, scopes, summary and JSON live in
  * accounting/stats.c and accounting/emit.c.
  *
- * Invariants: every stow_stat_t keeps current == allocated - freed and
- * current <= peak; each scope's peaks are >= the values at its push.
+ * Invariants: every stow_stat_t keeps current <= peak and current <=
+ * allocated (its `freed`, allocated - current, is filled in by snapshots);
+ * each scope's peaks are >= the values at its push.
  */
 #ifndef STOWAGE_ACCOUNTING_H
 #define STOWAGE_ACCOUNTING_H
@@ -41,11 +42,9 @@ static inline void stow__stat_add(stow_stat_t *st, uint64_t n)
         st->peak = st->current;
 }
 
-static inline void stow__stat_sub(stow_stat_t *st, uint64_t n)
-{
-    st->current -= n;
-    st->freed += n;
-}
+/* `freed` is not kept here: it is allocated - current, filled in by
+ * stow__acct_snapshot (one store fewer per decrease on the free path). */
+static inline void stow__stat_sub(stow_stat_t *st, uint64_t n) { st->current -= n; }
 
 /* Adds to the "all" entry and to the pool kind's entry. */
 static inline void stow__stat2_add(stow_stat_t *arr, unsigned kind, uint64_t n)

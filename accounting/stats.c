@@ -65,14 +65,20 @@ void stow__acct_note_waste_if_peak(stow_accounting_t *a, uint64_t largest_free_b
         take_waste_snapshot(a, largest_free_bytes);
 }
 
+#define FILL_ARRAY_FREED_(name, label)                   \
+    for (unsigned k = 0; k < STOW_POOL_KINDS; k++)      \
+        out->name[k].freed = out->name[k].allocated - out->name[k].current;
+
 void stow__acct_snapshot(const stow_accounting_t *a, uint64_t largest_free_bytes,
                          stow_stats_t *out)
 {
     *out = a->s;
+    STOW_STAT_ARRAY_FIELDS(FILL_ARRAY_FREED_)
     out->free_reserved_bytes = free_reserved_bytes(a);
     out->largest_free_block_bytes = largest_free_bytes;
     out->fragmentation = fragmentation_of(out->free_reserved_bytes, largest_free_bytes);
 }
+#undef FILL_ARRAY_FREED_
 
 #define RESET_ARRAY_PEAK_(name, label)                  \
     for (unsigned k = 0; k < STOW_POOL_KINDS; k++)      \
