@@ -363,6 +363,12 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
     }
     stow_status_t st = pool->vmm ? stow__vmm_grow(pool, ss, kind, rounded, out)
                                  : stow__segment_grow(pool, ss, kind, rounded, requested, out);
+    if (st == STOW_ENOMEM && pool->vmm) {
+        /* No virtual range for it (or more than the pool may ever hold):
+         * segment_grow explains its own out-of-memory errors, vmm_grow not. */
+        pool->acct.s.num_ooms++;
+        stow__segment_explain_oom(pool, requested, rounded);
+    }
     if (st != STOW_OK) {
         stow_size_class_stats_t *c = &pool->acct.s.size_class[stow__size_class_of(requested)];
         c->requests++;
@@ -387,6 +393,12 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
 {
     size_t final = should_split(pool, *b, rounded) ? rounded : (*b)->size_bytes;
     stow_status_t st = stow__vmm_back(pool, *b, final);
+    if (st == STOW_OK)
+        return st;
+    /* The block stays free: merge it back with what placement may have carved
+     * off it (free neighbours of the same owner). */
+    stow__pool_index_remove(pool, *b);
+    stow__pool_index_insert(pool, coalesce(pool, *b));
     if (st != STOW_ENOMEM)
         return st;
     uint64_t t0 = now_ns();

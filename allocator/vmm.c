@@ -431,6 +431,10 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     if (rounded > SIZE_MAX - (g - 1))
         return STOW_EOVERFLOW;
     size_t size = (rounded + g - 1) & ~(g - 1);
+    /* A block larger than the pool may ever hold can never be backed: say so
+     * before building a range (and its granule array) for it. */
+    if (size > pool->limit_bytes)
+        return STOW_ENOMEM;
     if (size < chunk)
         size = chunk;
     stow_segment_t *seg = calloc(1, sizeof *seg);

@@ -5,7 +5,8 @@
  * (sizes from 0 to SIZE_MAX), free (live, foreign, interior, double, NULL),
  * record_stream, empty_cache, stats/summary/JSON, peak resets, scopes, several
  * streams, manual event completion, fault injection (stow_sim_fail_nth /
- * stow_sim_fail_random on every backend call kind) and capacity changes.
+ * stow_sim_fail_random on every backend call kind) and capacity changes, on
+ * the classic pool or (a configuration bit) the page-mapped one.
  *
  * A shadow model of the live (ptr, block, requested) set is compared with
  * stow_pool_stats after every call; stow_pool_check must pass; a returned
@@ -350,10 +351,11 @@ static void fz_free(fz_state_t *s, fz_in_t *in)
 
 static void fz_inject(fz_in_t *in)
 {
-    static const stow_sim_call_t kinds[] = {STOW_SIM_RESERVE,     STOW_SIM_RELEASE,
-                                            STOW_SIM_MEM_INFO,    STOW_SIM_SYNCHRONIZE,
-                                            STOW_SIM_EVENT_RECORD, STOW_SIM_EVENT_QUERY,
-                                            STOW_SIM_EVENT_DESTROY};
+    static const stow_sim_call_t kinds[] = {
+        STOW_SIM_RESERVE,      STOW_SIM_RELEASE,     STOW_SIM_MEM_INFO,
+        STOW_SIM_SYNCHRONIZE,  STOW_SIM_EVENT_RECORD, STOW_SIM_EVENT_QUERY,
+        STOW_SIM_EVENT_DESTROY, STOW_SIM_VA_RESERVE,  STOW_SIM_PHYS_CREATE,
+        STOW_SIM_MAP,          STOW_SIM_UNMAP,       STOW_SIM_PHYS_RELEASE};
     static const stow_status_t statuses[] = {STOW_OK, STOW_ENOMEM, STOW_EBACKEND, STOW_EHOSTMEM};
     uint8_t how = fz_u8(in);
     stow_sim_call_t kind = kinds[fz_u8(in) % (sizeof kinds / sizeof kinds[0])];
@@ -447,6 +449,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (conf & 8)
         cfg.memory_fraction = (1 + fz_u8(&in) % 100) / 100.0;
     cfg.release_idle_on_grow = !(conf & 16);
+    if (conf & 64) { /* page-mapped segments: granules, remapping, placement */
+        cfg.policy = STOW_POLICY_VMM;
+        /* At most 1 GiB: the "unlimited" 64 TiB device would let one request
+         * map 32 M granules, which only measures the simulator's patience. */
+        if (!sc.capacity_bytes) {
+            fz_capacity = capacities[1 + setup % 3];
+            stow_sim_set_capacity(fz_sim, fz_capacity);
+        }
+    }
     if (conf & 32) /* mem_info fails at creation */
         stow_sim_fail_nth(fz_sim, STOW_SIM_MEM_INFO, 1, STOW_EBACKEND);
 

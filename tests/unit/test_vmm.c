@@ -285,3 +285,40 @@ Test(vmm, big_block_carved_out_of_a_free_block)
     stow_sim_complete_stream(sim, s2);
     finish();
 }
+
+/* When mapping under a carved placement fails, the carved-off part merges
+ * back: the pool is as before the call (fuzz_api found it left two adjacent
+ * free blocks). */
+Test(vmm, failed_backing_after_a_carve_merges_back)
+{
+    sim = ts_sim(0, false, true);
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_slack = 0;
+    cr_assert_eq(stow_pool_create(&cfg, sim, &pool), STOW_OK);
+    stow_stream_t s1 = (stow_stream_t)0x1, s2 = (stow_stream_t)0x2;
+    void *a, *x, *b, *y, *c;
+    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 70 * MIB, s1, &x), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s2, &y), STOW_OK); /* takes a's granules */
+    /* 80 MiB: at the hole's start 20 granules to map, at its end only 5. */
+    stow_sim_fail_nth(sim, STOW_SIM_MAP, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_pool_alloc(pool, 80 * MIB, s1, &c), STOW_EBACKEND);
+    check();
+    stow_sim_fail_nth(sim, STOW_SIM_MAP, 0, STOW_OK);
+    stow_stats_t before = stats();
+    cr_assert_eq(stow_pool_alloc(pool, 80 * MIB, s1, &c), STOW_OK);
+    cr_assert_eq((char *)c, (char *)a + 30 * MIB, "carved at the hole's end");
+    cr_assert_eq(stats().num_map_calls, before.num_map_calls + 5);
+    check();
+    void *all[] = {b, y, c};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(stow_pool_free(pool, all[i]), STOW_OK);
+    stow_sim_complete_stream(sim, s1);
+    stow_sim_complete_stream(sim, s2);
+    finish();
+}
