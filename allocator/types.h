@@ -77,12 +77,11 @@ struct stow_block {
  *   live == number of ALLOCATED + PENDING blocks overlapping the granule */
 typedef struct stow_granule stow_granule_t;
 struct stow_granule {
-    uintptr_t va;                      /* address of the granule */
-    stow_segment_t *segment;           /* the range it belongs to */
+    stow_segment_t *segment;           /* its range; set when first mapped (entries start
+                                          zeroed; the address is computed, vmm.c) */
     stow_phys_t phys;                  /* 0 = unmapped */
     stow_granule_t *lru_prev, *lru_next; /* unused-mapped list, oldest first */
     uint32_t live;
-    uint8_t pool_kind;                 /* kind of the range it belongs to */
     uint8_t on_lru;
 };
 

@@ -87,6 +87,14 @@ static void granule_span(const stow_pool_t *pool, const stow_segment_t *seg, uin
     *end = granule_index(pool, seg, addr + size - 1) + 1;
 }
 
+/* A granule's address: entries do not store it, so that a new range's array
+ * is calloc'ed zero pages nobody touches until a granule is mapped. */
+static uintptr_t granule_va(const stow_pool_t *pool, const stow_granule_t *g)
+{
+    const stow_segment_t *seg = g->segment;
+    return seg->base + (uintptr_t)(g - seg->granules) * pool->granularity_bytes;
+}
+
 static void set_mapped(stow_granule_t *g, stow_phys_t h)
 {
     stow_segment_t *seg = g->segment;
@@ -107,17 +115,19 @@ static void set_mapped(stow_granule_t *g, stow_phys_t h)
 static stow_status_t do_unmap(stow_pool_t *pool, stow_granule_t *g)
 {
     pool->acct.s.num_unmap_calls++;
-    stow__record(pool, STOW_REC_UNMAP, g->va, pool->granularity_bytes, 0, 0);
-    return stow__backend_status(pool, pool->backend->unmap(pool->backend->ctx, (void *)g->va,
+    uintptr_t va = granule_va(pool, g);
+    stow__record(pool, STOW_REC_UNMAP, va, pool->granularity_bytes, 0, 0);
+    return stow__backend_status(pool, pool->backend->unmap(pool->backend->ctx, (void *)va,
                                                            pool->granularity_bytes));
 }
 
 static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
 {
     pool->acct.s.num_map_calls++;
-    stow__record(pool, STOW_REC_MAP, g->va, pool->granularity_bytes, 0, 0);
+    uintptr_t va = granule_va(pool, g);
+    stow__record(pool, STOW_REC_MAP, va, pool->granularity_bytes, 0, 0);
     return stow__backend_status(
-        pool, pool->backend->map(pool->backend->ctx, (void *)g->va, pool->granularity_bytes, h));
+        pool, pool->backend->map(pool->backend->ctx, (void *)va, pool->granularity_bytes, h));
 }
 
 /* The granules the pool may hold while some mapped granule sits unused: the
@@ -184,7 +194,7 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
     if (do_unmap(pool, g) != STOW_OK)
         return STOW_EBACKEND;
     lru_unlink(pool, g);
-    stow__acct_reserved_move(&pool->acct, g->pool_kind, kind, pool->granularity_bytes);
+    stow__acct_reserved_move(&pool->acct, g->segment->pool_kind, kind, pool->granularity_bytes);
     *out = g->phys;
     set_mapped(g, 0);
     pool->mapped_count--;
@@ -201,6 +211,7 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
     uint64_t becoming_live = 0;
     for (size_t i = first; i < end; i++) {
         stow_granule_t *g = &seg->granules[i];
+        g->segment = seg; /* entries start zeroed (vmm_grow) */
         if (g->live == 0) {
             becoming_live++;
             if (g->on_lru)
@@ -461,11 +472,6 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     }
     seg->granules = granules;
     seg->mapped_bits = mapped_bits;
-    for (size_t i = 0; i < size / g; i++) {
-        granules[i].va = (uintptr_t)va + i * g;
-        granules[i].pool_kind = (uint8_t)kind;
-        granules[i].segment = seg;
-    }
     stow__stat2_add(pool->acct.s.segment, kind, 1);
     stow__segment_install(pool, seg, b, ss, (uintptr_t)va, size, kind);
     *out = b;
@@ -501,14 +507,14 @@ void stow__vmm_release_unused(stow_pool_t *pool)
             break;
         lru_unlink(pool, g);
         pool->mapped_count--;
-        if (push_free_handle(pool, g->phys, g->pool_kind) != STOW_OK) {
+        if (push_free_handle(pool, g->phys, g->segment->pool_kind) != STOW_OK) {
             /* No room to remember it: release it right away. */
             if (stow__backend_status(pool, pool->backend->phys_release(
                                                pool->backend->ctx, g->phys,
                                                pool->granularity_bytes)) == STOW_OK) {
                 pool->phys_count--;
                 pool->acct.s.num_device_free++;
-                stow__acct_reserved_sub(&pool->acct, g->pool_kind, pool->granularity_bytes);
+                stow__acct_reserved_sub(&pool->acct, g->segment->pool_kind, pool->granularity_bytes);
             }
         }
         set_mapped(g, 0);
@@ -522,8 +528,8 @@ void stow__vmm_release_unused(stow_pool_t *pool)
 /* Destroy path: every granule, handle and range goes back. */
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
 {
-    size_t n = seg->size_bytes / pool->granularity_bytes;
-    for (size_t i = 0; i < n; i++) {
+    /* Only granules below granules_touched were ever mapped. */
+    for (size_t i = 0; i < seg->granules_touched; i++) {
         stow_granule_t *g = &seg->granules[i];
         if (!g->phys)
             continue;
@@ -536,7 +542,7 @@ void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
             STOW_OK)
             pool->acct.s.num_device_free++;
         pool->phys_count--;
-        stow__acct_reserved_sub(&pool->acct, g->pool_kind, pool->granularity_bytes);
+        stow__acct_reserved_sub(&pool->acct, g->segment->pool_kind, pool->granularity_bytes);
         set_mapped(g, 0);
     }
     stow__backend_status(pool, pool->backend->va_release(pool->backend->ctx, (void *)seg->base,
@@ -577,15 +583,28 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
                     return STOW_EINVAL;
                 }
         }
-        size_t n = seg->size_bytes / pool->granularity_bytes;
-        for (size_t i = 0; i < n; i++) {
+        /* Granules at and above granules_touched were never mapped (set_mapped
+         * is the only writer of phys and keeps the mark), so no live block
+         * covers them: their bitmap words must be clear, and only the touched
+         * ones need a look (a 64 GiB range has 32768 granules). */
+        size_t n = seg->size_bytes / pool->granularity_bytes, touched = seg->granules_touched;
+        for (size_t w = (touched + 63) / 64; w < (n + 63) / 64; w++)
+            if (seg->mapped_bits[w]) {
+                snprintf(why, why_len, "vmm: mapped bits above granule %zu", touched);
+                return STOW_EINVAL;
+            }
+        if (touched % 64 && seg->mapped_bits[touched / 64] >> (touched % 64)) {
+            snprintf(why, why_len, "vmm: mapped bits above granule %zu", touched);
+            return STOW_EINVAL;
+        }
+        for (size_t i = 0; i < touched; i++) {
             const stow_granule_t *g = &seg->granules[i];
             refs_counted += g->live;
             live_granules += g->live > 0;
             mapped += g->phys != 0;
             lru += g->on_lru;
             bool bit = (seg->mapped_bits[i / 64] >> (i % 64)) & 1;
-            if (bit != (g->phys != 0) || (g->phys && i >= seg->granules_touched)) {
+            if (bit != (g->phys != 0)) {
                 snprintf(why, why_len, "vmm: granule %zu: mapped bit %d, mapped %d, touched %zu",
                          i, bit, g->phys != 0, seg->granules_touched);
                 return STOW_EINVAL;
