@@ -18,8 +18,9 @@
  * that counts injected faults (failed calls that capacity does not explain) and
  * aborts if the pool ever misuses the backend (EINVAL from the device).
  *
- * Built with clang -fsanitize=fuzzer (STOW_FUZZ); it is also included by tests/stress/fuzz_corpus_replay.c, which replays the
- * committed corpora with gcc in every build.
+ * Built with clang -fsanitize=fuzzer (STOW_FUZZ, tests/check/fuzz.sh); ctest
+ * also links it with tests/support/fuzz_replay_main.c (replay_fuzz_api), which
+ * replays the committed corpus with gcc in every build.
  */
 #include <stdint.h>
 #include <stdio.h>
