@@ -396,9 +396,11 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     if (st == STOW_OK)
         return st;
     /* The block stays free: merge it back with what placement may have carved
-     * off it (free neighbours of the same owner). */
+     * off it (free neighbours of the same owner); a block found on the retry
+     * path was not moved, so it holds no extra granules. */
     stow__pool_index_remove(pool, *b);
     stow__pool_index_insert(pool, coalesce(pool, *b));
+    pool->placed_extra = 0;
     if (st != STOW_ENOMEM)
         return st;
     uint64_t t0 = now_ns();

@@ -567,6 +567,7 @@ void stow__vmm_release_all_handles(stow_pool_t *pool)
 stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
 {
     uint64_t refs_expected = 0, refs_counted = 0, live_granules = 0, mapped = 0, lru = 0;
+    uint64_t extra = 0, live_bytes = 0;
     for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
         if (!seg->granules)
             continue;
@@ -576,6 +577,8 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
             size_t first, end;
             granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
             refs_expected += end - first;
+            extra += b->extra_granules;
+            live_bytes += b->size_bytes;
             for (size_t i = first; i < end; i++)
                 if (!seg->granules[i].phys || !seg->granules[i].live) {
                     snprintf(why, why_len, "vmm: live block %#lx on unmapped granule %zu",
@@ -615,6 +618,12 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
                 return STOW_EINVAL;
             }
         }
+    }
+    if (extra != pool->extra_granules_live || live_bytes != pool->live_bytes) {
+        snprintf(why, why_len, "vmm: extra granules %llu vs %llu, live bytes %llu vs %llu",
+                 (unsigned long long)extra, (unsigned long long)pool->extra_granules_live,
+                 (unsigned long long)live_bytes, (unsigned long long)pool->live_bytes);
+        return STOW_EINVAL;
     }
     uint64_t g = pool->granularity_bytes;
     if (refs_expected != refs_counted || live_granules != pool->live_granules ||
