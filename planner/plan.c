@@ -213,7 +213,7 @@ static size_t lower_bound_pos(const plan_ctx_t *c, uint64_t u)
 enum { FIT_BEST, FIT_FIRST };
 
 /* The offset best-fit / first-fit would give buffer i among the placed set;
- * UINT64_MAX when its top would not fit in 64 bits. */
+ * UINT64_MAX when its top would not stay below UINT64_MAX. */
 static uint64_t place_find(plan_ctx_t *c, uint32_t i, int fit)
 {
     const stow_plan_buffer_t *bi = &c->b[i];
@@ -240,8 +240,12 @@ static uint64_t place_find(plan_ctx_t *c, uint32_t i, int fit)
         if (k < nh && c->iv[k][1] > run_end)
             run_end = c->iv[k][1];
     }
+    /* A top of UINT64_MAX is refused too: heights of UINT64_MAX mark a pass
+     * that did not finish (greedy_run) and "no plan yet" (stow_plan_solve), so
+     * a real one would be dropped (fuzz_plan_csv: a load of 2^64 - 1 came
+     * back as offsets never written). */
     uint64_t top;
-    if (best == UINT64_MAX || !stow__plan_add(best, bi->size, &top))
+    if (best == UINT64_MAX || !stow__plan_add(best, bi->size, &top) || top == UINT64_MAX)
         return UINT64_MAX;
     return best;
 }

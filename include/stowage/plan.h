@@ -161,7 +161,7 @@ typedef struct stow_plan_result {
  *   *out is untouched.
  * Thread safety: reentrant; no global state.
  * Errors: STOW_EINVAL (NULL argument, invalid problem, negative time limit),
- *   STOW_EOVERFLOW (an offset + size would not fit in 64 bits),
+ *   STOW_EOVERFLOW (an offset + size would not stay below UINT64_MAX),
  *   STOW_EHOSTMEM. */
 stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
                               const stow_plan_options_t *opts, stow_plan_result_t *out);

@@ -185,6 +185,30 @@ Test(plan_overflow, alignment_near_the_top_is_reported)
     stow_plan_problem_free(&p);
 }
 
+/* A load of exactly 2^64 - 1 is a representable lower bound, but its plan's
+ * top would be UINT64_MAX, the solver's "no plan" mark: fuzz_plan_csv found it
+ * returned STOW_OK with offsets never written (two buffers at 0). */
+Test(plan_overflow, top_at_uint64_max_is_reported)
+{
+    stow_plan_problem_t p;
+    cr_assert_eq(stow_plan_problem_init(&p, 3), STOW_OK);
+    p.buffers[0] = (stow_plan_buffer_t){NULL, 5, 50, UINT64_MAX / 2 - 1, 1};
+    p.buffers[1] = (stow_plan_buffer_t){NULL, 10, 20, UINT64_MAX / 2 + 1, 1};
+    p.buffers[2] = (stow_plan_buffer_t){NULL, 5, 15, 1, 1};
+    uint64_t lb;
+    cr_assert_eq(stow_plan_lower_bound(&p, &lb), STOW_OK);
+    cr_assert_eq(lb, UINT64_MAX);
+    stow_plan_result_t r;
+    cr_assert_eq(stow_plan_solve(&p, NULL, &r), STOW_EOVERFLOW);
+    /* One byte less and it plans, validly. */
+    p.buffers[0].size--;
+    cr_assert_eq(stow_plan_solve(&p, NULL, &r), STOW_OK);
+    cr_assert_eq(r.height, UINT64_MAX - 1);
+    cr_assert_eq(stow_plan_validate(&p, r.offsets, 0, NULL, 0), STOW_OK);
+    stow_plan_result_free(&r);
+    stow_plan_problem_free(&p);
+}
+
 Test(plan_overflow, validator_rejects_wrapping_end)
 {
     stow_plan_problem_t p;
