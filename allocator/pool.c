@@ -280,38 +280,18 @@ static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t 
            remaining > STOW_SMALL_REQUEST_BYTES;
 }
 
-static void split_block(stow_pool_t *pool, stow_block_t *b, size_t rounded)
+/* Cuts b at b->addr + offset_bytes: b keeps the lower part, the returned new
+ * block (same segment, kind, state, owner) the rest. Neither is (re)indexed.
+ * Uses a block record stow_pool_alloc reserved, so it cannot fail. */
+static stow_block_t *cut_block(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes)
 {
-    stow_block_t *rem = stow__block_new(&pool->blocks); /* reserved by stow_pool_alloc */
-    stow_assert_internal(rem != NULL);
-    rem->addr = b->addr + rounded;
-    rem->size_bytes = b->size_bytes - rounded;
-    rem->segment = b->segment;
-    rem->pool_kind = b->pool_kind;
-    rem->state = BLOCK_FREE;
-    rem->owner = b->owner;
-    rem->free_seq = b->free_seq;
-    rem->prev = b;
-    rem->next = b->next;
-    if (b->next)
-        b->next->prev = rem;
-    b->next = rem;
-    b->size_bytes = rounded;
-    stow__pool_index_insert(pool, rem);
-}
-
-stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes)
-{
-    stow_assert_internal(b->state == BLOCK_FREE && offset_bytes > 0 &&
-                         offset_bytes < b->size_bytes);
-    stow_block_t *upper = stow__block_new(&pool->blocks); /* reserved by stow_pool_alloc */
+    stow_block_t *upper = stow__block_new(&pool->blocks);
     stow_assert_internal(upper != NULL);
-    stow__pool_index_remove(pool, b);
     upper->addr = b->addr + offset_bytes;
     upper->size_bytes = b->size_bytes - offset_bytes;
     upper->segment = b->segment;
     upper->pool_kind = b->pool_kind;
-    upper->state = BLOCK_FREE;
+    upper->state = b->state;
     upper->owner = b->owner;
     upper->free_seq = b->free_seq;
     upper->prev = b;
@@ -320,6 +300,23 @@ stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_
         b->next->prev = upper;
     b->next = upper;
     b->size_bytes = offset_bytes;
+    return upper;
+}
+
+/* b (already out of the index) keeps `rounded` bytes; the rest is free. */
+static void split_block(stow_pool_t *pool, stow_block_t *b, size_t rounded)
+{
+    stow_block_t *rem = cut_block(pool, b, rounded);
+    rem->state = BLOCK_FREE;
+    stow__pool_index_insert(pool, rem);
+}
+
+stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes)
+{
+    stow_assert_internal(b->state == BLOCK_FREE && offset_bytes > 0 &&
+                         offset_bytes < b->size_bytes);
+    stow__pool_index_remove(pool, b);
+    stow_block_t *upper = cut_block(pool, b, offset_bytes);
     stow__pool_index_insert(pool, b);
     stow__pool_index_insert(pool, upper);
     return upper;

@@ -25,6 +25,19 @@ static void make_vmm(size_t capacity, bool manual_events)
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
 }
 
+/* Events completed by hand (blocks freed on one stream stay out of another's
+ * reach) and no slack: every granule beyond the live bytes is remapped. */
+static void make_vmm_tight(void)
+{
+    sim = ts_sim(0, false, true);
+    cr_assert_not_null(sim);
+    stow_config_t c;
+    stow_config_default(&c);
+    c.policy = STOW_POLICY_VMM;
+    c.vmm_slack = 0;
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
 static void check(void)
 {
     char why[256];
@@ -247,12 +260,7 @@ Test(vmm, big_blocks_go_where_granules_are_mapped)
  * carved there. */
 Test(vmm, big_block_carved_out_of_a_free_block)
 {
-    sim = ts_sim(0, false, true); /* events complete by hand */
-    stow_config_t cfg;
-    stow_config_default(&cfg);
-    cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_slack = 0;
-    cr_assert_eq(stow_pool_create(&cfg, sim, &pool), STOW_OK);
+    make_vmm_tight();
     stow_stream_t s1 = (stow_stream_t)0x1, s2 = (stow_stream_t)0x2;
     /* On s1: [a 40 MiB][x 70 MiB][b 2 MiB]; a then x freed: one 110 MiB
      * hole, its 55 granules unused, a's the oldest. */
@@ -291,12 +299,7 @@ Test(vmm, big_block_carved_out_of_a_free_block)
  * free blocks). */
 Test(vmm, failed_backing_after_a_carve_merges_back)
 {
-    sim = ts_sim(0, false, true);
-    stow_config_t cfg;
-    stow_config_default(&cfg);
-    cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_slack = 0;
-    cr_assert_eq(stow_pool_create(&cfg, sim, &pool), STOW_OK);
+    make_vmm_tight();
     stow_stream_t s1 = (stow_stream_t)0x1, s2 = (stow_stream_t)0x2;
     void *a, *x, *b, *y, *c;
     cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s1, &a), STOW_OK);
