@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "models/replay_engine.h"
 #include "stowage/plan.h"
 
 static void peak_usage(FILE *f)
@@ -50,21 +51,6 @@ static int peak_parse_alpha(const char *s, unsigned long long *num, unsigned lon
 }
 
 __extension__ typedef unsigned __int128 peak_u128;
-
-static void peak_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
 
 int stow__cli_peak(int argc, char **argv)
 {
@@ -137,11 +123,11 @@ int stow__cli_peak(int argc, char **argv)
     const char *peak_name = pk.op_count ? s.ops[pk.peak_op].name : "";
     if (json) {
         printf("{\"file\":");
-        peak_json_string(stdout, file);
+        stow__json_string(stdout, file);
         printf(",\"ops\":%zu,\"tensors\":%zu,\"peak_bytes\":%llu,\"peak_op\":", s.op_count,
                s.tensor_count, (unsigned long long)pk.peak_bytes);
         if (pk.op_count)
-            peak_json_string(stdout, peak_name);
+            stow__json_string(stdout, peak_name);
         else
             printf("null");
         printf(",\"peak_op_index\":%zu,\"memory_during_op\":[", pk.peak_op);
@@ -154,9 +140,9 @@ int stow__cli_peak(int argc, char **argv)
         for (size_t j = 0; j < pk.alive_count; j++) {
             const stow_schedule_tensor_t *t = &s.tensors[pk.alive_at_peak[j]];
             printf("%s{\"id\":", j ? "," : "");
-            peak_json_string(stdout, t->id);
+            stow__json_string(stdout, t->id);
             printf(",\"name\":");
-            peak_json_string(stdout, t->name);
+            stow__json_string(stdout, t->name);
             printf(",\"bytes\":%llu}", (unsigned long long)t->bytes);
         }
         printf("],\"alpha\":%g,\"budget_bytes\":%llu,\"capacity\":", alpha, budget);

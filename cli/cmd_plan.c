@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "models/replay_engine.h"
 #include "stowage/plan.h"
 #include "stowage/trace.h"
 
@@ -44,21 +45,6 @@ static int plan_parse_bytes(const char *s, unsigned long long *out)
         return -1;
     *out = v << shift;
     return 0;
-}
-
-static void plan_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
 }
 
 int stow__cli_plan(int argc, char **argv)
@@ -185,7 +171,7 @@ int stow__cli_plan(int argc, char **argv)
     double ratio = res.lower_bound ? (double)res.height / (double)res.lower_bound : 1.0;
     if (json) {
         printf("{\"file\":");
-        plan_json_string(stdout, file);
+        stow__json_string(stdout, file);
         printf(",\"buffers\":%zu,\"lower_bound\":%llu,\"height\":%llu,\"ratio\":%.6f,"
                "\"greedy_height\":%llu,\"capacity\":%llu,\"fits\":%s,\"valid\":%s,"
                "\"optimal\":%s,\"method\":\"%s\",\"seconds\":%.6f",
@@ -198,11 +184,11 @@ int stow__cli_plan(int argc, char **argv)
                    peak_live, peak_live ? (double)res.height / (double)peak_live : 1.0);
         if (!valid) {
             printf(",\"invalid_reason\":");
-            plan_json_string(stdout, why);
+            stow__json_string(stdout, why);
         }
         if (wrote) {
             printf(",\"output\":");
-            plan_json_string(stdout, out_path);
+            stow__json_string(stdout, out_path);
         }
         printf("}\n");
     } else {

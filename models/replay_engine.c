@@ -459,7 +459,7 @@ stow_status_t stow__replay_run(const stow_replay_policy_t *p, const stow_trace_t
 
 static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
-static void print_json_string(FILE *f, const char *s)
+void stow__json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; s && *s; s++) {
@@ -477,9 +477,9 @@ static void print_json_string(FILE *f, const char *s)
 void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_result_t *r)
 {
     fprintf(f, "{\"trace\": ");
-    print_json_string(f, trace_path);
+    stow__json_string(f, trace_path);
     fprintf(f, ", \"policy\": ");
-    print_json_string(f, r->policy);
+    stow__json_string(f, r->policy);
     fprintf(f, ", \"events\": %zu, \"peak_live_bytes\": %" PRIu64
                ", \"peak_reserved_bytes\": %" PRIu64 ", \"reserved_over_live\": %.6f",
             r->events, r->peak_live_bytes, r->peak_reserved_bytes,

@@ -210,6 +210,9 @@ stow_status_t stow__replay_min_capacity(const stow_replay_policy_t *policy,
  * min_capacity_bytes (null when not searched or not defined), repeats and, when
  * known, fragmentation_at_peak, waste_at_peak, num_alloc_retries. */
 void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_result_t *r);
+/* Writes s as a JSON string literal (quotes, backslashes and control bytes
+ * escaped; NULL as ""). Shared by every JSON the CLI prints. */
+void stow__json_string(FILE *f, const char *s);
 
 /* The single-policy text block (the `make demo` output). */
 void stow__replay_print_text(FILE *f, const char *trace_path, const stow_replay_result_t *r,
