@@ -29,6 +29,7 @@
 
 #include "stowage.h"
 #include "stowage/sim.h"
+#include "tests/fuzz/fuzz_check.h"
 
 #define FZ_MIB ((size_t)1 << 20)
 
@@ -36,16 +37,6 @@
 #define FZ_MAX_OPS 400
 #define FZ_STREAMS 4
 
-#define FZ_CHECK(cond, ...)                                                          \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "fuzz_api: %s:%d: check failed: %s: ", __FILE__, __LINE__, \
-                    #cond);                                                          \
-            fprintf(stderr, __VA_ARGS__);                                            \
-            fputc('\n', stderr);                                                     \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
 
 /* Totals over the process, printed at exit (docs/reliability.md figures). */
 typedef struct fz_totals {
@@ -87,7 +78,7 @@ static uint64_t fz_failures(void)
 static void fz_after_call(stow_status_t st, uint64_t failures_before, bool natural,
                           const char *what)
 {
-    FZ_CHECK(st != STOW_EINVAL, "the pool misused the backend in %s", what);
+    FUZZ_CHECK(st != STOW_EINVAL, "the pool misused the backend in %s", what);
     if (st != STOW_OK && !natural && fz_failures() > failures_before)
         fz_injected++;
 }
@@ -170,7 +161,7 @@ static const stow_stream_t fz_streams[FZ_STREAMS] = {
 static stow_stats_t fz_stats(fz_state_t *s)
 {
     stow_stats_t st;
-    FZ_CHECK(stow_pool_stats(s->pool, &st) == STOW_OK, "stats");
+    FUZZ_CHECK(stow_pool_stats(s->pool, &st) == STOW_OK, "stats");
     return st;
 }
 
@@ -178,36 +169,36 @@ static stow_stats_t fz_stats(fz_state_t *s)
 static void fz_check_books(fz_state_t *s, const char *after)
 {
     stow_stats_t st = fz_stats(s);
-    FZ_CHECK(st.allocated_bytes[STOW_POOL_ALL].current == s->alloc_bytes,
+    FUZZ_CHECK(st.allocated_bytes[STOW_POOL_ALL].current == s->alloc_bytes,
              "after %s: allocated %llu, shadow %llu", after,
              (unsigned long long)st.allocated_bytes[STOW_POOL_ALL].current,
              (unsigned long long)s->alloc_bytes);
-    FZ_CHECK(st.requested_bytes[STOW_POOL_ALL].current == s->req_bytes,
+    FUZZ_CHECK(st.requested_bytes[STOW_POOL_ALL].current == s->req_bytes,
              "after %s: requested %llu, shadow %llu", after,
              (unsigned long long)st.requested_bytes[STOW_POOL_ALL].current,
              (unsigned long long)s->req_bytes);
-    FZ_CHECK(st.allocation[STOW_POOL_ALL].current == s->n_live,
+    FUZZ_CHECK(st.allocation[STOW_POOL_ALL].current == s->n_live,
              "after %s: allocations %llu, shadow %u", after,
              (unsigned long long)st.allocation[STOW_POOL_ALL].current, s->n_live);
-    FZ_CHECK(st.allocated_bytes[STOW_POOL_ALL].current <= st.active_bytes[STOW_POOL_ALL].current,
+    FUZZ_CHECK(st.allocated_bytes[STOW_POOL_ALL].current <= st.active_bytes[STOW_POOL_ALL].current,
              "after %s: allocated > active", after);
-    FZ_CHECK(st.active_bytes[STOW_POOL_ALL].current <= st.reserved_bytes[STOW_POOL_ALL].current,
+    FUZZ_CHECK(st.active_bytes[STOW_POOL_ALL].current <= st.reserved_bytes[STOW_POOL_ALL].current,
              "after %s: active > reserved", after);
     for (int k = 0; k < STOW_POOL_KINDS; k++) {
-        FZ_CHECK(st.reserved_bytes[k].current <= st.reserved_bytes[k].peak, "after %s: peak", after);
-        FZ_CHECK(s->accumulated_reset ||
+        FUZZ_CHECK(st.reserved_bytes[k].current <= st.reserved_bytes[k].peak, "after %s: peak", after);
+        FUZZ_CHECK(s->accumulated_reset ||
                      st.allocated_bytes[k].current ==
                          st.allocated_bytes[k].allocated - st.allocated_bytes[k].freed,
                  "after %s: allocated != allocated - freed", after);
     }
     stow_sim_counters_t c;
     stow_sim_counters(fz_sim, &c);
-    FZ_CHECK(c.reserved_bytes == st.reserved_bytes[STOW_POOL_ALL].current,
+    FUZZ_CHECK(c.reserved_bytes == st.reserved_bytes[STOW_POOL_ALL].current,
              "after %s: device holds %llu, pool reserved %llu", after,
              (unsigned long long)c.reserved_bytes,
              (unsigned long long)st.reserved_bytes[STOW_POOL_ALL].current);
     char why[256];
-    FZ_CHECK(stow_pool_check(s->pool, why, sizeof why) == STOW_OK, "after %s: %s", after, why);
+    FUZZ_CHECK(stow_pool_check(s->pool, why, sizeof why) == STOW_OK, "after %s: %s", after, why);
 }
 
 static int fz_find(const fz_state_t *s, uintptr_t p)
@@ -248,33 +239,33 @@ static void fz_alloc(fz_state_t *s, fz_in_t *in)
     void *sentinel = (void *)(uintptr_t)0xdead0000, *p = sentinel;
     stow_status_t st = stow_pool_alloc(s->pool, size, stream, &p);
     if (size == 0)
-        FZ_CHECK(st == STOW_EINVAL, "alloc(0) returned %s", stow_strerror(st));
+        FUZZ_CHECK(st == STOW_EINVAL, "alloc(0) returned %s", stow_strerror(st));
     if (size > SIZE_MAX - ((size_t)1 << 30))
-        FZ_CHECK(st == STOW_EOVERFLOW, "alloc(%zu) returned %s", size, stow_strerror(st));
+        FUZZ_CHECK(st == STOW_EOVERFLOW, "alloc(%zu) returned %s", size, stow_strerror(st));
     if (st != STOW_OK) {
-        FZ_CHECK(st == STOW_EINVAL || st == STOW_EOVERFLOW || st == STOW_ENOMEM ||
+        FUZZ_CHECK(st == STOW_EINVAL || st == STOW_EOVERFLOW || st == STOW_ENOMEM ||
                      st == STOW_EBACKEND || st == STOW_EHOSTMEM,
                  "alloc(%zu): unexpected %s", size, stow_strerror(st));
-        FZ_CHECK(p == sentinel, "alloc wrote out on error");
+        FUZZ_CHECK(p == sentinel, "alloc wrote out on error");
         stow_stats_t after = fz_stats(s);
-        FZ_CHECK(after.allocation[STOW_POOL_ALL].allocated ==
+        FUZZ_CHECK(after.allocation[STOW_POOL_ALL].allocated ==
                      before.allocation[STOW_POOL_ALL].allocated,
                  "failed alloc counted as an allocation");
         if (st == STOW_ENOMEM) {
             char msg[64];
             size_t n = stow_pool_oom_message(s->pool, msg, sizeof msg);
-            FZ_CHECK(n > 0 && strlen(msg) < sizeof msg, "oom message");
+            FUZZ_CHECK(n > 0 && strlen(msg) < sizeof msg, "oom message");
         }
         return;
     }
-    FZ_CHECK(p != NULL && (uintptr_t)p % 512 == 0, "alloc returned %p", p);
+    FUZZ_CHECK(p != NULL && (uintptr_t)p % 512 == 0, "alloc returned %p", p);
     size_t block = 0, req = 0;
-    FZ_CHECK(stow_pool_block_size(s->pool, p, &block, &req) == STOW_OK, "block_size of new block");
-    FZ_CHECK(req == size && block >= size && block % 512 == 0, "block %zu req %zu size %zu",
+    FUZZ_CHECK(stow_pool_block_size(s->pool, p, &block, &req) == STOW_OK, "block_size of new block");
+    FUZZ_CHECK(req == size && block >= size && block % 512 == 0, "block %zu req %zu size %zu",
              block, req, size);
     uintptr_t lo = (uintptr_t)p, hi = lo + block;
     for (unsigned i = 0; i < s->n_live; i++)
-        FZ_CHECK(hi <= s->live[i].ptr || s->live[i].ptr + s->live[i].block <= lo,
+        FUZZ_CHECK(hi <= s->live[i].ptr || s->live[i].ptr + s->live[i].block <= lo,
                  "new block [%#lx,%#lx) overlaps live [%#lx,+%zu)", (unsigned long)lo,
                  (unsigned long)hi, (unsigned long)s->live[i].ptr, s->live[i].block);
     s->live[s->n_live++] = (fz_live_t){lo, block, req};
@@ -287,17 +278,17 @@ static void fz_bad_free(fz_state_t *s, void *p)
 {
     stow_stats_t before = fz_stats(s);
     stow_status_t st = stow_pool_free(s->pool, p);
-    FZ_CHECK(st == (p ? STOW_ENOTOWNED : STOW_EINVAL), "bad free of %p returned %s", p,
+    FUZZ_CHECK(st == (p ? STOW_ENOTOWNED : STOW_EINVAL), "bad free of %p returned %s", p,
              stow_strerror(st));
     stow_stats_t after = fz_stats(s);
-    FZ_CHECK(memcmp(before.allocated_bytes, after.allocated_bytes, sizeof before.allocated_bytes) ==
+    FUZZ_CHECK(memcmp(before.allocated_bytes, after.allocated_bytes, sizeof before.allocated_bytes) ==
                      0 &&
                  memcmp(before.active_bytes, after.active_bytes, sizeof before.active_bytes) == 0 &&
                  memcmp(before.reserved_bytes, after.reserved_bytes,
                         sizeof before.reserved_bytes) == 0,
              "a rejected free changed the books");
     if (p)
-        FZ_CHECK(after.num_invalid_frees == before.num_invalid_frees + 1, "num_invalid_frees");
+        FUZZ_CHECK(after.num_invalid_frees == before.num_invalid_frees + 1, "num_invalid_frees");
 }
 
 static void fz_free(fz_state_t *s, fz_in_t *in)
@@ -312,9 +303,9 @@ static void fz_free(fz_state_t *s, fz_in_t *in)
         stow_status_t st = stow_pool_free(s->pool, (void *)b.ptr);
         if (st != STOW_OK) {
             /* Only a backend failure may refuse a valid free, and then nothing changed. */
-            FZ_CHECK(st == STOW_EBACKEND || st == STOW_EHOSTMEM, "free returned %s",
+            FUZZ_CHECK(st == STOW_EBACKEND || st == STOW_EHOSTMEM, "free returned %s",
                      stow_strerror(st));
-            FZ_CHECK(stow_pool_block_size(s->pool, (void *)b.ptr, NULL, NULL) == STOW_OK,
+            FUZZ_CHECK(stow_pool_block_size(s->pool, (void *)b.ptr, NULL, NULL) == STOW_OK,
                      "a failed free released the block");
             return;
         }
@@ -374,9 +365,9 @@ static void fz_scope(fz_state_t *s, fz_in_t *in)
         unsigned depth = 0;
         stow_status_t st = stow_scope_push(s->pool, &depth);
         if (s->scope_depth == STOW_SCOPE_MAX_DEPTH) {
-            FZ_CHECK(st == STOW_EBUSY, "push at max depth returned %s", stow_strerror(st));
+            FUZZ_CHECK(st == STOW_EBUSY, "push at max depth returned %s", stow_strerror(st));
         } else {
-            FZ_CHECK(st == STOW_OK && depth == s->scope_depth + 1, "push: %s depth %u",
+            FUZZ_CHECK(st == STOW_OK && depth == s->scope_depth + 1, "push: %s depth %u",
                      stow_strerror(st), depth);
             s->scope_depth++;
         }
@@ -384,16 +375,16 @@ static void fz_scope(fz_state_t *s, fz_in_t *in)
         stow_scope_result_t r;
         stow_status_t st = stow_scope_pop(s->pool, &r);
         if (!s->scope_depth) {
-            FZ_CHECK(st == STOW_EINVAL, "pop with no scope returned %s", stow_strerror(st));
+            FUZZ_CHECK(st == STOW_EINVAL, "pop with no scope returned %s", stow_strerror(st));
         } else {
-            FZ_CHECK(st == STOW_OK, "pop: %s", stow_strerror(st));
+            FUZZ_CHECK(st == STOW_OK, "pop: %s", stow_strerror(st));
             s->scope_depth--;
-            FZ_CHECK(r.allocated_bytes_peak >= r.allocated_bytes_at_push &&
+            FUZZ_CHECK(r.allocated_bytes_peak >= r.allocated_bytes_at_push &&
                          r.allocated_bytes_peak >= r.allocated_bytes_at_pop &&
                          r.reserved_bytes_peak >= r.reserved_bytes_at_push &&
                          r.reserved_bytes_peak >= r.reserved_bytes_at_pop,
                      "scope peaks below their ends");
-            FZ_CHECK(r.allocated_bytes_at_pop == s->alloc_bytes, "scope at_pop");
+            FUZZ_CHECK(r.allocated_bytes_at_pop == s->alloc_bytes, "scope at_pop");
         }
     }
 }
@@ -427,7 +418,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stow_sim_config_default(&sc);
     sc.capacity_bytes = capacities[setup % 4];
     sc.manual_events = (setup >> 2) & 1;
-    FZ_CHECK(stow_sim_create(&sc, &fz_sim) == STOW_OK, "sim create");
+    FUZZ_CHECK(stow_sim_create(&sc, &fz_sim) == STOW_OK, "sim create");
     fz_capacity = sc.capacity_bytes ? sc.capacity_bytes : (size_t)1 << 46;
     fz_backend = *fz_sim;
     fz_backend.reserve = fz_reserve;
@@ -463,21 +454,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         stow_sim_fail_nth(fz_sim, STOW_SIM_MEM_INFO, 1, STOW_EBACKEND);
 
     fz_state_t *s = calloc(1, sizeof *s);
-    FZ_CHECK(s != NULL, "host memory");
+    FUZZ_CHECK(s != NULL, "host memory");
     s->rounding = (conf & 2) != 0;
     stow_status_t st = stow_pool_create(&cfg, &fz_backend, &s->pool);
     if (st != STOW_OK) {
         /* A memory fraction leaving less than one 2 MiB granule is refused. */
         double limit = cfg.memory_fraction >= 1.0 ? (double)fz_capacity
                                                   : cfg.memory_fraction * (double)fz_capacity;
-        FZ_CHECK((st == STOW_EBACKEND && (conf & 32)) ||
+        FUZZ_CHECK((st == STOW_EBACKEND && (conf & 32)) ||
                      (st == STOW_EINVAL && (size_t)limit < 2 * FZ_MIB),
                  "create returned %s", stow_strerror(st));
         fz_totals.injected_faults += fz_injected;
         stow_sim_counters_t c;
         stow_sim_counters(fz_sim, &c);
-        FZ_CHECK(c.reserved_bytes == 0, "failed create reserved memory");
-        FZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
+        FUZZ_CHECK(c.reserved_bytes == 0, "failed create reserved memory");
+        FUZZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
         free(s);
         return 0;
     }
@@ -495,10 +486,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             stow_stream_t stream = fz_streams[fz_u8(&in) % FZ_STREAMS];
             if (s->n_live) {
                 st = stow_record_stream(s->pool, (void *)s->live[pick % s->n_live].ptr, stream);
-                FZ_CHECK(st == STOW_OK || st == STOW_EHOSTMEM, "record_stream: %s",
+                FUZZ_CHECK(st == STOW_OK || st == STOW_EHOSTMEM, "record_stream: %s",
                          stow_strerror(st));
             } else {
-                FZ_CHECK(stow_record_stream(s->pool, (void *)(uintptr_t)0x1000, stream) ==
+                FUZZ_CHECK(stow_record_stream(s->pool, (void *)(uintptr_t)0x1000, stream) ==
                              STOW_ENOTOWNED,
                          "record_stream of a foreign pointer");
             }
@@ -507,7 +498,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 8:
             what = "empty_cache";
             st = stow_empty_cache(s->pool);
-            FZ_CHECK(st == STOW_OK || st == STOW_EBACKEND, "empty_cache: %s", stow_strerror(st));
+            FUZZ_CHECK(st == STOW_OK || st == STOW_EBACKEND, "empty_cache: %s", stow_strerror(st));
             break;
         case 9: {
             what = "stats";
@@ -515,7 +506,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             char buf[256];
             size_t need = (fz_u8(&in) % 2) ? stow_stats_json(&snap, buf, sizeof buf)
                                            : stow_stats_summary(&snap, buf, sizeof buf);
-            FZ_CHECK(need > 0 && strlen(buf) < sizeof buf, "summary/json truncation");
+            FUZZ_CHECK(need > 0 && strlen(buf) < sizeof buf, "summary/json truncation");
             break;
         }
         case 10:
@@ -546,7 +537,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t b = 0;
             st = stow_pool_block_size(s->pool, (void *)p, &b, NULL);
             int i = fz_find(s, p);
-            FZ_CHECK((st == STOW_OK) == (i >= 0), "block_size of %#lx: %s", (unsigned long)p,
+            FUZZ_CHECK((st == STOW_OK) == (i >= 0), "block_size of %#lx: %s", (unsigned long)p,
                      stow_strerror(st));
             break;
         }
@@ -572,25 +563,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             stow_sim_complete_stream(fz_sim, fz_streams[i]);
     while (s->scope_depth) {
         stow_scope_result_t r;
-        FZ_CHECK(stow_scope_pop(s->pool, &r) == STOW_OK, "final pop");
+        FUZZ_CHECK(stow_scope_pop(s->pool, &r) == STOW_OK, "final pop");
         s->scope_depth--;
     }
     while (s->n_live) {
         fz_live_t b = s->live[--s->n_live];
         st = stow_pool_free(s->pool, (void *)b.ptr);
-        FZ_CHECK(st == STOW_OK, "final free: %s", stow_strerror(st));
+        FUZZ_CHECK(st == STOW_OK, "final free: %s", stow_strerror(st));
         s->alloc_bytes -= b.block;
         s->req_bytes -= b.req;
     }
     fz_check_books(s, "final frees");
     st = stow_pool_destroy(s->pool);
-    FZ_CHECK(st == STOW_OK, "destroy: %s", stow_strerror(st));
+    FUZZ_CHECK(st == STOW_OK, "destroy: %s", stow_strerror(st));
     stow_sim_counters_t c;
     stow_sim_counters(fz_sim, &c);
-    FZ_CHECK(c.reserved_bytes == 0 && c.live_reservations == 0,
+    FUZZ_CHECK(c.reserved_bytes == 0 && c.live_reservations == 0,
              "device still holds %llu bytes in %llu reservations after destroy",
              (unsigned long long)c.reserved_bytes, (unsigned long long)c.live_reservations);
-    FZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
+    FUZZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
     fz_totals.injected_faults += fz_injected;
     free(s);
     return 0;

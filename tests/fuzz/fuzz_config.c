@@ -15,17 +15,8 @@
 #include <string.h>
 
 #include "stowage.h"
+#include "tests/fuzz/fuzz_check.h"
 
-#define FC_CHECK(cond, ...)                                                              \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "fuzz_config: %s:%d: check failed: %s: ", __FILE__, __LINE__, \
-                    #cond);                                                              \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fputc('\n', stderr);                                                         \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
 
 #define FC_MIB ((size_t)1 << 20)
 
@@ -43,24 +34,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    FC_CHECK(stow_sim_create(NULL, &fc_sim) == STOW_OK, "sim");
+    FUZZ_CHECK(stow_sim_create(NULL, &fc_sim) == STOW_OK, "sim");
     atexit(fc_report);
     return 0;
 }
 
 static void fc_check_valid(const stow_config_t *c, const char *text)
 {
-    FC_CHECK(c->policy == STOW_POLICY_CLASSIC || c->policy == STOW_POLICY_VMM, "policy: %s", text);
-    FC_CHECK(c->max_split_size_bytes >= 20 * FC_MIB, "max_split_size: %s", text);
-    FC_CHECK(c->garbage_collection_threshold >= 0.0 && c->garbage_collection_threshold < 1.0,
+    FUZZ_CHECK(c->policy == STOW_POLICY_CLASSIC || c->policy == STOW_POLICY_VMM, "policy: %s", text);
+    FUZZ_CHECK(c->max_split_size_bytes >= 20 * FC_MIB, "max_split_size: %s", text);
+    FUZZ_CHECK(c->garbage_collection_threshold >= 0.0 && c->garbage_collection_threshold < 1.0,
              "gc threshold %g: %s", c->garbage_collection_threshold, text);
-    FC_CHECK(c->memory_fraction > 0.0 && c->memory_fraction <= 1.0, "fraction %g: %s",
+    FUZZ_CHECK(c->memory_fraction > 0.0 && c->memory_fraction <= 1.0, "fraction %g: %s",
              c->memory_fraction, text);
-    FC_CHECK(c->record_events <= STOW_RECORD_EVENTS_MAX, "record_events %zu: %s",
+    FUZZ_CHECK(c->record_events <= STOW_RECORD_EVENTS_MAX, "record_events %zu: %s",
              c->record_events, text);
     for (int i = 0; i < STOW_ROUNDUP_INTERVALS; i++) {
         unsigned d = c->roundup_power2_divisions[i];
-        FC_CHECK((d & (d - 1)) == 0 && d <= 1024, "divisions[%d] = %u: %s", i, d, text);
+        FUZZ_CHECK((d & (d - 1)) == 0 && d <= 1024, "divisions[%d] = %u: %s", i, d, text);
     }
     /* The default simulated device holds 2^46 bytes; a fraction leaving less
      * than one 2 MiB granule is refused at creation (stow_pool_create). */
@@ -68,21 +59,21 @@ static void fc_check_valid(const stow_config_t *c, const char *text)
     bool usable = (size_t)limit >= 2 * FC_MIB;
     stow_pool_t *pool = NULL;
     stow_status_t st = stow_pool_create(c, fc_sim, &pool);
-    FC_CHECK(usable ? st == STOW_OK : st == STOW_EINVAL,
+    FUZZ_CHECK(usable ? st == STOW_OK : st == STOW_EINVAL,
              "pool_create of an accepted config: %s: %s", stow_strerror(st), text);
     if (pool) {
         /* 3 MiB + 1 needs at least a 4 MiB segment (the exact-size fallback). */
         stow_stats_t s;
-        FC_CHECK(stow_pool_stats(pool, &s) == STOW_OK, "stats");
+        FUZZ_CHECK(stow_pool_stats(pool, &s) == STOW_OK, "stats");
         void *p = NULL;
         st = stow_pool_alloc(pool, 3 * FC_MIB + 1, NULL, &p);
-        FC_CHECK(s.limit_bytes >= 4 * FC_MIB ? st == STOW_OK : st == STOW_ENOMEM,
+        FUZZ_CHECK(s.limit_bytes >= 4 * FC_MIB ? st == STOW_OK : st == STOW_ENOMEM,
                  "alloc with an accepted config (limit %llu): %s: %s",
                  (unsigned long long)s.limit_bytes, stow_strerror(st), text);
         if (st != STOW_OK)
             p = NULL;
-        FC_CHECK(!p || stow_pool_free(pool, p) == STOW_OK, "free");
-        FC_CHECK(stow_pool_destroy(pool) == STOW_OK, "destroy");
+        FUZZ_CHECK(!p || stow_pool_free(pool, p) == STOW_OK, "free");
+        FUZZ_CHECK(stow_pool_destroy(pool) == STOW_OK, "destroy");
     }
 }
 
@@ -91,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fc_inputs++;
     char *text = malloc(size + 1);
-    FC_CHECK(text != NULL, "host memory");
+    FUZZ_CHECK(text != NULL, "host memory");
     memcpy(text, data, size);
     text[size] = '\0';
 
@@ -110,18 +101,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fc_accepted++;
         fc_check_valid(&c, text);
         again = before;
-        FC_CHECK(stow_config_parse(&again, text, NULL, 0) == STOW_OK, "not deterministic");
-        FC_CHECK(memcmp(&again, &c, sizeof c) == 0, "not deterministic: %s", text);
+        FUZZ_CHECK(stow_config_parse(&again, text, NULL, 0) == STOW_OK, "not deterministic");
+        FUZZ_CHECK(memcmp(&again, &c, sizeof c) == 0, "not deterministic: %s", text);
     } else {
-        FC_CHECK(st == STOW_EINVAL || st == STOW_EHOSTMEM, "status %d", (int)st);
-        FC_CHECK(memcmp(&before, &c, sizeof c) == 0, "config changed on error: %s", text);
-        FC_CHECK(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0',
+        FUZZ_CHECK(st == STOW_EINVAL || st == STOW_EHOSTMEM, "status %d", (int)st);
+        FUZZ_CHECK(memcmp(&before, &c, sizeof c) == 0, "config changed on error: %s", text);
+        FUZZ_CHECK(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0',
                  "error message empty or not terminated");
         again = before;
         char tiny[1];
-        FC_CHECK(stow_config_parse(&again, text, tiny, sizeof tiny) == st && tiny[0] == '\0',
+        FUZZ_CHECK(stow_config_parse(&again, text, tiny, sizeof tiny) == st && tiny[0] == '\0',
                  "tiny error buffer");
-        FC_CHECK(memcmp(&before, &again, sizeof c) == 0, "config changed on error");
+        FUZZ_CHECK(memcmp(&before, &again, sizeof c) == 0, "config changed on error");
     }
     free(text);
     return 0;

@@ -18,17 +18,8 @@
 #include <string.h>
 
 #include "stowage/trace.h"
+#include "tests/fuzz/fuzz_check.h"
 
-#define FT_CHECK(cond, ...)                                                             \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "fuzz_trace: %s:%d: check failed: %s: ", __FILE__, __LINE__, \
-                    #cond);                                                             \
-            fprintf(stderr, __VA_ARGS__);                                               \
-            fputc('\n', stderr);                                                        \
-            abort();                                                                    \
-        }                                                                               \
-    } while (0)
 
 
 
@@ -50,31 +41,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static void ft_check_trace(const stow_trace_t *t)
 {
-    FT_CHECK(t->path && strcmp(t->path, "fuzz") == 0, "path");
-    FT_CHECK(t->event_count <= 2 * (uint64_t)t->id_count, "events %zu ids %u", t->event_count,
+    FUZZ_CHECK(t->path && strcmp(t->path, "fuzz") == 0, "path");
+    FUZZ_CHECK(t->event_count <= 2 * (uint64_t)t->id_count, "events %zu ids %u", t->event_count,
              t->id_count);
     /* The shadow is sized by the ids the events use, not by the header: a
      * header may announce billions of ids that never appear. */
     size_t n_ids = 1;
     for (size_t i = 0; i < t->event_count; i++) {
-        FT_CHECK(t->events[i].id < t->id_count, "event %zu: id out of range", i);
+        FUZZ_CHECK(t->events[i].id < t->id_count, "event %zu: id out of range", i);
         if ((size_t)t->events[i].id + 1 > n_ids)
             n_ids = (size_t)t->events[i].id + 1;
     }
     uint8_t *state = calloc(n_ids, 1);
     uint64_t *size = calloc(n_ids, sizeof *size);
     uint16_t *stream = calloc(n_ids, sizeof *stream);
-    FT_CHECK(state && size && stream, "host memory");
+    FUZZ_CHECK(state && size && stream, "host memory");
     uint64_t live = 0, peak = 0;
     size_t peak_event = 0;
     uint32_t streams = 1;
     for (size_t i = 0; i < t->event_count; i++) {
         const stow_trace_event_t *e = &t->events[i];
-        FT_CHECK(e->id < t->id_count, "event %zu: id %u", i, e->id);
-        FT_CHECK(e->reserved_ == 0, "event %zu: reserved_", i);
+        FUZZ_CHECK(e->id < t->id_count, "event %zu: id %u", i, e->id);
+        FUZZ_CHECK(e->reserved_ == 0, "event %zu: reserved_", i);
         if (e->kind == STOW_TRACE_ALLOC) {
-            FT_CHECK(state[e->id] == 0, "event %zu: id %u allocated twice", i, e->id);
-            FT_CHECK(e->size_bytes > 0 && e->size_bytes <= ((uint64_t)1 << 62), "event %zu: size",
+            FUZZ_CHECK(state[e->id] == 0, "event %zu: id %u allocated twice", i, e->id);
+            FUZZ_CHECK(e->size_bytes > 0 && e->size_bytes <= ((uint64_t)1 << 62), "event %zu: size",
                      i);
             state[e->id] = 1;
             size[e->id] = e->size_bytes;
@@ -83,10 +74,10 @@ static void ft_check_trace(const stow_trace_t *t)
             if ((uint32_t)e->stream + 1 > streams)
                 streams = (uint32_t)e->stream + 1;
         } else {
-            FT_CHECK(e->kind == STOW_TRACE_FREE, "event %zu: kind %d", i, e->kind);
-            FT_CHECK(state[e->id] == 1, "event %zu: free of id %u in state %d", i, e->id,
+            FUZZ_CHECK(e->kind == STOW_TRACE_FREE, "event %zu: kind %d", i, e->kind);
+            FUZZ_CHECK(state[e->id] == 1, "event %zu: free of id %u in state %d", i, e->id,
                      state[e->id]);
-            FT_CHECK(e->size_bytes == size[e->id] && e->stream == stream[e->id],
+            FUZZ_CHECK(e->size_bytes == size[e->id] && e->stream == stream[e->id],
                      "event %zu: free carries another size/stream", i);
             state[e->id] = 2;
             live -= e->size_bytes;
@@ -96,10 +87,10 @@ static void ft_check_trace(const stow_trace_t *t)
             peak_event = i;
         }
     }
-    FT_CHECK(t->stream_count == streams, "stream_count %u, computed %u", t->stream_count, streams);
-    FT_CHECK(t->peak_live_bytes == peak, "peak %llu, computed %llu",
+    FUZZ_CHECK(t->stream_count == streams, "stream_count %u, computed %u", t->stream_count, streams);
+    FUZZ_CHECK(t->peak_live_bytes == peak, "peak %llu, computed %llu",
              (unsigned long long)t->peak_live_bytes, (unsigned long long)peak);
-    FT_CHECK(peak == 0 || t->peak_live_event == peak_event, "peak event %zu, computed %zu",
+    FUZZ_CHECK(peak == 0 || t->peak_live_event == peak_event, "peak event %zu, computed %zu",
              t->peak_live_event, peak_event);
     free(state);
     free(size);
@@ -112,7 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ft_inputs++;
     /* Exact-size copy: a read past text_len is a heap overflow under ASan. */
     char *text = malloc(size ? size : 1);
-    FT_CHECK(text != NULL, "host memory");
+    FUZZ_CHECK(text != NULL, "host memory");
     if (size)
         memcpy(text, data, size);
     stow_trace_t *sentinel = (stow_trace_t *)(uintptr_t)0x1, *t = sentinel;
@@ -121,24 +112,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stow_status_t st = stow_trace_parse("fuzz", text, size, &t, err, sizeof err);
     if (st == STOW_OK) {
         ft_accepted++;
-        FT_CHECK(t != sentinel && t != NULL, "out");
+        FUZZ_CHECK(t != sentinel && t != NULL, "out");
         ft_check_trace(t);
         stow_trace_free(t);
     } else {
-        FT_CHECK(st == STOW_EPARSE || st == STOW_EHOSTMEM, "status %d", (int)st);
-        FT_CHECK(t == sentinel, "out written on error");
-        FT_CHECK(memchr(err, '\0', sizeof err) != NULL, "error message not terminated");
-        FT_CHECK(st != STOW_EPARSE || strncmp(err, "fuzz:", 5) == 0, "message '%s'", err);
+        FUZZ_CHECK(st == STOW_EPARSE || st == STOW_EHOSTMEM, "status %d", (int)st);
+        FUZZ_CHECK(t == sentinel, "out written on error");
+        FUZZ_CHECK(memchr(err, '\0', sizeof err) != NULL, "error message not terminated");
+        FUZZ_CHECK(st != STOW_EPARSE || strncmp(err, "fuzz:", 5) == 0, "message '%s'", err);
     }
     /* A tiny error buffer and no buffer at all are fine too. */
     char small[4];
     t = sentinel;
     st = stow_trace_parse("fuzz", text, size, &t, small, sizeof small);
-    FT_CHECK(st != STOW_OK || t != sentinel, "second parse");
+    FUZZ_CHECK(st != STOW_OK || t != sentinel, "second parse");
     if (st == STOW_OK)
         stow_trace_free(t);
     else
-        FT_CHECK(memchr(small, '\0', sizeof small) != NULL, "small message not terminated");
+        FUZZ_CHECK(memchr(small, '\0', sizeof small) != NULL, "small message not terminated");
     free(text);
     return 0;
 }
