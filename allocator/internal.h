@@ -178,7 +178,6 @@ struct stow_pool {
     size_t free_handle_count, free_handle_capacity;
     uint64_t phys_count;               /* handles held (mapped + free) */
     uint64_t mapped_count;             /* granules mapped */
-    uint64_t live_granules;            /* granules under live blocks */
     uint64_t live_bytes;               /* bytes of the blocks holding granules */
     uint64_t live_bytes_high_water;    /* since creation or the last empty_cache */
     uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */

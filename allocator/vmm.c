@@ -206,19 +206,11 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
     stow_segment_t *seg = b->segment;
     size_t first, end;
     granule_span(pool, seg, b->addr, size_bytes, &first, &end);
-    /* Granules that become live: those now unused. The mapped ones among them
-     * leave the unused list first so that they cannot be taken below. */
-    uint64_t becoming_live = 0;
-    for (size_t i = first; i < end; i++) {
-        stow_granule_t *g = &seg->granules[i];
-        g->segment = seg; /* entries start zeroed (vmm_grow) */
-        if (g->live == 0) {
-            becoming_live++;
-            if (g->on_lru)
-                lru_unlink(pool, g);
-        }
-    }
-    uint64_t live_after = pool->live_granules + becoming_live;
+    /* Mapped granules that become live leave the unused list first, so that
+     * they cannot be taken below. */
+    for (size_t i = first; i < end; i++)
+        if (seg->granules[i].on_lru)
+            lru_unlink(pool, &seg->granules[i]);
     uint64_t bytes_after = pool->live_bytes + size_bytes;
     uint64_t bytes_high_water =
         bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
@@ -228,6 +220,7 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
         stow_granule_t *g = &seg->granules[i];
         if (g->phys)
             continue;
+        g->segment = seg; /* entries start zeroed (vmm_grow): set when first mapped */
         stow_phys_t h;
         st = obtain_handle(pool, seg->pool_kind, bytes_high_water, &synced, &h);
         if (st == STOW_OK && (st = do_map(pool, g, h)) != STOW_OK) {
@@ -252,7 +245,6 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
     }
     for (size_t i = first; i < end; i++)
         seg->granules[i].live++;
-    pool->live_granules = live_after;
     pool->live_bytes = bytes_after;
     pool->live_bytes_high_water = bytes_high_water;
     update_idle(pool);
@@ -393,8 +385,8 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     if (!at_b.unmapped)
         return b;
     /* Moved blocks may hold, together, half the slack in extra granules. */
-    uint64_t live_granules = pool->live_bytes_high_water / pool->granularity_bytes;
-    uint64_t budget = (uint64_t)((double)live_granules * pool->config.vmm_slack / 2);
+    uint64_t live_hw_granules = pool->live_bytes_high_water / pool->granularity_bytes;
+    uint64_t budget = (uint64_t)((double)live_hw_granules * pool->config.vmm_slack / 2);
     placement_t p = {pool, rounded, at_b,
                      budget > pool->extra_granules_live ? budget - pool->extra_granules_live : 0,
                      b, b->addr, at_b};
@@ -421,10 +413,8 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
     for (size_t i = first; i < end; i++) {
         stow_granule_t *g = &seg->granules[i];
         stow_assert_internal(g->live > 0 && g->phys);
-        if (--g->live == 0) {
-            pool->live_granules--;
+        if (--g->live == 0)
             lru_push(pool, g);
-        }
     }
     update_idle(pool);
 }
@@ -626,7 +616,9 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
         return STOW_EINVAL;
     }
     uint64_t g = pool->granularity_bytes;
-    if (refs_expected != refs_counted || live_granules != pool->live_granules ||
+    /* Mapped granules are live or unused, never both. */
+    uint64_t live_expected = pool->mapped_count - pool->lru_count;
+    if (refs_expected != refs_counted || live_granules != live_expected ||
         mapped != pool->mapped_count || lru != pool->lru_count ||
         pool->phys_count != mapped + pool->free_handle_count ||
         pool->acct.s.reserved_bytes[STOW_POOL_ALL].current != pool->phys_count * g ||
@@ -635,7 +627,7 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
                  "vmm: refs %llu vs %llu, live granules %llu vs %llu, mapped %llu vs %llu, "
                  "unused %llu vs %llu, handles %llu",
                  (unsigned long long)refs_expected, (unsigned long long)refs_counted,
-                 (unsigned long long)live_granules, (unsigned long long)pool->live_granules,
+                 (unsigned long long)live_granules, (unsigned long long)live_expected,
                  (unsigned long long)mapped, (unsigned long long)pool->mapped_count,
                  (unsigned long long)lru, (unsigned long long)pool->lru_count,
                  (unsigned long long)pool->phys_count);
