@@ -433,10 +433,11 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     if (STOW_UNLIKELY(pool->pending != NULL))
         stow__stream_process_pending(pool);
     stow_stream_state_t *ss = stow__stream_get(pool, stream);
-    /* Room in the live map and for block records first (a new segment's, a
-     * second one on the retry path, a split remainder), so nothing can fail
-     * after the block is taken: a page-mapped block is backed for exactly the
-     * size it has once split. */
+    /* Room in the live map and for block records first (at most three: a new
+     * segment's, another on the retry path, a split remainder; or a placement
+     * cut and a split remainder), so nothing can fail after the block is
+     * taken: a page-mapped block is backed for exactly the size it has once
+     * split. */
     if (STOW_UNLIKELY(!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK ||
                       stow__block_reserve(&pool->blocks, 3) != STOW_OK)) {
         pthread_mutex_unlock(&pool->lock);
