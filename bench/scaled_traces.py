@@ -17,9 +17,11 @@ import sys
 def scale(src_path, dst_path, factor):
     with open(src_path) as src, open(dst_path, "w") as dst:
         dst.write(src.readline())  # header: ids and events, unchanged
-        for line in src:
+        for number, line in enumerate(src, start=2):
             fields = line.split()
             if fields and fields[0] == "a":
+                if len(fields) != 4 or not fields[2].isdigit():
+                    sys.exit(f"{src_path}:{number}: expected 'a ID SIZE STREAM'")
                 size = max(1, int(int(fields[2]) * factor))
                 dst.write(f"a {fields[1]} {size} {fields[3]}\n")
             else:
@@ -33,7 +35,12 @@ def main():
     ap.add_argument("--src", default=os.path.join(here, "..", "..", "shared", "traces"))
     ap.add_argument("--factors", default="0.8,1.1,1.25")
     args = ap.parse_args()
-    factors = [float(f) for f in args.factors.split(",")]
+    try:
+        factors = [float(f) for f in args.factors.split(",")]
+    except ValueError:
+        sys.exit(f"scaled_traces: --factors: '{args.factors}' is not a list of numbers")
+    if not all(f > 0 for f in factors):
+        sys.exit("scaled_traces: --factors must be positive")
     names = sorted(n for n in os.listdir(args.src) if n.endswith(".rep"))
     if not names:
         sys.exit(f"scaled_traces: no .rep file in {args.src}")

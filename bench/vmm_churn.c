@@ -163,7 +163,14 @@ int main(int argc, char **argv)
     while (i + 1 < argc && argv[i][0] == '-') {
         char err[256];
         if (!strcmp(argv[i], "--replays")) {
-            replays = atoi(argv[i + 1]);
+            char *end;
+            long n = strtol(argv[i + 1], &end, 10);
+            if (*end || end == argv[i + 1] || n < 1 || n > MAX_REPLAYS) {
+                fprintf(stderr, "vmm_churn: --replays: '%s' is not a count in 1..%d\n",
+                        argv[i + 1], MAX_REPLAYS);
+                return 2;
+            }
+            replays = (int)n;
         } else if (!strcmp(argv[i], "--conf")) {
             if (stow_config_parse(&config, argv[i + 1], err, sizeof err) != STOW_OK) {
                 fprintf(stderr, "vmm_churn: --conf: %s\n", err);
