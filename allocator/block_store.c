@@ -45,8 +45,10 @@ stow_block_t *stow__block_new(stow_block_store_t *store)
 
 void stow__block_delete(stow_block_store_t *store, stow_block_t *b)
 {
-    free(b->uses);
-    b->uses = NULL;
+    if (STOW_UNLIKELY(b->uses != NULL)) { /* rare: record_stream users; free(NULL) is a call */
+        free(b->uses);
+        b->uses = NULL;
+    }
     b->next = store->free_list;
     store->free_list = b;
     store->free_count++;

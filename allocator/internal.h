@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "accounting/accounting.h"
+#include "allocator/lock.h"
 #include "allocator/types.h"
 #include "stowage/record.h"
 
@@ -152,7 +153,7 @@ void stow__record_free(stow_pool_t *pool);
 
 /* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
 struct stow_pool {
-    pthread_mutex_t lock;
+    stow_lock_t lock;                /* allocator/lock.h; each entry point takes it once */
     stow_config_t config;
     const stow_backend_t *backend;
     size_t granularity_bytes;

@@ -152,7 +152,6 @@ static void pool_free_memory(stow_pool_t *pool)
     free(pool->any);
     stow__ptr_map_destroy(&pool->live);
     stow__block_store_destroy(&pool->blocks);
-    pthread_mutex_destroy(&pool->lock);
     free(pool);
 }
 
@@ -205,7 +204,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
         return STOW_EHOSTMEM;
     }
     pool->any->is_any = true;
-    pthread_mutex_init(&pool->lock, NULL);
+    atomic_init(&pool->lock.state, 0);
     if (cfg.record_events && stow_record_start(pool, cfg.record_events) != STOW_OK) {
         pool_free_memory(pool);
         return STOW_EHOSTMEM;
@@ -219,13 +218,13 @@ stow_status_t stow_pool_destroy(stow_pool_t *pool)
 {
     if (!pool)
         return STOW_OK;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     if (pool->acct.s.allocation[STOW_POOL_ALL].current) {
-        pthread_mutex_unlock(&pool->lock);
+        stow__unlock(&pool->lock);
         return STOW_EBUSY;
     }
     stow__segment_release_all(pool);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     pool_free_memory(pool);
     return STOW_OK;
 }
@@ -234,9 +233,9 @@ void stow_pool_destroy_force(stow_pool_t *pool)
 {
     if (!pool)
         return;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow__segment_release_all(pool);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     pool_free_memory(pool);
 }
 
@@ -428,7 +427,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         return st;
     unsigned kind = rounded <= STOW_SMALL_REQUEST_BYTES ? STOW_POOL_SMALL : STOW_POOL_LARGE;
 
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     pool->op_count++;
     if (STOW_UNLIKELY(pool->pending != NULL))
         stow__stream_process_pending(pool);
@@ -440,7 +439,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
      * split. */
     if (STOW_UNLIKELY(!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK ||
                       stow__block_reserve(&pool->blocks, 3) != STOW_OK)) {
-        pthread_mutex_unlock(&pool->lock);
+        stow__unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }
     stow_block_t *b = find_fit(pool, ss, kind, rounded);
@@ -448,7 +447,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     if (STOW_UNLIKELY(!hit)) {
         st = alloc_slow(pool, ss, kind, rounded, size_bytes, &b);
         if (st != STOW_OK) {
-            pthread_mutex_unlock(&pool->lock);
+            stow__unlock(&pool->lock);
             return st;
         }
     }
@@ -456,7 +455,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
     if (pool->vmm && (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
         pool->placed_extra = 0;
-        pthread_mutex_unlock(&pool->lock);
+        stow__unlock(&pool->lock);
         return st;
     }
     take_block(pool, b, ss, rounded, size_bytes, hit);
@@ -471,7 +470,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         stow__acct_note_waste_if_peak(&pool->acct, largest);
     *out = (void *)b->addr;
     stow_assert_expensive(pool);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return STOW_OK;
 }
 
@@ -481,12 +480,12 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
 {
     if (STOW_UNLIKELY(!pool || !ptr))
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_ptr_slot_t *slot = stow__ptr_map_find(&pool->live, (uintptr_t)ptr);
     stow_block_t *b = slot ? slot->value : NULL;
     if (STOW_UNLIKELY(!b || b->state != BLOCK_ALLOCATED)) {
         pool->acct.s.num_invalid_frees++;
-        pthread_mutex_unlock(&pool->lock);
+        stow__unlock(&pool->lock);
         return STOW_ENOTOWNED;
     }
     pool->op_count++;
@@ -502,7 +501,7 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
     }
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
     stow_assert_expensive(pool);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return STOW_OK;
 }
 
@@ -510,7 +509,7 @@ stow_status_t stow_record_stream(stow_pool_t *pool, void *ptr, stow_stream_t str
 {
     if (!pool || !ptr)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
     stow_status_t st;
     if (!b || b->state != BLOCK_ALLOCATED)
@@ -519,7 +518,7 @@ stow_status_t stow_record_stream(stow_pool_t *pool, void *ptr, stow_stream_t str
         st = STOW_OK; /* single-stream backend, or the allocation stream: nothing to order */
     else
         st = stow__stream_add_use(pool, b, stream);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return st;
 }
 
@@ -527,7 +526,7 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
 {
     if (!pool)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_status_t st = STOW_OK;
     if (pool->has_events) {
         pool->acct.s.num_sync_all_streams++;
@@ -539,7 +538,7 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
         stow__vmm_release_unused(pool);
     stow__segment_release_idle(pool, true, 0);
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return st == STOW_OK ? STOW_OK : STOW_EBACKEND;
 }
 
@@ -548,7 +547,7 @@ stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *b
 {
     if (!pool || !ptr)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
     stow_status_t st = (b && b->state == BLOCK_ALLOCATED) ? STOW_OK : STOW_ENOTOWNED;
     if (st == STOW_OK) {
@@ -557,7 +556,7 @@ stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *b
         if (requested_bytes)
             *requested_bytes = b->requested_bytes;
     }
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return st;
 }
 
@@ -565,11 +564,11 @@ size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len)
 {
     if (!pool)
         return 0;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     size_t n = strlen(pool->oom_message);
     if (buf_len)
         snprintf(buf, buf_len, "%s", pool->oom_message);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return n;
 }
 
@@ -578,11 +577,11 @@ stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction)
     if (!pool || !(fraction > 0.0 && fraction <= 1.0) ||
         limit_for(fraction, pool->capacity_bytes) < pool->granularity_bytes)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     pool->config.memory_fraction = fraction;
     pool->limit_bytes = limit_for(fraction, pool->capacity_bytes);
     pool->acct.s.limit_bytes = pool->limit_bytes;
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return STOW_OK;
 }
 
@@ -598,9 +597,9 @@ stow_status_t stow_pool_stats(stow_pool_t *pool, stow_stats_t *out)
 {
     if (!pool || !out)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow__acct_snapshot(&pool->acct, stow__pool_largest_free(pool), out);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return STOW_OK;
 }
 
@@ -608,29 +607,29 @@ void stow_stats_reset_peak(stow_pool_t *pool)
 {
     if (!pool)
         return;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow__acct_reset_peak(&pool->acct, stow__pool_largest_free(pool));
     for (unsigned i = 0; i < STOW_TAG_MAX; i++)
         pool->tag_stats[i].allocated_bytes_peak = pool->tag_stats[i].allocated_bytes;
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
 }
 
 void stow_stats_reset_accumulated(stow_pool_t *pool)
 {
     if (!pool)
         return;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow__acct_reset_accumulated(&pool->acct);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
 }
 
 stow_status_t stow_scope_push(stow_pool_t *pool, unsigned *depth_out)
 {
     if (!pool)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_status_t st = stow__acct_scope_push(&pool->acct, depth_out);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return st;
 }
 
@@ -638,9 +637,9 @@ stow_status_t stow_scope_pop(stow_pool_t *pool, stow_scope_result_t *out)
 {
     if (!pool)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_status_t st = stow__acct_scope_pop(&pool->acct, out);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return st;
 }
 
@@ -659,8 +658,8 @@ stow_status_t stow_pool_check(stow_pool_t *pool, char *why, size_t why_len)
 {
     if (!pool)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_status_t st = stow__pool_check_locked(pool, why, why_len);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return st;
 }

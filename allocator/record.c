@@ -68,9 +68,9 @@ stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_T
 {
     if (!pool || !out)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     memcpy(out, pool->tag_stats, sizeof pool->tag_stats);
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     return STOW_OK;
 }
 
@@ -116,10 +116,10 @@ stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events)
         rec->last_ticks = rec->start_ticks;
         rec->start_ns = wall_ns();
     }
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_recorder_t *old = pool->rec;
     pool->rec = rec;
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     if (old) {
         free(old->events);
         free(old);
@@ -131,12 +131,12 @@ void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t *kept)
 {
     uint64_t r = 0, k = 0;
     if (pool) {
-        pthread_mutex_lock(&pool->lock);
+        stow__lock(&pool->lock);
         if (pool->rec) {
             r = pool->rec->count;
             k = r < pool->rec->capacity ? r : pool->rec->capacity;
         }
-        pthread_mutex_unlock(&pool->lock);
+        stow__unlock(&pool->lock);
     }
     if (recorded)
         *recorded = r;
@@ -276,16 +276,16 @@ stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path)
 {
     if (!pool || !path)
         return STOW_EINVAL;
-    pthread_mutex_lock(&pool->lock);
+    stow__lock(&pool->lock);
     stow_recorder_t *rec = pool->rec;
     if (!rec) {
-        pthread_mutex_unlock(&pool->lock);
+        stow__unlock(&pool->lock);
         return STOW_EINVAL;
     }
     size_t n = rec->count < rec->capacity ? (size_t)rec->count : rec->capacity;
     stow_rec_event_t *copy = malloc((n ? n : 1) * sizeof *copy);
     if (!copy) {
-        pthread_mutex_unlock(&pool->lock);
+        stow__unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }
     /* Oldest first: after a wrap the oldest sits at the write position. */
@@ -293,7 +293,7 @@ stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path)
     for (size_t i = 0; i < n; i++)
         copy[i] = rec->events[(first + i) % rec->capacity];
     uint64_t t0 = rec->start_ticks, ns0 = rec->start_ns;
-    pthread_mutex_unlock(&pool->lock);
+    stow__unlock(&pool->lock);
     interpolate_ticks(copy, n);
     uint64_t t1 = stow__record_clock(), ns1 = wall_ns();
     double ns_per_tick = t1 > t0 ? (double)(ns1 - ns0) / (double)(t1 - t0) : 1.0;
