@@ -7,6 +7,12 @@
  * Invariants: every stow_stat_t keeps current <= peak and current <=
  * allocated (its `freed`, allocated - current, is filled in by snapshots);
  * each scope's peaks are >= the values at its push.
+ *
+ * Active = allocated + pending (PENDING blocks: freed by the user, not yet
+ * reusable). active_bytes and active are derived from those in snapshots
+ * rather than counted at every event; only their peak is kept here, and only
+ * while blocks are pending, because at an allocation with nothing pending
+ * active equals allocated, whose peak is tracked anyway (stow__acct_alloc).
  */
 #ifndef STOWAGE_ACCOUNTING_H
 #define STOWAGE_ACCOUNTING_H
@@ -23,7 +29,13 @@ typedef struct stow_scope_frame {
 
 typedef struct stow_accounting {
     stow_stats_t s;                /* arrays, counters, size classes; snapshot source */
-    uint64_t pending_bytes;        /* PENDING blocks (freed, waiting for events) */
+    /* PENDING blocks (freed, waiting for events), per stow_pool_kind_t */
+    uint64_t pending_bytes[STOW_POOL_KINDS];
+    uint64_t pending_blocks[STOW_POOL_KINDS];
+    /* active's cumulative total = allocated's + these (the pending figures at
+     * the last stow__acct_reset_accumulated; 0 before any) */
+    uint64_t active_total_offset_bytes[STOW_POOL_KINDS];
+    uint64_t active_total_offset_blocks[STOW_POOL_KINDS];
     uint64_t idle_segment_bytes;   /* segments with live_blocks == 0 */
     bool reserved_peak_moved;      /* a new reserved peak since the last waste snapshot */
     /* The fragmentation peak as the fraction it came from, so that the per-event
@@ -69,6 +81,10 @@ static inline void stow__acct_scope_note_allocated(stow_accounting_t *a)
     }
 }
 
+/* accounting/stats.c: raises the active peaks after an allocation made while
+ * blocks are pending. */
+void stow__acct_note_active_peak(stow_accounting_t *a, unsigned kind);
+
 /* Size class of a request for per-class counters (stowage/stats.h). */
 static inline unsigned stow__size_class_of(size_t requested_bytes)
 {
@@ -85,10 +101,10 @@ static inline void stow__acct_alloc(stow_accounting_t *a, unsigned kind, uint64_
 {
     stow_stats_t *s = &a->s;
     stow__stat2_add(s->allocated_bytes, kind, block_bytes);
-    stow__stat2_add(s->active_bytes, kind, block_bytes);
     stow__stat2_add(s->requested_bytes, kind, requested_bytes);
     stow__stat2_add(s->allocation, kind, 1);
-    stow__stat2_add(s->active, kind, 1);
+    if (__builtin_expect(a->pending_blocks[STOW_POOL_ALL] != 0, 0))
+        stow__acct_note_active_peak(a, kind);
     stow_size_class_stats_t *c = &s->size_class[size_class];
     c->requests++;
     if (hit) {
@@ -103,8 +119,8 @@ static inline void stow__acct_alloc(stow_accounting_t *a, unsigned kind, uint64_
     stow__acct_scope_note_allocated(a);
 }
 
-/* The user freed a block: allocation figures drop now; active ones drop when
- * the block really becomes free (stow__acct_release_active). */
+/* The user freed a block: allocation figures drop now (active ones with them,
+ * unless the block becomes PENDING: stow__acct_pending). */
 static inline void stow__acct_free(stow_accounting_t *a, unsigned kind, uint64_t block_bytes,
                                    uint64_t requested_bytes, unsigned size_class)
 {
@@ -115,11 +131,21 @@ static inline void stow__acct_free(stow_accounting_t *a, unsigned kind, uint64_t
     s->size_class[size_class].live--;
 }
 
-static inline void stow__acct_release_active(stow_accounting_t *a, unsigned kind,
-                                             uint64_t block_bytes)
+/* A freed block became PENDING (add) or left that state (!add). */
+static inline void stow__acct_pending(stow_accounting_t *a, unsigned kind, uint64_t block_bytes,
+                                      bool add)
 {
-    stow__stat2_sub(a->s.active_bytes, kind, block_bytes);
-    stow__stat2_sub(a->s.active, kind, 1);
+    unsigned k[2] = {STOW_POOL_ALL, kind};
+    for (unsigned i = 0; i < 2; i++) {
+        a->pending_bytes[k[i]] += add ? block_bytes : -block_bytes;
+        a->pending_blocks[k[i]] += add ? 1 : (uint64_t)-1;
+    }
+}
+
+/* Bytes in live (ALLOCATED + PENDING) blocks of pool kind k. */
+static inline uint64_t stow__acct_active_bytes(const stow_accounting_t *a, unsigned k)
+{
+    return a->s.allocated_bytes[k].current + a->pending_bytes[k];
 }
 
 /* Reserved memory (backend memory the pool holds) grew or shrank. */
@@ -193,7 +219,7 @@ void stow__acct_fragmentation_peak_moved(stow_accounting_t *a);
 static inline void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t largest_free_bytes)
 {
     uint64_t free_bytes =
-        a->s.reserved_bytes[STOW_POOL_ALL].current - a->s.active_bytes[STOW_POOL_ALL].current;
+        a->s.reserved_bytes[STOW_POOL_ALL].current - stow__acct_active_bytes(a, STOW_POOL_ALL);
     /* 1 - L/F > 1 - Lp/Fp  <=>  L * Fp < Lp * F   (F > 0) */
     if (free_bytes && (stow_u128_t)largest_free_bytes * a->frag_peak_free <
                           (stow_u128_t)a->frag_peak_largest * free_bytes) {

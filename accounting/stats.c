@@ -17,7 +17,37 @@ void stow__acct_init(stow_accounting_t *a)
 
 static uint64_t free_reserved_bytes(const stow_accounting_t *a)
 {
-    return a->s.reserved_bytes[STOW_POOL_ALL].current - a->s.active_bytes[STOW_POOL_ALL].current;
+    return a->s.reserved_bytes[STOW_POOL_ALL].current - stow__acct_active_bytes(a, STOW_POOL_ALL);
+}
+
+void stow__acct_note_active_peak(stow_accounting_t *a, unsigned kind)
+{
+    unsigned k[2] = {STOW_POOL_ALL, kind};
+    for (unsigned i = 0; i < 2; i++) {
+        uint64_t bytes = stow__acct_active_bytes(a, k[i]);
+        uint64_t blocks = a->s.allocation[k[i]].current + a->pending_blocks[k[i]];
+        if (bytes > a->s.active_bytes[k[i]].peak)
+            a->s.active_bytes[k[i]].peak = bytes;
+        if (blocks > a->s.active[k[i]].peak)
+            a->s.active[k[i]].peak = blocks;
+    }
+}
+
+/* active_bytes and active of the snapshot from allocated + pending (their
+ * peak: the larger of the one kept while blocks were pending and allocated's,
+ * since with nothing pending active == allocated). */
+static void fill_active(const stow_accounting_t *a, stow_stats_t *out)
+{
+    for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {
+        stow_stat_t *ab = &out->active_bytes[k], *ac = &out->active[k];
+        const stow_stat_t *al = &a->s.allocated_bytes[k], *n = &a->s.allocation[k];
+        ab->current = al->current + a->pending_bytes[k];
+        ab->allocated = al->allocated + a->active_total_offset_bytes[k];
+        ab->peak = a->s.active_bytes[k].peak > al->peak ? a->s.active_bytes[k].peak : al->peak;
+        ac->current = n->current + a->pending_blocks[k];
+        ac->allocated = n->allocated + a->active_total_offset_blocks[k];
+        ac->peak = a->s.active[k].peak > n->peak ? a->s.active[k].peak : n->peak;
+    }
 }
 
 static double fragmentation_of(uint64_t free_bytes, uint64_t largest_free_bytes)
@@ -48,11 +78,11 @@ static void take_waste_snapshot(stow_accounting_t *a, uint64_t largest_free_byte
     uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
     uint64_t allocated = s->allocated_bytes[STOW_POOL_ALL].current;
     uint64_t requested = s->requested_bytes[STOW_POOL_ALL].current;
-    uint64_t active = s->active_bytes[STOW_POOL_ALL].current;
+    uint64_t active = stow__acct_active_bytes(a, STOW_POOL_ALL);
     w->reserved_bytes = reserved;
     w->requested_bytes = requested;
     w->rounding_bytes = allocated - requested;
-    w->pending_bytes = a->pending_bytes;
+    w->pending_bytes = a->pending_bytes[STOW_POOL_ALL];
     w->idle_cached_bytes = a->idle_segment_bytes;
     w->split_remainder_bytes = reserved - active - a->idle_segment_bytes;
     w->fragmentation = fragmentation_of(reserved - active, largest_free_bytes);
@@ -73,6 +103,7 @@ void stow__acct_snapshot(const stow_accounting_t *a, uint64_t largest_free_bytes
                          stow_stats_t *out)
 {
     *out = a->s;
+    fill_active(a, out);
     STOW_STAT_ARRAY_FIELDS(FILL_ARRAY_FREED_)
     out->free_reserved_bytes = free_reserved_bytes(a);
     out->largest_free_block_bytes = largest_free_bytes;
@@ -87,6 +118,10 @@ void stow__acct_snapshot(const stow_accounting_t *a, uint64_t largest_free_bytes
 void stow__acct_reset_peak(stow_accounting_t *a, uint64_t largest_free_bytes)
 {
     STOW_STAT_ARRAY_FIELDS(RESET_ARRAY_PEAK_)
+    for (unsigned k = 0; k < STOW_POOL_KINDS; k++) { /* derived: their current is not kept */
+        a->s.active_bytes[k].peak = stow__acct_active_bytes(a, k);
+        a->s.active[k].peak = a->s.allocation[k].current + a->pending_blocks[k];
+    }
     for (unsigned c = 0; c < STOW_SIZE_CLASS_COUNT; c++)
         a->s.size_class[c].live_peak = a->s.size_class[c].live;
     fragmentation_peak_reset(a, largest_free_bytes);
@@ -106,6 +141,10 @@ void stow__acct_reset_accumulated(stow_accounting_t *a)
     /* allocated - freed must keep equal to current, so the cumulative increase
      * restarts from the current value (as if everything live was allocated now). */
     STOW_STAT_ARRAY_FIELDS(RESET_ARRAY_TOTALS_)
+    for (unsigned k = 0; k < STOW_POOL_KINDS; k++) { /* active = allocated + pending */
+        a->active_total_offset_bytes[k] = a->pending_bytes[k];
+        a->active_total_offset_blocks[k] = a->pending_blocks[k];
+    }
     STOW_COUNTER_FIELDS(RESET_COUNTER_)
     for (unsigned c = 0; c < STOW_SIZE_CLASS_COUNT; c++) {
         stow_size_class_stats_t *sc = &a->s.size_class[c];

@@ -127,11 +127,12 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
                           why, len)) ||
             (st = compare("requested_bytes", k, s->requested_bytes[k].current, t.requested[k],
                           why, len)) ||
-            (st = compare("active_bytes", k, s->active_bytes[k].current, t.active[k], why,
-                          len)) ||
+            (st = compare("active_bytes", k, stow__acct_active_bytes(&pool->acct, k), t.active[k],
+                          why, len)) ||
             (st = compare("allocation", k, s->allocation[k].current, t.allocations[k], why,
                           len)) ||
-            (st = compare("active", k, s->active[k].current, t.active_count[k], why, len)) ||
+            (st = compare("active", k, s->allocation[k].current + pool->acct.pending_blocks[k],
+                          t.active_count[k], why, len)) ||
             (st = compare("inactive_split_bytes", k, s->inactive_split_bytes[k].current,
                           t.split_bytes[k], why, len)) ||
             (st = compare("inactive_split", k, s->inactive_split[k].current, t.split_count[k],
@@ -141,7 +142,8 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
             s->allocated_bytes[k].current > s->allocated_bytes[k].peak)
             return violation(why, len, "a current value exceeds its peak");
     }
-    if ((st = compare("pending_bytes", 0, pool->acct.pending_bytes, t.pending_bytes, why, len)) ||
+    if ((st = compare("pending_bytes", 0, pool->acct.pending_bytes[STOW_POOL_ALL], t.pending_bytes,
+                      why, len)) ||
         (st = compare("idle_segment_bytes", 0, pool->acct.idle_segment_bytes, t.idle_bytes, why,
                       len)) ||
         (st = compare("live map entries", 0, pool->live.count, t.live_blocks, why, len)))

@@ -59,7 +59,7 @@ uint64_t stow__pool_largest_free(stow_pool_t *pool)
         /* Physical memory is fungible: one request can use every cached byte
          * (remapped as needed), within a free virtual block. */
         uint64_t s = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current -
-                     pool->acct.s.active_bytes[STOW_POOL_ALL].current;
+                     stow__acct_active_bytes(&pool->acct, STOW_POOL_ALL);
         return pool->largest_free_cache < s ? pool->largest_free_cache : s;
     }
     return pool->largest_free_cache;
@@ -108,7 +108,6 @@ void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_
                 STOW_OK)
                 pool->acct.s.num_scrub_failures++;
         }
-        stow__acct_release_active(&pool->acct, b->pool_kind, b->size_bytes);
         if (seg->granules)
             stow__vmm_unback(pool, b);
         if (--seg->live_blocks == 0) {

@@ -238,7 +238,7 @@ void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segme
     stow__record(pool, STOW_REC_OOM, 0, requested, 0, stow__current_tag);
     const stow_stats_t *s = &pool->acct.s;
     uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
-    uint64_t active = s->active_bytes[STOW_POOL_ALL].current;
+    uint64_t active = stow__acct_active_bytes(&pool->acct, STOW_POOL_ALL);
     char req[32], seg[32], res[32], alloc[32], cached[32], largest[32], cap[32], lim[32];
     format_bytes(req, sizeof req, requested);
     format_bytes(seg, sizeof seg, segment_bytes);

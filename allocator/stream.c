@@ -216,7 +216,7 @@ stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b)
         }
     }
     b->state = BLOCK_PENDING;
-    pool->acct.pending_bytes += b->size_bytes;
+    stow__acct_pending(&pool->acct, b->pool_kind, b->size_bytes, true);
     b->left = NULL;
     b->right = pool->pending;
     if (pool->pending)
@@ -260,7 +260,7 @@ void stow__stream_process_pending(stow_pool_t *pool)
         if (u->events_outstanding)
             continue;
         pending_unlink(pool, b);
-        pool->acct.pending_bytes -= b->size_bytes;
+        stow__acct_pending(&pool->acct, b->pool_kind, b->size_bytes, false);
         free(b->uses);
         b->uses = NULL;
         stow__ptr_map_remove(&pool->live, b->addr);
