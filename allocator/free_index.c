@@ -88,20 +88,25 @@ void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
     idx->bytes += b->size_bytes;
 }
 
+void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_block_t **link)
+{
+    stow_assert_internal(*link == b);
+    *link = treap_merge(b->left, b->right);
+    b->left = b->right = NULL;
+    if (!idx->root[b->bin])
+        bitmap_clear(idx, b->bin);
+    idx->block_count--;
+    idx->bytes -= b->size_bytes;
+}
+
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b)
 {
-    unsigned bin = b->bin;
-    stow_block_t **link = &idx->root[bin];
+    stow_block_t **link = &idx->root[b->bin];
     while (*link != b) {
         stow_assert_internal(*link != NULL);
         link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
     }
-    *link = treap_merge(b->left, b->right);
-    b->left = b->right = NULL;
-    if (!idx->root[bin])
-        bitmap_clear(idx, bin);
-    idx->block_count--;
-    idx->bytes -= b->size_bytes;
+    stow__free_index_remove_at(idx, b, link);
 }
 
 static int next_nonempty_bin(const stow_free_index_t *idx, unsigned from)
@@ -119,32 +124,43 @@ static int next_nonempty_bin(const stow_free_index_t *idx, unsigned from)
     }
 }
 
-stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes)
+stow_block_t *stow__free_index_best_fit_at(stow_free_index_t *idx, size_t size_bytes,
+                                          stow_block_t ***link_out)
 {
     unsigned bin = stow__free_bin_of(size_bytes);
     int b = next_nonempty_bin(idx, bin);
     if (b < 0)
         return NULL;
     if ((unsigned)b == bin) {
-        stow_block_t *best = NULL;
-        for (stow_block_t *t = idx->root[bin]; t;) {
-            if (t->size_bytes >= size_bytes) { /* (size, 0) <= (t.size, t.addr) */
-                best = t;
-                t = t->left;
+        stow_block_t **best = NULL;
+        for (stow_block_t **link = &idx->root[bin]; *link;) {
+            if ((*link)->size_bytes >= size_bytes) { /* (size, 0) <= (t.size, t.addr) */
+                best = link;
+                link = &(*link)->left;
             } else {
-                t = t->right;
+                link = &(*link)->right;
             }
         }
-        if (best)
-            return best;
+        if (best) {
+            *link_out = best;
+            return *best;
+        }
         b = next_nonempty_bin(idx, bin + 1);
         if (b < 0)
             return NULL;
     }
-    stow_block_t *t = idx->root[b];
-    while (t->left)
-        t = t->left;
-    return t;
+    stow_block_t **link = &idx->root[b];
+    while ((*link)->left)
+        link = &(*link)->left;
+    *link_out = link;
+    return *link;
+}
+
+stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes)
+{
+    stow_block_t **link;
+    /* Only reads idx: the link it reports is not used here. */
+    return stow__free_index_best_fit_at((stow_free_index_t *)idx, size_bytes, &link);
 }
 
 stow_block_t *stow__free_index_largest(const stow_free_index_t *idx)

@@ -87,8 +87,14 @@ static inline unsigned stow__free_bin_of(size_t size_bytes)
 /* ---- free_index.c ---- */
 void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b);
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b);
+/* Removes b found at *link (from stow__free_index_best_fit_at, with idx not
+ * changed since): the allocation path saves the second descent. */
+void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_block_t **link);
 /* Smallest block with size >= size_bytes, lowest address among equals; NULL if none. */
 stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes);
+/* The same, also reporting the tree link that points at it (for remove_at). */
+stow_block_t *stow__free_index_best_fit_at(stow_free_index_t *idx, size_t size_bytes,
+                                          stow_block_t ***link_out);
 stow_block_t *stow__free_index_largest(const stow_free_index_t *idx);
 /* Calls visit(arg, b) for each block of at least size_bytes in increasing
  * (size, address) order while it returns true. visit must not change idx. */
@@ -218,6 +224,8 @@ static inline void stow__record(stow_pool_t *pool, stow_rec_kind_t kind, uint64_
 /* Inserts a FREE block into its owner's index (with accounting). */
 void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b);
 void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b);
+/* The same for a block whose tree link is known (NULL: search for it). */
+void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t **link);
 /* Frees a block for good: coalesces and indexes it under `owner`. */
 void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
 uint64_t stow__pool_largest_free(stow_pool_t *pool);

@@ -26,14 +26,23 @@ void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b)
         pool->largest_free_cache = b->size_bytes;
 }
 
-void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b)
+void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t **link)
 {
-    stow__free_index_remove(&b->owner->free[b->pool_kind], b);
+    stow_free_index_t *idx = &b->owner->free[b->pool_kind];
+    if (link)
+        stow__free_index_remove_at(idx, b, link);
+    else
+        stow__free_index_remove(idx, b);
     if (b->counted_split_)
         stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, false);
     b->counted_split_ = 0;
     if (b->size_bytes >= pool->largest_free_cache)
         pool->largest_free_dirty = true;
+}
+
+void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b)
+{
+    stow__pool_index_remove_at(pool, b, NULL);
 }
 
 static void largest_of_state(const stow_stream_state_t *ss, uint64_t *largest)
@@ -252,17 +261,29 @@ static bool block_acceptable(const stow_config_t *c, const stow_block_t *b, size
     return b->size_bytes - rounded < c->max_non_split_rounding_bytes;
 }
 
+/* Best fit over the stream's own free blocks and those every stream may use;
+ * *link is where the winner hangs in its tree (valid until an index changes). */
+static stow_block_t *find_fit_at(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                                 size_t rounded, stow_block_t ***link)
+{
+    stow_block_t *b = stow__free_index_best_fit_at(&ss->free[kind], rounded, link);
+    if (ss != pool->any && pool->any->free[kind].block_count) {
+        stow_block_t **any_link;
+        stow_block_t *a = stow__free_index_best_fit_at(&pool->any->free[kind], rounded, &any_link);
+        if (a && (!b || a->size_bytes < b->size_bytes ||
+                  (a->size_bytes == b->size_bytes && a->addr < b->addr))) {
+            b = a;
+            *link = any_link;
+        }
+    }
+    return (b && block_acceptable(&pool->config, b, rounded)) ? b : NULL;
+}
+
 static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                               size_t rounded)
 {
-    stow_block_t *b = stow__free_index_best_fit(&ss->free[kind], rounded);
-    if (ss != pool->any && pool->any->free[kind].block_count) {
-        stow_block_t *a = stow__free_index_best_fit(&pool->any->free[kind], rounded);
-        if (a && (!b || a->size_bytes < b->size_bytes ||
-                  (a->size_bytes == b->size_bytes && a->addr < b->addr)))
-            b = a;
-    }
-    return (b && block_acceptable(&pool->config, b, rounded)) ? b : NULL;
+    stow_block_t **link;
+    return find_fit_at(pool, ss, kind, rounded, &link);
 }
 
 static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
@@ -320,11 +341,12 @@ stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_
     return upper;
 }
 
-/* Hands out free block b (indexed) for a request; cannot fail. */
-static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
-                       size_t rounded, size_t requested, bool hit)
+/* Hands out free block b (indexed; at *link in its tree, or link NULL) for a
+ * request; cannot fail. */
+static void take_block(stow_pool_t *pool, stow_block_t *b, stow_block_t **link,
+                       stow_stream_state_t *ss, size_t rounded, size_t requested, bool hit)
 {
-    stow__pool_index_remove(pool, b);
+    stow__pool_index_remove_at(pool, b, link);
     if (should_split(pool, b, rounded))
         split_block(pool, b, rounded);
     stow_segment_t *seg = b->segment;
@@ -441,7 +463,8 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         stow__unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }
-    stow_block_t *b = find_fit(pool, ss, kind, rounded);
+    stow_block_t **link = NULL;
+    stow_block_t *b = find_fit_at(pool, ss, kind, rounded, &link);
     bool hit = b != NULL;
     if (STOW_UNLIKELY(!hit)) {
         st = alloc_slow(pool, ss, kind, rounded, size_bytes, &b);
@@ -457,7 +480,9 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         stow__unlock(&pool->lock);
         return st;
     }
-    take_block(pool, b, ss, rounded, size_bytes, hit);
+    /* The link found above is still b's unless the slow path or the
+     * page-mapped placement and backing changed an index since. */
+    take_block(pool, b, hit && !pool->vmm ? link : NULL, ss, rounded, size_bytes, hit);
     if (pool->vmm) {
         b->extra_granules = (uint32_t)pool->placed_extra;
         pool->extra_granules_live += pool->placed_extra;
