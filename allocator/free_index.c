@@ -1,15 +1,77 @@
 /*
  * allocator/free_index.c: the free blocks of one (stream, pool kind), for
- * exact best fit in O(log n).
+ * exact best fit by size.
  *
- * Blocks are binned by size (size_class.c: bins ordered by size, a bitmap of
- * non-empty bins); each bin is a treap keyed by (size, address) with heap
- * priorities hashed from the address, so the structure is deterministic.
+ * Blocks of at most 2 MiB (x = size / 512 <= STOW_EXACT_LISTS) sit in one
+ * doubly linked list per exact size, most recently freed first, with a
+ * two-level bitmap of the non-empty lists: insert and remove are a few
+ * pointer writes, best fit is two find-first-set. Every block of the small
+ * pool is such a block, and on the real traces most events touch only those,
+ * so this is the allocator's fast path. Among blocks of equal size the most
+ * recently freed wins (it is the one most likely still in cache; measured on
+ * the shared traces, docs/benchmarks.md, it reserves no more than lowest-
+ * address-first did).
+ *
+ * Larger blocks are binned by size (size_class.c: bins ordered by size, a
+ * bitmap of non-empty bins); each bin is a treap keyed by (size, address) with
+ * heap priorities hashed from the address, so the structure is deterministic.
  * Best fit = lower_bound((size, 0)) in the request's own bin, else the minimum
  * of the next non-empty bin: the smallest block that fits, lowest address
- * among equal sizes, without scanning free blocks.
+ * among equal sizes, in O(log n) without scanning free blocks.
  */
 #include "allocator/internal.h"
+
+/* ---- exact-size lists (blocks of at most STOW_EXACT_MAX_BYTES) ---- */
+
+static bool is_exact(size_t size_bytes) { return size_bytes <= STOW_EXACT_MAX_BYTES; }
+
+/* List of a block size (a non-zero multiple of 512 up to the limit). */
+static size_t exact_slot(size_t size_bytes) { return size_bytes / STOW_MIN_BLOCK_BYTES - 1; }
+
+static void exact_insert(stow_free_index_t *idx, stow_block_t *b)
+{
+    size_t i = exact_slot(b->size_bytes);
+    b->left = NULL;
+    b->right = idx->exact[i];
+    if (b->right)
+        b->right->left = b;
+    idx->exact[i] = b;
+    idx->exact_bits[i / 64] |= (uint64_t)1 << (i % 64);
+    idx->exact_words |= (uint64_t)1 << (i / 64);
+}
+
+static void exact_remove(stow_free_index_t *idx, stow_block_t *b)
+{
+    size_t i = exact_slot(b->size_bytes);
+    if (b->left)
+        b->left->right = b->right;
+    else
+        idx->exact[i] = b->right;
+    if (b->right)
+        b->right->left = b->left;
+    b->left = b->right = NULL;
+    if (!idx->exact[i]) {
+        idx->exact_bits[i / 64] &= ~((uint64_t)1 << (i % 64));
+        if (!idx->exact_bits[i / 64])
+            idx->exact_words &= ~((uint64_t)1 << (i / 64));
+    }
+}
+
+/* First non-empty list at or above list i, or -1. */
+static long next_exact(const stow_free_index_t *idx, size_t i)
+{
+    size_t w = i / 64;
+    uint64_t word = idx->exact_bits[w] & (~(uint64_t)0 << (i % 64));
+    if (word)
+        return (long)(w * 64 + (unsigned)__builtin_ctzll(word));
+    uint64_t words = w + 1 < STOW_EXACT_WORDS ? idx->exact_words & (~(uint64_t)0 << (w + 1)) : 0;
+    if (!words)
+        return -1;
+    w = (unsigned)__builtin_ctzll(words);
+    return (long)(w * 64 + (unsigned)__builtin_ctzll(idx->exact_bits[w]));
+}
+
+/* ---- treap bins (larger blocks) ---- */
 
 static bool key_less(const stow_block_t *a, const stow_block_t *b)
 {
@@ -71,7 +133,7 @@ static void bitmap_clear(stow_free_index_t *idx, unsigned bin)
     idx->bitmap[bin / 64] &= ~((uint64_t)1 << (bin % 64));
 }
 
-void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
+static void treap_insert(stow_free_index_t *idx, stow_block_t *b)
 {
     unsigned bin = stow__free_bin_of(b->size_bytes);
     b->bin = (uint16_t)bin;
@@ -84,6 +146,15 @@ void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
     treap_split(*link, b, &b->left, &b->right);
     *link = b;
     bitmap_set(idx, bin);
+}
+
+void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
+{
+    stow_assert_internal(b->size_bytes && b->size_bytes % STOW_MIN_BLOCK_BYTES == 0);
+    if (is_exact(b->size_bytes))
+        exact_insert(idx, b);
+    else
+        treap_insert(idx, b);
     idx->block_count++;
     idx->bytes += b->size_bytes;
 }
@@ -91,16 +162,26 @@ void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
 void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_block_t **link)
 {
     stow_assert_internal(*link == b);
-    *link = treap_merge(b->left, b->right);
-    b->left = b->right = NULL;
-    if (!idx->root[b->bin])
-        bitmap_clear(idx, b->bin);
+    if (is_exact(b->size_bytes)) {
+        exact_remove(idx, b); /* a list head: link is &idx->exact[...] */
+    } else {
+        *link = treap_merge(b->left, b->right);
+        b->left = b->right = NULL;
+        if (!idx->root[b->bin])
+            bitmap_clear(idx, b->bin);
+    }
     idx->block_count--;
     idx->bytes -= b->size_bytes;
 }
 
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b)
 {
+    if (is_exact(b->size_bytes)) {
+        exact_remove(idx, b);
+        idx->block_count--;
+        idx->bytes -= b->size_bytes;
+        return;
+    }
     stow_block_t **link = &idx->root[b->bin];
     while (*link != b) {
         stow_assert_internal(*link != NULL);
@@ -127,6 +208,15 @@ static int next_nonempty_bin(const stow_free_index_t *idx, unsigned from)
 stow_block_t *stow__free_index_best_fit_at(stow_free_index_t *idx, size_t size_bytes,
                                           stow_block_t ***link_out)
 {
+    if (is_exact(size_bytes)) {
+        /* The smallest list of blocks >= size_bytes: x = ceil(size / 512). */
+        long i = next_exact(idx, size_bytes ? (size_bytes - 1) / STOW_MIN_BLOCK_BYTES : 0);
+        if (i >= 0) {
+            *link_out = &idx->exact[i];
+            return idx->exact[i];
+        }
+        size_bytes = STOW_EXACT_MAX_BYTES + 1; /* every treap block is at least that */
+    }
     unsigned bin = stow__free_bin_of(size_bytes);
     int b = next_nonempty_bin(idx, bin);
     if (b < 0)
@@ -174,7 +264,10 @@ stow_block_t *stow__free_index_largest(const stow_free_index_t *idx)
             t = t->right;
         return t;
     }
-    return NULL;
+    if (!idx->exact_words)
+        return NULL;
+    unsigned w = 63u - (unsigned)__builtin_clzll(idx->exact_words);
+    return idx->exact[w * 64 + 63u - (unsigned)__builtin_clzll(idx->exact_bits[w])];
 }
 
 /* In-order walk of the keys of t that are at least size_bytes; false once
@@ -195,6 +288,14 @@ static bool visit_tree(stow_block_t *t, size_t size_bytes, bool (*visit)(void *,
 void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_bytes,
                                     bool (*visit)(void *arg, stow_block_t *b), void *arg)
 {
+    if (is_exact(size_bytes)) {
+        for (long i = next_exact(idx, size_bytes ? (size_bytes - 1) / STOW_MIN_BLOCK_BYTES : 0);
+             i >= 0; i = (size_t)i + 1 < STOW_EXACT_LISTS ? next_exact(idx, (size_t)i + 1) : -1)
+            for (stow_block_t *b = idx->exact[i]; b; b = b->right)
+                if (!visit(arg, b))
+                    return;
+        size_bytes = STOW_EXACT_MAX_BYTES + 1;
+    }
     for (int bin = next_nonempty_bin(idx, stow__free_bin_of(size_bytes)); bin >= 0;
          bin = next_nonempty_bin(idx, (unsigned)bin + 1))
         if (!visit_tree(idx->root[bin], size_bytes, visit, arg))
@@ -216,6 +317,13 @@ static size_t collect_tree(stow_block_t *t, stow_block_t **out, size_t n)
 size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out)
 {
     size_t n = 0;
+    for (uint64_t words = idx->exact_words; words; words &= words - 1) {
+        unsigned w = (unsigned)__builtin_ctzll(words);
+        for (uint64_t bits = idx->exact_bits[w]; bits; bits &= bits - 1)
+            for (stow_block_t *b = idx->exact[w * 64 + (unsigned)__builtin_ctzll(bits)]; b;
+                 b = b->right)
+                out[n++] = b;
+    }
     for (unsigned bin = 0; bin < STOW_FREE_BINS; bin++)
         if (idx->root[bin])
             n = collect_tree(idx->root[bin], out, n);

@@ -25,13 +25,22 @@
 #define STOW_MIN_BLOCK_BYTES ((size_t)512)       /* every size is a multiple of this */
 #define STOW_SMALL_REQUEST_BYTES ((size_t)1 << 20) /* <= 1 MiB: small pool */
 
-/* Free-index bins. Sizes are multiples of 512 B; with x = size / 512, bins
- * 0..15 hold x exactly and above that each power of two is cut into 8 bins,
- * so a bin spans at most 12.5% of its lower bound. Bins are ordered by size,
- * which makes "first non-empty bin at or above, then the smallest block in it"
- * an exact best fit. x < 2^55 gives at most 16 + 51 * 8 = 424 bins. */
+/* Free-index bins. Sizes are multiples of 512 B; with x = size / 512:
+ *  - x <= STOW_EXACT_LISTS (blocks of at most 2 MiB, every block of a small
+ *    pool and most remainders): one list per exact size, most recently freed
+ *    first, found through a two-level bitmap. Constant-time insert and remove;
+ *    best fit by size is exact, ties go to the most recently freed block.
+ *  - larger: bins 0..15 would hold x exactly, and above that each power of two
+ *    is cut into 8 bins, so a bin spans at most 12.5% of its lower bound; each
+ *    bin is a treap keyed by (size, address). Bins are ordered by size, which
+ *    makes "first non-empty bin at or above, then the smallest block in it" an
+ *    exact best fit, lowest address among equal sizes. x < 2^55 gives at most
+ *    16 + 51 * 8 = 424 bins. */
 #define STOW_FREE_BINS 448
 #define STOW_FREE_BITMAP_WORDS (STOW_FREE_BINS / 64)
+#define STOW_EXACT_LISTS 4096
+#define STOW_EXACT_MAX_BYTES ((size_t)STOW_EXACT_LISTS * STOW_MIN_BLOCK_BYTES)
+#define STOW_EXACT_WORDS (STOW_EXACT_LISTS / 64)
 
 typedef struct stow_block stow_block_t;
 typedef struct stow_segment stow_segment_t;
@@ -57,7 +66,8 @@ struct stow_block {
     stow_block_t *prev, *next;    /* address neighbours in the segment */
     stow_segment_t *segment;
     stow_stream_state_t *owner;   /* FREE: the index holding it; else the allocation stream */
-    stow_block_t *left, *right;   /* FREE: treap children; PENDING: pending-list links */
+    stow_block_t *left, *right;   /* FREE: treap children, or exact-list prev / next;
+                                     PENDING: pending-list links */
     stow_stream_uses_t *uses;     /* record_stream users, or NULL */
     uint64_t free_seq;            /* FREE: owner's free sequence number at insertion */
     uint32_t priority;            /* treap heap priority (hash of addr) */
@@ -102,6 +112,9 @@ struct stow_segment {
 typedef struct stow_free_index {
     stow_block_t *root[STOW_FREE_BINS];
     uint64_t bitmap[STOW_FREE_BITMAP_WORDS]; /* bit b set <=> root[b] != NULL */
+    stow_block_t *exact[STOW_EXACT_LISTS];   /* [x - 1]: blocks of x * 512 bytes */
+    uint64_t exact_bits[STOW_EXACT_WORDS];   /* bit i set <=> exact[i] != NULL */
+    uint64_t exact_words;                    /* bit w set <=> exact_bits[w] != 0 */
     size_t block_count;
     size_t bytes;
 } stow_free_index_t;

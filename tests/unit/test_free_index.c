@@ -3,9 +3,10 @@
  *
  * The free index is checked against a brute-force shadow (an array of the
  * blocks it should hold) under random insert/remove/best_fit/largest/collect.
- * Best fit must be the smallest size >= the request, lowest address among
- * equal sizes; largest must have the largest size; collect must return every
- * block exactly once; block_count, bytes and the bin bitmap must agree.
+ * Best fit must be the smallest size >= the request; among equal sizes, the
+ * most recently inserted up to 2 MiB (exact-size lists), the lowest address
+ * above (treaps); largest must have the largest size; collect must return
+ * every block exactly once; block_count, bytes and both bitmaps must agree.
  */
 #include <criterion/criterion.h>
 
@@ -38,6 +39,16 @@ static stow_free_index_t *index_new(void)
     return idx;
 }
 
+/* Insertion order for the shadow's tie rule (kept in free_seq, which the
+ * index itself never reads). */
+static uint64_t insert_seq;
+
+static void insert(stow_free_index_t *idx, stow_block_t *b)
+{
+    b->free_seq = ++insert_seq;
+    stow__free_index_insert(idx, b);
+}
+
 static stow_block_t *block_new(uintptr_t addr, size_t size)
 {
     stow_block_t *b = calloc(1, sizeof *b);
@@ -45,6 +56,13 @@ static stow_block_t *block_new(uintptr_t addr, size_t size)
     b->addr = addr;
     b->size_bytes = size;
     return b;
+}
+
+/* Between two free blocks of equal size: does b win over best? */
+static bool tie_wins(const stow_block_t *b, const stow_block_t *best)
+{
+    return b->size_bytes <= STOW_EXACT_MAX_BYTES ? b->free_seq > best->free_seq
+                                                 : b->addr < best->addr;
 }
 
 static stow_block_t *shadow_best_fit(const shadow_t *sh, size_t size)
@@ -55,7 +73,7 @@ static stow_block_t *shadow_best_fit(const shadow_t *sh, size_t size)
         if (b->size_bytes < size)
             continue;
         if (!best || b->size_bytes < best->size_bytes ||
-            (b->size_bytes == best->size_bytes && b->addr < best->addr))
+            (b->size_bytes == best->size_bytes && tie_wins(b, best)))
             best = b;
     }
     return best;
@@ -88,6 +106,16 @@ static void check_full(const stow_free_index_t *idx, const shadow_t *sh)
         bool bit = (idx->bitmap[bin / 64] >> (bin % 64)) & 1;
         cr_assert_eq(bit, idx->root[bin] != NULL, "bin %u", bin);
     }
+    for (unsigned i = 0; i < STOW_EXACT_LISTS; i++) {
+        bool bit = (idx->exact_bits[i / 64] >> (i % 64)) & 1;
+        cr_assert_eq(bit, idx->exact[i] != NULL, "exact list %u", i);
+        for (const stow_block_t *b = idx->exact[i]; b; b = b->right) {
+            cr_assert_eq(b->size_bytes, (size_t)(i + 1) * 512, "block in the wrong list");
+            cr_assert(b->right == NULL || b->right->left == b, "list links");
+        }
+    }
+    for (unsigned w = 0; w < STOW_EXACT_WORDS; w++)
+        cr_assert_eq((idx->exact_words >> w) & 1, idx->exact_bits[w] != 0, "exact word %u", w);
     stow_block_t **got = malloc((sh->count + 1) * sizeof *got);
     stow_block_t **want = malloc((sh->count + 1) * sizeof *want);
     cr_assert(got && want);
@@ -130,7 +158,7 @@ Test(free_index, single_block)
 {
     stow_free_index_t *idx = index_new();
     stow_block_t *b = block_new(0x10000, 4096);
-    stow__free_index_insert(idx, b);
+    insert(idx, b);
     cr_assert_eq(idx->block_count, 1);
     cr_assert_eq(idx->bytes, 4096);
     cr_assert_eq(stow__free_index_best_fit(idx, 512), b);
@@ -149,20 +177,87 @@ Test(free_index, single_block)
     free(idx);
 }
 
-Test(free_index, equal_sizes_lowest_address_first)
+Test(free_index, equal_sizes_lowest_address_first_above_2mib)
 {
     stow_free_index_t *idx = index_new();
     uintptr_t addrs[] = {0x9000, 0x3000, 0x7000, 0x1000, 0x5000};
     stow_block_t *b[5];
     for (int i = 0; i < 5; i++) {
-        b[i] = block_new(addrs[i], 8192);
-        stow__free_index_insert(idx, b[i]);
+        b[i] = block_new(addrs[i] << 12, 4 * MIB);
+        insert(idx, b[i]);
     }
-    cr_assert_eq(stow__free_index_best_fit(idx, 8192)->addr, 0x1000);
+    cr_assert_eq(stow__free_index_best_fit(idx, 4 * MIB)->addr, 0x1000 << 12);
     stow__free_index_remove(idx, b[3]);
-    cr_assert_eq(stow__free_index_best_fit(idx, 8192)->addr, 0x3000);
+    cr_assert_eq(stow__free_index_best_fit(idx, 4 * MIB)->addr, 0x3000 << 12);
     stow__free_index_remove(idx, b[1]);
-    cr_assert_eq(stow__free_index_best_fit(idx, 100)->addr, 0x5000);
+    cr_assert_eq(stow__free_index_best_fit(idx, 3 * MIB)->addr, 0x5000 << 12);
+    for (int i = 0; i < 5; i++)
+        free(b[i]);
+    free(idx);
+}
+
+Test(free_index, equal_sizes_most_recent_first_up_to_2mib)
+{
+    stow_free_index_t *idx = index_new();
+    stow_block_t *b[5];
+    for (int i = 0; i < 5; i++) {
+        b[i] = block_new((uintptr_t)(0x1000 * (i + 1)), 8192);
+        insert(idx, b[i]);
+    }
+    cr_assert_eq(stow__free_index_best_fit(idx, 8192), b[4]);
+    stow__free_index_remove(idx, b[4]);
+    cr_assert_eq(stow__free_index_best_fit(idx, 8000), b[3]);
+    stow__free_index_remove(idx, b[2]); /* from the middle of the list */
+    cr_assert_eq(stow__free_index_best_fit(idx, 100), b[3]);
+    insert(idx, b[2]);
+    cr_assert_eq(stow__free_index_best_fit(idx, 8192), b[2]);
+    /* 2 MiB is the last exact size; one 512-byte step above is a treap block. */
+    stow_block_t *top = block_new(0x100000000, STOW_EXACT_MAX_BYTES);
+    stow_block_t *above = block_new(0x200000000, STOW_EXACT_MAX_BYTES + 512);
+    insert(idx, above);
+    insert(idx, top);
+    cr_assert_eq(stow__free_index_best_fit(idx, 8193), top);
+    cr_assert_eq(stow__free_index_best_fit(idx, STOW_EXACT_MAX_BYTES), top);
+    cr_assert_eq(stow__free_index_best_fit(idx, STOW_EXACT_MAX_BYTES + 1), above);
+    cr_assert_eq(stow__free_index_largest(idx), above);
+    stow__free_index_remove(idx, above);
+    cr_assert_eq(stow__free_index_largest(idx), top, "largest among the exact lists");
+    stow__free_index_remove(idx, top);
+    cr_assert_eq(stow__free_index_largest(idx)->size_bytes, 8192);
+    for (int i = 0; i < 4; i++)
+        stow__free_index_remove(idx, b[i]);
+    cr_assert_eq(idx->exact_words, 0);
+    cr_assert_null(stow__free_index_best_fit(idx, 512));
+    for (int i = 0; i < 5; i++)
+        free(b[i]);
+    free(top);
+    free(above);
+    free(idx);
+}
+
+Test(free_index, exact_lists_across_bitmap_words)
+{
+    /* Sizes 64 lists apart land in different bitmap words: the search must
+     * move from word to word through the summary. */
+    stow_free_index_t *idx = index_new();
+    size_t sizes[] = {512, 64 * 512, 65 * 512, 129 * 512, 4000 * 512};
+    stow_block_t *b[5];
+    for (int i = 0; i < 5; i++) {
+        b[i] = block_new((uintptr_t)(0x10000 * (i + 1)), sizes[i]);
+        insert(idx, b[i]);
+    }
+    cr_assert_eq(stow__free_index_best_fit(idx, 1), b[0]);
+    cr_assert_eq(stow__free_index_best_fit(idx, 513), b[1]);
+    cr_assert_eq(stow__free_index_best_fit(idx, 64 * 512 + 1), b[2]);
+    cr_assert_eq(stow__free_index_best_fit(idx, 66 * 512), b[3]);
+    cr_assert_eq(stow__free_index_best_fit(idx, 130 * 512), b[4]);
+    cr_assert_null(stow__free_index_best_fit(idx, 4000 * 512 + 1));
+    stow__free_index_remove(idx, b[3]);
+    cr_assert_eq(stow__free_index_best_fit(idx, 66 * 512), b[4]);
+    for (int i = 0; i < 5; i++)
+        if (i != 3)
+            stow__free_index_remove(idx, b[i]);
+    cr_assert_eq(idx->exact_words, 0);
     for (int i = 0; i < 5; i++)
         free(b[i]);
     free(idx);
@@ -175,8 +270,8 @@ Test(free_index, smaller_size_beats_lower_address)
     stow_block_t *big = block_new(0x1000, 17 * 512 * 64);
     stow_block_t *small = block_new(0x900000, 16 * 512 * 64 + 512);
     cr_assert_eq(stow__free_bin_of(big->size_bytes), stow__free_bin_of(small->size_bytes));
-    stow__free_index_insert(idx, big);
-    stow__free_index_insert(idx, small);
+    insert(idx, big);
+    insert(idx, small);
     cr_assert_eq(stow__free_index_best_fit(idx, 16 * 512 * 64), small);
     cr_assert_eq(stow__free_index_best_fit(idx, small->size_bytes), small);
     cr_assert_eq(stow__free_index_best_fit(idx, small->size_bytes + 1), big);
@@ -195,9 +290,9 @@ Test(free_index, request_bin_has_only_smaller_blocks)
     stow_block_t *lo = block_new(0x1000, base);          /* bin of base */
     stow_block_t *hi = block_new(0x2000, 4 * base);      /* far bin */
     stow_block_t *hi2 = block_new(0x3000, 4 * base + 512);
-    stow__free_index_insert(idx, lo);
-    stow__free_index_insert(idx, hi2);
-    stow__free_index_insert(idx, hi);
+    insert(idx, lo);
+    insert(idx, hi2);
+    insert(idx, hi);
     cr_assert_eq(stow__free_index_best_fit(idx, base + 512), hi);
     cr_assert_eq(stow__free_index_best_fit(idx, base), lo);
     cr_assert_null(stow__free_index_best_fit(idx, 4 * base + 1024));
@@ -247,7 +342,7 @@ static void random_differential(uint64_t seed, size_t max_blocks, unsigned steps
         unsigned op = (unsigned)(rng_next() % 10);
         if (op < 4 && sh.count < max_blocks && next_addr < naddr) {
             stow_block_t *b = block_new(addrs[next_addr++], random_block_size((unsigned)rng_next()));
-            stow__free_index_insert(idx, b);
+            insert(idx, b);
             sh.items[sh.count++] = b;
         } else if (op < 6 && sh.count) {
             size_t i = (size_t)(rng_next() % sh.count);
@@ -260,7 +355,7 @@ static void random_differential(uint64_t seed, size_t max_blocks, unsigned steps
                 /* Reinsert later under a new size, same address: as a pool does
                  * after coalescing. */
                 b->size_bytes = random_block_size((unsigned)rng_next());
-                stow__free_index_insert(idx, b);
+                insert(idx, b);
                 sh.items[sh.count++] = b;
             }
         } else if (op < 9) {
@@ -308,24 +403,26 @@ Test(free_index, random_large)
 
 Test(free_index, ascending_and_descending_inserts)
 {
-    /* Sorted insert orders build degenerate shapes in naive trees. */
+    /* Sorted insert orders build degenerate shapes in naive trees (treap
+     * sizes: above the exact lists). */
     stow_free_index_t *idx = index_new();
     enum { N = 4000 };
+    const size_t size = 4 * MIB;
     stow_block_t **b = malloc(N * sizeof *b);
     shadow_t sh = {b, 0};
     for (size_t i = 0; i < N; i++) {
-        b[i] = block_new((uintptr_t)(i + 1) * 4096, 4096);
-        stow__free_index_insert(idx, b[i]);
+        b[i] = block_new((uintptr_t)(i + 1) * size, size);
+        insert(idx, b[i]);
         sh.count++;
     }
-    check_best_fit(idx, &sh, 4096);
-    cr_assert_eq(stow__free_index_best_fit(idx, 4096)->addr, 4096);
+    check_best_fit(idx, &sh, size);
+    cr_assert_eq(stow__free_index_best_fit(idx, size)->addr, size);
     for (size_t i = 0; i < N; i++)
         stow__free_index_remove(idx, b[i]);
     for (size_t i = N; i-- > 0;)
-        stow__free_index_insert(idx, b[i]);
+        insert(idx, b[i]);
     check_full(idx, &sh);
-    cr_assert_eq(stow__free_index_best_fit(idx, 512)->addr, 4096);
+    cr_assert_eq(stow__free_index_best_fit(idx, 512)->addr, size);
     for (size_t i = 0; i < N; i++) {
         stow_block_t *f = stow__free_index_best_fit(idx, 512);
         cr_assert_eq(f, b[i]);
@@ -342,8 +439,8 @@ Test(free_index, huge_sizes)
     stow_free_index_t *idx = index_new();
     stow_block_t *a = block_new(0x1000, (size_t)1 << 62);
     stow_block_t *c = block_new(0x2000, ((size_t)1 << 50) + 512);
-    stow__free_index_insert(idx, a);
-    stow__free_index_insert(idx, c);
+    insert(idx, a);
+    insert(idx, c);
     cr_assert_eq(stow__free_index_best_fit(idx, (size_t)1 << 50), c);
     cr_assert_eq(stow__free_index_best_fit(idx, ((size_t)1 << 50) + 1024), a);
     cr_assert_null(stow__free_index_best_fit(idx, ((size_t)1 << 62) + 512));
