@@ -76,7 +76,8 @@ static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned
 
 static size_t granule_index(const stow_pool_t *pool, const stow_segment_t *seg, uintptr_t addr)
 {
-    return (size_t)(addr - seg->base) / pool->granularity_bytes;
+    /* A power of two (backend_valid): a shift, not a 64-bit division. */
+    return (size_t)(addr - seg->base) >> __builtin_ctzll(pool->granularity_bytes);
 }
 
 /* Granules [first, end) overlapped by [addr, addr + size). */
@@ -206,17 +207,25 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
     stow_segment_t *seg = b->segment;
     size_t first, end;
     granule_span(pool, seg, b->addr, size_bytes, &first, &end);
-    /* Mapped granules that become live leave the unused list first, so that
-     * they cannot be taken below. */
-    for (size_t i = first; i < end; i++)
-        if (seg->granules[i].on_lru)
-            lru_unlink(pool, &seg->granules[i]);
+    /* One pass over the span: each granule counts the block as live at once
+     * (leaving the unused list, so that obtain_handle below cannot take it),
+     * and the first one still unmapped is noted. A block over mapped granules,
+     * the steady state, needs nothing more. */
+    size_t unmapped_from = end;
+    for (size_t i = first; i < end; i++) {
+        stow_granule_t *g = &seg->granules[i];
+        if (g->on_lru)
+            lru_unlink(pool, g);
+        g->live++;
+        if (!g->phys && unmapped_from == end)
+            unmapped_from = i;
+    }
     uint64_t bytes_after = pool->live_bytes + size_bytes;
     uint64_t bytes_high_water =
         bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
     bool synced = false;
     stow_status_t st = STOW_OK;
-    for (size_t i = first; i < end && st == STOW_OK; i++) {
+    for (size_t i = unmapped_from; i < end && st == STOW_OK; i++) {
         stow_granule_t *g = &seg->granules[i];
         if (g->phys)
             continue;
@@ -237,14 +246,12 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
          * live block goes (back) to the unused list. */
         for (size_t i = first; i < end; i++) {
             stow_granule_t *g = &seg->granules[i];
-            if (g->live == 0 && g->phys && !g->on_lru)
+            if (--g->live == 0 && g->phys)
                 lru_push(pool, g);
         }
         update_idle(pool);
         return st;
     }
-    for (size_t i = first; i < end; i++)
-        seg->granules[i].live++;
     pool->live_bytes = bytes_after;
     pool->live_bytes_high_water = bytes_high_water;
     update_idle(pool);
