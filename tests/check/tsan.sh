@@ -14,4 +14,5 @@ cmake --build "$B" -j"$JOBS" --target $targets >/dev/null
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 "$B"/stress_threads 4 100000 1
 "$B"/stress_threads 8 30000 2
+"$B"/lock_exclusion 8 50000
 echo "tsan: no ThreadSanitizer report"
