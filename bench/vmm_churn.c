@@ -5,10 +5,13 @@
  * prints for every replay of the vmm pool its map + unmap calls per 1000
  * events, then per trace: peak reserved / peak live of the vmm pool, the
  * steady-state churn (map + unmap per 1000 events, median of replays 3..N),
- * and the host cost of vmm relative to classic (median of the per-replay
- * ratios of replays 3..N: same process, same trace, back to back).
+ * the replay from which the pool repeats itself (each replay's map + unmap
+ * count equal to that of the replay two before: a fixed point or a two-step
+ * cycle, seen at least twice), and the host cost of vmm relative to classic
+ * (median of the per-replay ratios of replays 3..N: same process, same trace,
+ * back to back).
  *
- *   build/vmm_churn [--replays N] [--conf KEY:VALUE,...] TRACE...
+ *   build/vmm_churn [--replays N (default 16)] [--conf KEY:VALUE,...] TRACE...
  *
  * docs/design.md (page-mapped segments) quotes its output.
  */
@@ -40,6 +43,17 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The first replay (0-based) from which every replay's count equals the one
+ * two replays before, if at least two such equalities follow it; else -1. */
+static int settled_from(const uint64_t *count, int replays)
+{
+    /* Invariant: count[j] == count[j - 2] for every j >= s + 2 (vacuous at first). */
+    int s = replays - 2;
+    while (s >= 1 && count[s + 1] == count[s - 1])
+        s--;
+    return replays - 2 - s >= 2 ? s : -1;
 }
 
 static double median(double *v, int n)
@@ -129,13 +143,15 @@ static int run_trace(const char *path, const stow_config_t *config, int replays)
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     double churn[MAX_REPLAYS], ratio[MAX_REPLAYS];
+    uint64_t count[MAX_REPLAYS];
     uint64_t failures = 0;
     printf("%-26s map+unmap / 1000 events by replay:", base);
     for (int r = 0; r < replays; r++) {
         uint64_t before = remaps(vmm.pool);
         uint64_t vmm_ns = replay(&vmm, t, &failures);
         uint64_t classic_ns = replay(&classic, t, &failures);
-        churn[r] = 1000.0 * (double)(remaps(vmm.pool) - before) / (double)t->event_count;
+        count[r] = remaps(vmm.pool) - before;
+        churn[r] = 1000.0 * (double)count[r] / (double)t->event_count;
         ratio[r] = (double)vmm_ns / (double)classic_ns;
         printf(" %.1f", churn[r]);
     }
@@ -144,9 +160,13 @@ static int run_trace(const char *path, const stow_config_t *config, int replays)
     (void)stow_pool_stats(vmm.pool, &st);
     double peak_ratio = (double)st.reserved_bytes[STOW_POOL_ALL].peak / (double)t->peak_live_bytes;
     int from = replays >= 3 ? 2 : 0;
-    printf("%-26s vmm reserved/live %.4f  steady churn %.1f  vmm/classic host time %.3f"
+    char settled[48] = "not settled";
+    int stable = settled_from(count, replays);
+    if (stable >= 0)
+        snprintf(settled, sizeof settled, "settled from replay %d", stable + 1);
+    printf("%-26s vmm reserved/live %.4f  steady churn %.1f  %s  vmm/classic host time %.3f"
            "  failures %llu\n",
-           base, peak_ratio, median(churn + from, replays - from),
+           base, peak_ratio, median(churn + from, replays - from), settled,
            median(ratio + from, replays - from), (unsigned long long)failures);
 out:
     side_close(&vmm);
@@ -157,7 +177,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    int replays = 5, i = 1;
+    int replays = 16, i = 1;
     stow_config_t config;
     stow_config_default(&config);
     while (i + 1 < argc && argv[i][0] == '-') {
