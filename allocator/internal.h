@@ -96,8 +96,9 @@ stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t siz
 stow_block_t *stow__free_index_best_fit_at(stow_free_index_t *idx, size_t size_bytes,
                                           stow_block_t ***link_out);
 stow_block_t *stow__free_index_largest(const stow_free_index_t *idx);
-/* Calls visit(arg, b) for each block of at least size_bytes in increasing
- * (size, address) order while it returns true. visit must not change idx. */
+/* Calls visit(arg, b) for each block of at least size_bytes in increasing size
+ * order (among equal sizes: most recently freed first up to 2 MiB, lowest
+ * address first above) while it returns true. visit must not change idx. */
 void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_bytes,
                                     bool (*visit)(void *arg, stow_block_t *b), void *arg);
 /* Appends every block of idx to out[] (capacity idx->block_count), in no order. */

@@ -11,8 +11,8 @@
  * - Bad input never aborts the process: it returns STOW_EINVAL, STOW_ENOTOWNED,
  *   STOW_EOVERFLOW... and changes nothing (accounting stays exact).
  * - Handles are opaque; each has one create and one destroy.
- * - Thread safety: a pool may be used from any number of threads; one mutex per
- *   pool serializes its calls (see docs/design.md, "Locking").
+ * - Thread safety: a pool may be used from any number of threads; one lock per
+ *   pool (a futex mutex) serializes its calls (see docs/design.md, "Locking").
  */
 #ifndef STOWAGE_H
 #define STOWAGE_H
