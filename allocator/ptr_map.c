@@ -64,7 +64,7 @@ void *stow__ptr_map_get(const stow_ptr_map_t *map, uintptr_t key)
 
 void stow__ptr_map_put(stow_ptr_map_t *map, uintptr_t key, void *value)
 {
-    stow_assert(key != 0 && (map->count + 1) * 2 <= map->capacity);
+    stow_assert(key != 0 && (map->count + 1) * 4 <= map->capacity);
     size_t mask = map->capacity - 1;
     size_t i = ptr_map_slot(key, mask);
     while (map->slots[i].key && map->slots[i].key != key)
