@@ -11,7 +11,11 @@
  * (median of the per-replay ratios of replays 3..N: same process, same trace,
  * back to back).
  *
- *   build/vmm_churn [--replays N (default 16)] [--conf KEY:VALUE,...] TRACE...
+ * With --parts P it also prints the map + unmap calls of the first replay (a
+ * fresh pool, as in a real run) in P equal slices of its events: for a trace of
+ * P training steps, step by step.
+ *
+ *   build/vmm_churn [--replays N (default 16)] [--parts P] [--conf KEY:VALUE,...] TRACE...
  *
  * docs/design.md (page-mapped segments) quotes its output.
  */
@@ -25,6 +29,7 @@
 #include "stowage/trace.h"
 
 #define MAX_REPLAYS 100
+#define MAX_PARTS 64
 
 typedef struct side {
     stow_backend_t *sim;
@@ -68,12 +73,24 @@ static stow_stream_t stream_of(uint32_t index)
     return (stow_stream_t)(uintptr_t)(index + 1u);
 }
 
+static uint64_t remaps(stow_pool_t *pool);
+
 /* One replay of the whole trace, then frees what the trace leaves live.
- * Returns the time of the replay proper; counts allocation failures. */
-static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures)
+ * Returns the time of the replay proper; counts allocation failures. With
+ * parts > 0, part_remaps[k] gets the map + unmap calls of the k-th of `parts`
+ * equal slices of the events. */
+static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int parts,
+                       uint64_t *part_remaps)
 {
+    size_t per_part = parts > 0 ? (t->event_count + (size_t)parts - 1) / (size_t)parts : 0;
+    uint64_t part_start = parts > 0 ? remaps(s->pool) : 0;
     uint64_t t0 = now_ns();
     for (size_t i = 0; i < t->event_count; i++) {
+        if (parts > 0 && i && i % per_part == 0) {
+            uint64_t now = remaps(s->pool);
+            part_remaps[i / per_part - 1] = now - part_start;
+            part_start = now;
+        }
         const stow_trace_event_t *e = &t->events[i];
         if (e->kind == STOW_TRACE_ALLOC) {
             if (stow_pool_alloc(s->pool, e->size_bytes, stream_of(e->stream), &s->ptrs[e->id]) !=
@@ -87,6 +104,8 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures)
         }
     }
     uint64_t dt = now_ns() - t0;
+    if (parts > 0)
+        part_remaps[(t->event_count - 1) / per_part] = remaps(s->pool) - part_start;
     for (uint32_t id = 0; id < t->id_count; id++)
         if (s->ptrs[id]) {
             (void)stow_pool_free(s->pool, s->ptrs[id]);
@@ -124,7 +143,7 @@ static uint64_t remaps(stow_pool_t *pool)
     return st.num_map_calls + st.num_unmap_calls;
 }
 
-static int run_trace(const char *path, const stow_config_t *config, int replays)
+static int run_trace(const char *path, const stow_config_t *config, int replays, int parts)
 {
     stow_trace_t *t;
     char err[512];
@@ -143,19 +162,25 @@ static int run_trace(const char *path, const stow_config_t *config, int replays)
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     double churn[MAX_REPLAYS], ratio[MAX_REPLAYS];
-    uint64_t count[MAX_REPLAYS];
+    uint64_t count[MAX_REPLAYS], part_remaps[MAX_PARTS];
     uint64_t failures = 0;
     printf("%-26s map+unmap / 1000 events by replay:", base);
     for (int r = 0; r < replays; r++) {
         uint64_t before = remaps(vmm.pool);
-        uint64_t vmm_ns = replay(&vmm, t, &failures);
-        uint64_t classic_ns = replay(&classic, t, &failures);
+        uint64_t vmm_ns = replay(&vmm, t, &failures, r == 0 ? parts : 0, part_remaps);
+        uint64_t classic_ns = replay(&classic, t, &failures, 0, NULL);
         count[r] = remaps(vmm.pool) - before;
         churn[r] = 1000.0 * (double)count[r] / (double)t->event_count;
         ratio[r] = (double)vmm_ns / (double)classic_ns;
         printf(" %.1f", churn[r]);
     }
     printf("\n");
+    if (parts > 0) {
+        printf("%-26s first replay, map+unmap by 1/%d of its events:", base, parts);
+        for (int k = 0; k < parts; k++)
+            printf(" %llu", (unsigned long long)part_remaps[k]);
+        printf("\n");
+    }
     stow_stats_t st;
     (void)stow_pool_stats(vmm.pool, &st);
     double peak_ratio = (double)st.reserved_bytes[STOW_POOL_ALL].peak / (double)t->peak_live_bytes;
@@ -177,7 +202,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    int replays = 16, i = 1;
+    int replays = 16, parts = 0, i = 1;
     stow_config_t config;
     stow_config_default(&config);
     while (i + 1 < argc && argv[i][0] == '-') {
@@ -191,6 +216,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             replays = (int)n;
+        } else if (!strcmp(argv[i], "--parts")) {
+            char *end;
+            long n = strtol(argv[i + 1], &end, 10);
+            if (*end || end == argv[i + 1] || n < 1 || n > MAX_PARTS) {
+                fprintf(stderr, "vmm_churn: --parts: '%s' is not a count in 1..%d\n",
+                        argv[i + 1], MAX_PARTS);
+                return 2;
+            }
+            parts = (int)n;
         } else if (!strcmp(argv[i], "--conf")) {
             if (stow_config_parse(&config, argv[i + 1], err, sizeof err) != STOW_OK) {
                 fprintf(stderr, "vmm_churn: --conf: %s\n", err);
@@ -202,12 +236,14 @@ int main(int argc, char **argv)
         i += 2;
     }
     if (i >= argc || replays < 1 || replays > MAX_REPLAYS) {
-        fprintf(stderr, "usage: vmm_churn [--replays N (1..%d)] [--conf KEY:VALUE,...] TRACE...\n",
-                MAX_REPLAYS);
+        fprintf(stderr,
+                "usage: vmm_churn [--replays N (1..%d)] [--parts P (1..%d)] [--conf KEY:VALUE,...] "
+                "TRACE...\n",
+                MAX_REPLAYS, MAX_PARTS);
         return 2;
     }
     int rc = 0;
     for (; i < argc && rc == 0; i++)
-        rc = run_trace(argv[i], &config, replays);
+        rc = run_trace(argv[i], &config, replays, parts);
     return rc;
 }
