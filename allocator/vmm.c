@@ -51,6 +51,57 @@ static void lru_unlink(stow_pool_t *pool, stow_granule_t *g)
     pool->lru_count--;
 }
 
+/* The interior granules [from, to) of a freed block (mapped, live == 1: that
+ * block's alone) become unused: appended to the list in address order,
+ * linked among themselves in one pass and spliced on as one piece. */
+static void lru_push_freed_run(stow_pool_t *pool, stow_granule_t *from, stow_granule_t *to)
+{
+    for (stow_granule_t *g = from; g < to; g++) {
+        stow_assert_internal(g->live == 1 && g->phys);
+        g->live = 0;
+        g->lru_prev = g > from ? g - 1 : pool->lru_tail;
+        g->lru_next = g + 1;
+        g->on_lru = 1;
+    }
+    (to - 1)->lru_next = NULL;
+    if (pool->lru_tail)
+        pool->lru_tail->lru_next = from;
+    else
+        pool->lru_head = from;
+    pool->lru_tail = to - 1;
+    pool->lru_count += (size_t)(to - from);
+}
+
+/* Granule g (on the unused list) and those after it in address order that
+ * also follow it on the list, up to span_end, become live for a new block:
+ * one pass and one splice. Returns the granule after the run. */
+static stow_granule_t *lru_take_run(stow_pool_t *pool, stow_granule_t *g,
+                                    const stow_granule_t *span_end)
+{
+    stow_granule_t *before = g->lru_prev, *after;
+    size_t n = 0;
+    for (;;) {
+        after = g->lru_next;
+        g->lru_prev = g->lru_next = NULL;
+        g->on_lru = 0;
+        g->live++;
+        n++;
+        g++;
+        if (g >= span_end || after != g)
+            break;
+    }
+    if (before)
+        before->lru_next = after;
+    else
+        pool->lru_head = after;
+    if (after)
+        after->lru_prev = before;
+    else
+        pool->lru_tail = before;
+    pool->lru_count -= n;
+    return g;
+}
+
 /* Idle physical memory: unused mapped granules and unmapped handles. */
 static void update_idle(stow_pool_t *pool)
 {
@@ -212,13 +263,18 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
      * and the first one still unmapped is noted. A block over mapped granules,
      * the steady state, needs nothing more. */
     size_t unmapped_from = end;
-    for (size_t i = first; i < end; i++) {
-        stow_granule_t *g = &seg->granules[i];
-        if (g->on_lru)
-            lru_unlink(pool, g);
+    stow_granule_t *span_end = &seg->granules[end];
+    for (stow_granule_t *g = &seg->granules[first]; g < span_end;) {
+        if (g->on_lru) {
+            /* Granules freed together sit on the list in address order:
+             * each such run comes off in one piece. */
+            g = lru_take_run(pool, g, span_end);
+            continue;
+        }
         g->live++;
         if (!g->phys && unmapped_from == end)
-            unmapped_from = i;
+            unmapped_from = (size_t)(g - seg->granules);
+        g++;
     }
     uint64_t bytes_after = pool->live_bytes + size_bytes;
     uint64_t bytes_high_water =
@@ -417,8 +473,16 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
     pool->live_bytes -= b->size_bytes;
     pool->extra_granules_live -= b->extra_granules;
     b->extra_granules = 0;
-    for (size_t i = first; i < end; i++) {
-        stow_granule_t *g = &seg->granules[i];
+    /* Only the first and last granules can hold another live block too; the
+     * ones between were this block's alone and become unused together. */
+    stow_granule_t *g = &seg->granules[first];
+    stow_assert_internal(g->live > 0 && g->phys);
+    if (--g->live == 0)
+        lru_push(pool, g);
+    if (end - first > 2)
+        lru_push_freed_run(pool, g + 1, &seg->granules[end - 1]);
+    if (end - first > 1) {
+        g = &seg->granules[end - 1];
         stow_assert_internal(g->live > 0 && g->phys);
         if (--g->live == 0)
             lru_push(pool, g);
@@ -620,6 +684,25 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
         snprintf(why, why_len, "vmm: extra granules %llu vs %llu, live bytes %llu vs %llu",
                  (unsigned long long)extra, (unsigned long long)pool->extra_granules_live,
                  (unsigned long long)live_bytes, (unsigned long long)pool->live_bytes);
+        return STOW_EINVAL;
+    }
+    /* The unused list itself: linked both ways, every entry flagged, as
+     * long as the count says (the run splices of back and unback keep it). */
+    uint64_t listed = 0;
+    for (const stow_granule_t *u = pool->lru_head, *prev = NULL; u; prev = u, u = u->lru_next) {
+        if (u->lru_prev != prev || !u->on_lru || ++listed > pool->lru_count) {
+            snprintf(why, why_len, "vmm: unused list broken at entry %llu",
+                     (unsigned long long)listed);
+            return STOW_EINVAL;
+        }
+        if (!u->lru_next && pool->lru_tail != u) {
+            snprintf(why, why_len, "vmm: unused list tail is not its last entry");
+            return STOW_EINVAL;
+        }
+    }
+    if (listed != pool->lru_count || (!pool->lru_head && pool->lru_tail)) {
+        snprintf(why, why_len, "vmm: unused list holds %llu entries, count %llu",
+                 (unsigned long long)listed, (unsigned long long)pool->lru_count);
         return STOW_EINVAL;
     }
     uint64_t g = pool->granularity_bytes;
