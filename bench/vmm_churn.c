@@ -200,6 +200,19 @@ out:
     return rc;
 }
 
+/* *out = arg, a whole count in 1..max; else says why and returns -1. */
+static int parse_count(const char *option, const char *arg, int max, int *out)
+{
+    char *end;
+    long n = strtol(arg, &end, 10);
+    if (*end || end == arg || n < 1 || n > max) {
+        fprintf(stderr, "vmm_churn: %s: '%s' is not a count in 1..%d\n", option, arg, max);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int replays = 16, parts = 0, i = 1;
@@ -208,23 +221,11 @@ int main(int argc, char **argv)
     while (i + 1 < argc && argv[i][0] == '-') {
         char err[256];
         if (!strcmp(argv[i], "--replays")) {
-            char *end;
-            long n = strtol(argv[i + 1], &end, 10);
-            if (*end || end == argv[i + 1] || n < 1 || n > MAX_REPLAYS) {
-                fprintf(stderr, "vmm_churn: --replays: '%s' is not a count in 1..%d\n",
-                        argv[i + 1], MAX_REPLAYS);
+            if (parse_count("--replays", argv[i + 1], MAX_REPLAYS, &replays) != 0)
                 return 2;
-            }
-            replays = (int)n;
         } else if (!strcmp(argv[i], "--parts")) {
-            char *end;
-            long n = strtol(argv[i + 1], &end, 10);
-            if (*end || end == argv[i + 1] || n < 1 || n > MAX_PARTS) {
-                fprintf(stderr, "vmm_churn: --parts: '%s' is not a count in 1..%d\n",
-                        argv[i + 1], MAX_PARTS);
+            if (parse_count("--parts", argv[i + 1], MAX_PARTS, &parts) != 0)
                 return 2;
-            }
-            parts = (int)n;
         } else if (!strcmp(argv[i], "--conf")) {
             if (stow_config_parse(&config, argv[i + 1], err, sizeof err) != STOW_OK) {
                 fprintf(stderr, "vmm_churn: --conf: %s\n", err);
