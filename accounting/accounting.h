@@ -148,6 +148,12 @@ static inline uint64_t stow__acct_active_bytes(const stow_accounting_t *a, unsig
     return a->s.allocated_bytes[k].current + a->pending_bytes[k];
 }
 
+/* Live (ALLOCATED + PENDING) blocks of pool kind k. */
+static inline uint64_t stow__acct_active_blocks(const stow_accounting_t *a, unsigned k)
+{
+    return a->s.allocation[k].current + a->pending_blocks[k];
+}
+
 /* Reserved memory (backend memory the pool holds) grew or shrank. */
 static inline void stow__acct_reserved_add(stow_accounting_t *a, unsigned kind, uint64_t bytes)
 {

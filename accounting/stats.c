@@ -25,7 +25,7 @@ void stow__acct_note_active_peak(stow_accounting_t *a, unsigned kind)
     unsigned k[2] = {STOW_POOL_ALL, kind};
     for (unsigned i = 0; i < 2; i++) {
         uint64_t bytes = stow__acct_active_bytes(a, k[i]);
-        uint64_t blocks = a->s.allocation[k[i]].current + a->pending_blocks[k[i]];
+        uint64_t blocks = stow__acct_active_blocks(a, k[i]);
         if (bytes > a->s.active_bytes[k[i]].peak)
             a->s.active_bytes[k[i]].peak = bytes;
         if (blocks > a->s.active[k[i]].peak)
@@ -41,10 +41,10 @@ static void fill_active(const stow_accounting_t *a, stow_stats_t *out)
     for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {
         stow_stat_t *ab = &out->active_bytes[k], *ac = &out->active[k];
         const stow_stat_t *al = &a->s.allocated_bytes[k], *n = &a->s.allocation[k];
-        ab->current = al->current + a->pending_bytes[k];
+        ab->current = stow__acct_active_bytes(a, k);
         ab->allocated = al->allocated + a->active_total_offset_bytes[k];
         ab->peak = a->s.active_bytes[k].peak > al->peak ? a->s.active_bytes[k].peak : al->peak;
-        ac->current = n->current + a->pending_blocks[k];
+        ac->current = stow__acct_active_blocks(a, k);
         ac->allocated = n->allocated + a->active_total_offset_blocks[k];
         ac->peak = a->s.active[k].peak > n->peak ? a->s.active[k].peak : n->peak;
     }
@@ -120,7 +120,7 @@ void stow__acct_reset_peak(stow_accounting_t *a, uint64_t largest_free_bytes)
     STOW_STAT_ARRAY_FIELDS(RESET_ARRAY_PEAK_)
     for (unsigned k = 0; k < STOW_POOL_KINDS; k++) { /* derived: their current is not kept */
         a->s.active_bytes[k].peak = stow__acct_active_bytes(a, k);
-        a->s.active[k].peak = a->s.allocation[k].current + a->pending_blocks[k];
+        a->s.active[k].peak = stow__acct_active_blocks(a, k);
     }
     for (unsigned c = 0; c < STOW_SIZE_CLASS_COUNT; c++)
         a->s.size_class[c].live_peak = a->s.size_class[c].live;

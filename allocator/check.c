@@ -131,7 +131,7 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
                           why, len)) ||
             (st = compare("allocation", k, s->allocation[k].current, t.allocations[k], why,
                           len)) ||
-            (st = compare("active", k, s->allocation[k].current + pool->acct.pending_blocks[k],
+            (st = compare("active", k, stow__acct_active_blocks(&pool->acct, k),
                           t.active_count[k], why, len)) ||
             (st = compare("inactive_split_bytes", k, s->inactive_split_bytes[k].current,
                           t.split_bytes[k], why, len)) ||
