@@ -28,6 +28,12 @@ static bool is_exact(size_t size_bytes) { return size_bytes <= STOW_EXACT_MAX_BY
 /* List of a block size (a non-zero multiple of 512 up to the limit). */
 static size_t exact_slot(size_t size_bytes) { return size_bytes / STOW_MIN_BLOCK_BYTES - 1; }
 
+/* The first list whose blocks are at least size_bytes: x = ceil(size / 512). */
+static size_t exact_slot_at_least(size_t size_bytes)
+{
+    return size_bytes ? (size_bytes - 1) / STOW_MIN_BLOCK_BYTES : 0;
+}
+
 static void exact_insert(stow_free_index_t *idx, stow_block_t *b)
 {
     size_t i = exact_slot(b->size_bytes);
@@ -161,10 +167,10 @@ void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
 
 void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_block_t **link)
 {
-    stow_assert_internal(*link == b);
     if (is_exact(b->size_bytes)) {
-        exact_remove(idx, b); /* a list head: link is &idx->exact[...] */
+        exact_remove(idx, b); /* its own links say where it is: link is not needed */
     } else {
+        stow_assert_internal(*link == b);
         *link = treap_merge(b->left, b->right);
         b->left = b->right = NULL;
         if (!idx->root[b->bin])
@@ -176,16 +182,13 @@ void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_bl
 
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b)
 {
-    if (is_exact(b->size_bytes)) {
-        exact_remove(idx, b);
-        idx->block_count--;
-        idx->bytes -= b->size_bytes;
-        return;
-    }
-    stow_block_t **link = &idx->root[b->bin];
-    while (*link != b) {
-        stow_assert_internal(*link != NULL);
-        link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
+    stow_block_t **link = NULL;
+    if (!is_exact(b->size_bytes)) {
+        link = &idx->root[b->bin];
+        while (*link != b) {
+            stow_assert_internal(*link != NULL);
+            link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
+        }
     }
     stow__free_index_remove_at(idx, b, link);
 }
@@ -209,8 +212,7 @@ stow_block_t *stow__free_index_best_fit_at(stow_free_index_t *idx, size_t size_b
                                           stow_block_t ***link_out)
 {
     if (is_exact(size_bytes)) {
-        /* The smallest list of blocks >= size_bytes: x = ceil(size / 512). */
-        long i = next_exact(idx, size_bytes ? (size_bytes - 1) / STOW_MIN_BLOCK_BYTES : 0);
+        long i = next_exact(idx, exact_slot_at_least(size_bytes));
         if (i >= 0) {
             *link_out = &idx->exact[i];
             return idx->exact[i];
@@ -289,7 +291,7 @@ void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_by
                                     bool (*visit)(void *arg, stow_block_t *b), void *arg)
 {
     if (is_exact(size_bytes)) {
-        for (long i = next_exact(idx, size_bytes ? (size_bytes - 1) / STOW_MIN_BLOCK_BYTES : 0);
+        for (long i = next_exact(idx, exact_slot_at_least(size_bytes));
              i >= 0; i = (size_t)i + 1 < STOW_EXACT_LISTS ? next_exact(idx, (size_t)i + 1) : -1)
             for (stow_block_t *b = idx->exact[i]; b; b = b->right)
                 if (!visit(arg, b))

@@ -90,7 +90,8 @@ static inline unsigned stow__free_bin_of(size_t size_bytes)
 void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b);
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b);
 /* Removes b found at *link (from stow__free_index_best_fit_at, with idx not
- * changed since): the allocation path saves the second descent. */
+ * changed since): the allocation path saves the second descent. A block of
+ * at most 2 MiB needs no link (NULL is fine). */
 void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_block_t **link);
 /* Smallest block with size >= size_bytes, lowest address among equals; NULL if none. */
 stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes);
