@@ -38,7 +38,7 @@ extern "C" {
 #define STOW_VERSION_HEX \
     ((STOW_VERSION_MAJOR << 16) | (STOW_VERSION_MINOR << 8) | STOW_VERSION_PATCH)
 /* The library's STOW_VERSION_HEX, to compare with the header's. */
-unsigned stow_version(void);
+STOW_API unsigned stow_version(void);
 
 #if defined(__GNUC__)
 #define STOW_NODISCARD __attribute__((warn_unused_result))
@@ -98,7 +98,7 @@ typedef struct stow_config {
 #define STOW_RECORD_EVENTS_MAX ((size_t)1 << 24)
 
 /* The built-in defaults above. Thread safety: pure. */
-void stow_config_default(stow_config_t *config);
+STOW_API void stow_config_default(stow_config_t *config);
 
 /*
  * Applies `text` in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value")
@@ -111,11 +111,11 @@ void stow_config_default(stow_config_t *config);
  * unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.
  */
-stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,
-                                size_t err_len);
+STOW_API stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,
+                                         size_t err_len);
 
 /* stow_config_parse of the environment variable STOWAGE_CONF (no-op when unset). */
-stow_status_t stow_config_from_env(stow_config_t *config, char *err, size_t err_len);
+STOW_API stow_status_t stow_config_from_env(stow_config_t *config, char *err, size_t err_len);
 
 /* ======================================================================
  * Pool
@@ -130,8 +130,9 @@ typedef struct stow_pool stow_pool_t; /* opaque */
  * memory fraction that leaves the pool less than one backend granule),
  * STOW_ENOSYS (policy not available), STOW_EHOSTMEM.
  */
-STOW_NODISCARD stow_status_t stow_pool_create(const stow_config_t *config,
-                                              const stow_backend_t *backend, stow_pool_t **out);
+STOW_API STOW_NODISCARD stow_status_t stow_pool_create(const stow_config_t *config,
+                                                       const stow_backend_t *backend,
+                                                       stow_pool_t **out);
 
 /*
  * DESTRUCTOR. Releases every cached segment and frees the pool. With live
@@ -139,9 +140,9 @@ STOW_NODISCARD stow_status_t stow_pool_create(const stow_config_t *config,
  * stow_pool_destroy_force to drop them). NULL is a harmless no-op.
  * Thread safety: no other call on this pool may be running or follow.
  */
-stow_status_t stow_pool_destroy(stow_pool_t *pool);
+STOW_API stow_status_t stow_pool_destroy(stow_pool_t *pool);
 /* DESTRUCTOR that also releases segments holding live allocations. */
-void stow_pool_destroy_force(stow_pool_t *pool);
+STOW_API void stow_pool_destroy_force(stow_pool_t *pool);
 
 /*
  * Allocates size_bytes (> 0) of device memory usable on `stream`. The address
@@ -152,8 +153,8 @@ void stow_pool_destroy_force(stow_pool_t *pool);
  * Thread safety: safe. Errors: STOW_EINVAL (size 0, NULL out), STOW_EOVERFLOW
  * (size near SIZE_MAX), STOW_ENOMEM, STOW_EBACKEND, STOW_EHOSTMEM.
  */
-STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes,
-                                             stow_stream_t stream, void **out);
+STOW_API STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes,
+                                                      stow_stream_t stream, void **out);
 
 /*
  * Frees a block returned by stow_pool_alloc. It is reusable at once on the
@@ -163,7 +164,7 @@ STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_byte
  * returns STOW_ENOTOWNED and changes nothing.
  * Thread safety: safe. Errors: STOW_ENOTOWNED, STOW_EINVAL (NULL), STOW_EBACKEND.
  */
-stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr);
+STOW_API stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr);
 
 /*
  * Marks `stream` as a user of the live block at `ptr`: after the free, the
@@ -171,21 +172,21 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr);
  * Naming the allocation stream is a no-op.
  * Thread safety: safe. Errors: STOW_ENOTOWNED, STOW_EINVAL, STOW_EHOSTMEM.
  */
-stow_status_t stow_record_stream(stow_pool_t *pool, void *ptr, stow_stream_t stream);
+STOW_API stow_status_t stow_record_stream(stow_pool_t *pool, void *ptr, stow_stream_t stream);
 
 /*
  * Returns every fully free cached segment to the backend (waiting for the
  * streams first) and processes completed events. Live blocks are untouched.
  * Thread safety: safe. Errors: STOW_EBACKEND.
  */
-stow_status_t stow_empty_cache(stow_pool_t *pool);
+STOW_API stow_status_t stow_empty_cache(stow_pool_t *pool);
 
 /*
  * Size (bytes) of the block behind a live pointer, and its requested size.
  * Errors: STOW_ENOTOWNED.
  */
-stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *block_bytes,
-                                   size_t *requested_bytes);
+STOW_API stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *block_bytes,
+                                            size_t *requested_bytes);
 
 /*
  * The explanation of the last STOW_ENOMEM ("" if none): requested size,
@@ -193,7 +194,7 @@ stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *b
  * Writes at most buf_len bytes, NUL-terminated; returns the full length.
  * Thread safety: safe.
  */
-size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len);
+STOW_API size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len);
 
 /*
  * Changes the share of the device's total memory the pool may reserve, as
@@ -203,10 +204,10 @@ size_t stow_pool_oom_message(stow_pool_t *pool, char *buf, size_t buf_len);
  * limit would be less than one backend granule.
  * Thread safety: safe.
  */
-stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction);
+STOW_API stow_status_t stow_pool_set_memory_fraction(stow_pool_t *pool, double fraction);
 
 /* The pool's configuration as created. */
-void stow_pool_config(stow_pool_t *pool, stow_config_t *out);
+STOW_API void stow_pool_config(stow_pool_t *pool, stow_config_t *out);
 
 /*
  * Walks every block, segment and free list and checks the pool's invariants
@@ -214,21 +215,21 @@ void stow_pool_config(stow_pool_t *pool, stow_config_t *out);
  * first violation written into why. O(blocks): for tests and debugging.
  * Thread safety: safe.
  */
-stow_status_t stow_pool_check(stow_pool_t *pool, char *why, size_t why_len);
+STOW_API stow_status_t stow_pool_check(stow_pool_t *pool, char *why, size_t why_len);
 
 /* ======================================================================
  * Accounting (stowage/stats.h; docs/stats.md)
  * ====================================================================== */
 
 /* A consistent snapshot of every figure. Thread safety: safe. Errors: STOW_EINVAL. */
-stow_status_t stow_pool_stats(stow_pool_t *pool, stow_stats_t *out);
+STOW_API stow_status_t stow_pool_stats(stow_pool_t *pool, stow_stats_t *out);
 
 /* Sets every peak to its current value (fragmentation_peak and waste_at_peak too).
  * Open scopes are not affected. Thread safety: safe. */
-void stow_stats_reset_peak(stow_pool_t *pool);
+STOW_API void stow_stats_reset_peak(stow_pool_t *pool);
 
 /* Zeroes the cumulative counters (allocated/freed totals, num_*, size classes). */
-void stow_stats_reset_accumulated(stow_pool_t *pool);
+STOW_API void stow_stats_reset_accumulated(stow_pool_t *pool);
 
 /* Nestable high-water-mark scopes: the peaks reached between push and the
  * matching pop, whatever happens to the global peaks or to inner scopes. */
@@ -242,9 +243,9 @@ typedef struct stow_scope_result {
     uint64_t reserved_bytes_at_pop;
 } stow_scope_result_t;
 /* Errors: STOW_EBUSY when STOW_SCOPE_MAX_DEPTH scopes are open. *depth_out (optional) = new depth. */
-stow_status_t stow_scope_push(stow_pool_t *pool, unsigned *depth_out);
+STOW_API stow_status_t stow_scope_push(stow_pool_t *pool, unsigned *depth_out);
 /* Errors: STOW_EINVAL when no scope is open. */
-stow_status_t stow_scope_pop(stow_pool_t *pool, stow_scope_result_t *out);
+STOW_API stow_status_t stow_scope_pop(stow_pool_t *pool, stow_scope_result_t *out);
 
 /*
  * A text table in the spirit of torch.cuda.memory_summary(), or one JSON
@@ -253,11 +254,11 @@ stow_status_t stow_scope_pop(stow_pool_t *pool, stow_scope_result_t *out);
  * (snprintf semantics: call with buf_len 0 to size the buffer).
  * Thread safety: pure functions of the snapshot.
  */
-size_t stow_stats_summary(const stow_stats_t *stats, char *buf, size_t buf_len);
-size_t stow_stats_json(const stow_stats_t *stats, char *buf, size_t buf_len);
+STOW_API size_t stow_stats_summary(const stow_stats_t *stats, char *buf, size_t buf_len);
+STOW_API size_t stow_stats_json(const stow_stats_t *stats, char *buf, size_t buf_len);
 
 /* Convenience: snapshot + summary of a pool, written to buf as above. */
-size_t stow_summary(stow_pool_t *pool, char *buf, size_t buf_len);
+STOW_API size_t stow_summary(stow_pool_t *pool, char *buf, size_t buf_len);
 
 /* ======================================================================
  * The simulated device (stowage/sim.h has the full control API)
@@ -275,14 +276,14 @@ typedef struct stow_sim_config {
     void *host_arg;
 } stow_sim_config_t;
 
-void stow_sim_config_default(stow_sim_config_t *config);
+STOW_API void stow_sim_config_default(stow_sim_config_t *config);
 
 /* Creates a simulated device. Ownership: destroy it with stow_sim_destroy after
  * every pool on it. Thread safety: the backend locks internally. */
-STOW_NODISCARD stow_status_t stow_sim_create(const stow_sim_config_t *config,
-                                             stow_backend_t **out);
+STOW_API STOW_NODISCARD stow_status_t stow_sim_create(const stow_sim_config_t *config,
+                                                      stow_backend_t **out);
 /* DESTRUCTOR. Returns STOW_EBUSY (and frees anyway) if reservations are still live. */
-stow_status_t stow_sim_destroy(stow_backend_t *backend);
+STOW_API stow_status_t stow_sim_destroy(stow_backend_t *backend);
 
 #ifdef __cplusplus
 }

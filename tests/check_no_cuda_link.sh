@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/check_no_cuda_link.sh: libstowage.so must not depend on libcuda,
 # libcudart or jemalloc at link time (the driver is dlopen'ed; the library is
-# loaded into Python processes that bring their own malloc), and must export
-# the PyTorch entry points.
+# loaded into Python processes that bring their own malloc), must export
+# the PyTorch entry points, and must export nothing but the stow_ API (hidden
+# visibility: no stow__ internal, nothing without the prefix).
 # Usage: tests/check_no_cuda_link.sh [path/to/libstowage.so]   (default build/libstowage.so)
 set -u
 lib="${1:-$(dirname "$0")/../build/libstowage.so}"
@@ -32,12 +33,28 @@ for s in stow_torch_malloc stow_torch_free stow_torch_empty_cache stow_torch_rec
         fail=1
     fi
 done
+# Only the public API: every STOW_API declaration of the headers, nothing else.
+extra=$(grep -vE '^stow_[a-z0-9]' <<<"$syms")
+if [ -n "$extra" ]; then
+    echo "FAIL: $lib exports symbols outside the stow_ API: $(echo $extra | head -c 300)" >&2
+    fail=1
+fi
+hdr_dir="$(dirname "$0")/../include"
+if [ -d "$hdr_dir" ]; then
+    api=$(grep -rhoE '^STOW_API [^(]*\bstow_[a-z0-9_]+\(' "$hdr_dir" | grep -oE 'stow_[a-z0-9_]+\($' | tr -d '(' | sort -u)
+    missing=$(comm -23 <(echo "$api") <(sort -u <<<"$syms"))
+    unlisted=$(comm -13 <(echo "$api") <(sort -u <<<"$syms"))
+    if [ -n "$missing" ] || [ -n "$unlisted" ]; then
+        echo "FAIL: exports differ from the STOW_API declarations; missing: $missing; not declared: $unlisted" >&2
+        fail=1
+    fi
+fi
 # No undefined cu*/cuda* symbol either (that would be a link-time dependency in disguise).
 if nm -D --undefined-only "$lib" | awk '{print $NF}' | grep -E '^(cu|cuda)[A-Z]' >&2; then
     echo "FAIL: $lib references CUDA symbols directly" >&2
     fail=1
 fi
 if [ "$fail" = 0 ]; then
-    echo "ok: $lib needs only: $(echo $needed | tr '\n' ' ')"
+    echo "ok: $lib needs only: $(echo $needed | tr '\n' ' '); exports $(wc -l <<<"$syms") stow_ API symbols"
 fi
 exit "$fail"

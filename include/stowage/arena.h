@@ -33,22 +33,22 @@ typedef struct stow_arena stow_arena_t; /* opaque */
  * an alignment that is not a power of two), STOW_EOVERFLOW, and what
  * stow_pool_alloc returns (STOW_ENOMEM...).
  */
-STOW_NODISCARD stow_status_t stow_arena_create(stow_pool_t *pool,
-                                               const stow_plan_problem_t *problem,
-                                               const stow_plan_result_t *plan,
-                                               stow_stream_t stream, stow_arena_t **out);
+STOW_API STOW_NODISCARD stow_status_t stow_arena_create(stow_pool_t *pool,
+                                                        const stow_plan_problem_t *problem,
+                                                        const stow_plan_result_t *plan,
+                                                        stow_stream_t stream, stow_arena_t **out);
 
 /* Address of buffer `index` (its position in the problem); NULL if out of range. */
-void *stow_arena_ptr(const stow_arena_t *arena, size_t index);
+STOW_API void *stow_arena_ptr(const stow_arena_t *arena, size_t index);
 
 /* Address of the buffer named `id` in the problem's CSV; NULL if none. O(log n). */
-void *stow_arena_ptr_by_id(const stow_arena_t *arena, const char *id);
+STOW_API void *stow_arena_ptr_by_id(const stow_arena_t *arena, const char *id);
 
 /* Bytes of the arena's block (height, plus alignment room). */
-size_t stow_arena_bytes(const stow_arena_t *arena);
+STOW_API size_t stow_arena_bytes(const stow_arena_t *arena);
 
 /* DESTRUCTOR: returns the block to the pool. NULL is a harmless no-op. */
-stow_status_t stow_arena_destroy(stow_arena_t *arena);
+STOW_API stow_status_t stow_arena_destroy(stow_arena_t *arena);
 
 #ifdef __cplusplus
 }

@@ -50,10 +50,10 @@ extern "C" {
  * NUL-terminated when why_len > 0), e.g. "dlopen(libcuda.so.1) failed: ...".
  * Thread safety: safe (the driver is resolved under pthread_once).
  */
-int stow_cuda_probe(char *why, size_t why_len);
+STOW_API int stow_cuda_probe(char *why, size_t why_len);
 
 /* Number of CUDA devices (0 when the driver is unusable). Thread safety: safe. */
-int stow_cuda_device_count(void);
+STOW_API int stow_cuda_device_count(void);
 
 /*
  * Creates a backend on device `device` (0-based): retains its primary context
@@ -64,18 +64,18 @@ int stow_cuda_device_count(void);
  * goes into why), STOW_EBACKEND (the driver failed otherwise), STOW_EINVAL,
  * STOW_EHOSTMEM.
  */
-stow_status_t stow_cuda_backend_create(int device, stow_backend_t **out, char *why,
-                                       size_t why_len);
+STOW_API stow_status_t stow_cuda_backend_create(int device, stow_backend_t **out, char *why,
+                                                size_t why_len);
 
 /*
  * DESTRUCTOR. Destroys the pooled events and releases the primary context.
  * Device memory still reserved through it is not freed (destroy pools first).
  * NULL is a harmless no-op. Thread safety: no other call on it may run or follow.
  */
-void stow_cuda_backend_destroy(stow_backend_t *backend);
+STOW_API void stow_cuda_backend_destroy(stow_backend_t *backend);
 
 /* Device ordinal of a CUDA backend; -1 if `backend` is not one. */
-int stow_cuda_backend_device(const stow_backend_t *backend);
+STOW_API int stow_cuda_backend_device(const stow_backend_t *backend);
 
 /*
  * The last driver error seen by this backend ("" if none), e.g.
@@ -83,7 +83,7 @@ int stow_cuda_backend_device(const stow_backend_t *backend);
  * Writes at most buf_len bytes, NUL-terminated; returns the full length.
  * Thread safety: safe.
  */
-size_t stow_cuda_last_error(const stow_backend_t *backend, char *buf, size_t buf_len);
+STOW_API size_t stow_cuda_last_error(const stow_backend_t *backend, char *buf, size_t buf_len);
 
 /*
  * The address of a driver entry point ("cuMemcpyHtoD_v2"...), from the same
@@ -91,7 +91,7 @@ size_t stow_cuda_last_error(const stow_backend_t *backend, char *buf, size_t buf
  * and benchmarks that need driver calls Stowage does not wrap.
  * Thread safety: safe.
  */
-void *stow_cuda_driver_symbol(const char *name);
+STOW_API void *stow_cuda_driver_symbol(const char *name);
 
 #ifdef __cplusplus
 }

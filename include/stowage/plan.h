@@ -59,13 +59,13 @@ typedef struct stow_plan_problem {
  * Thread safety: reentrant.
  * Errors: STOW_EINVAL (problem NULL), STOW_EOVERFLOW (count too large),
  *   STOW_EHOSTMEM. */
-stow_status_t stow_plan_problem_init(stow_plan_problem_t *problem, size_t count);
+STOW_API stow_status_t stow_plan_problem_init(stow_plan_problem_t *problem, size_t count);
 
 /* Releases what a problem owns and zeroes it. NULL is a no-op.
  * Ownership: ids returned earlier become dangling.
  * Thread safety: not with concurrent readers of the same problem.
  * Errors: none. */
-void stow_plan_problem_free(stow_plan_problem_t *problem);
+STOW_API void stow_plan_problem_free(stow_plan_problem_t *problem);
 
 /* Parses CSV text with a header line. Known columns, in any order: id, lower,
  * upper, size (all required), alignment (optional, default 1), offset, hint
@@ -77,24 +77,24 @@ void stow_plan_problem_free(stow_plan_problem_t *problem);
  * Errors: STOW_EINVAL (NULL argument), STOW_EPARSE (malformed text: unknown or
  *   missing column, bad number, value above UINT64_MAX, size 0, upper <= lower,
  *   alignment 0, duplicate id; `err` gets "NAME:LINE: reason"), STOW_EHOSTMEM. */
-stow_status_t stow_plan_parse_csv(const char *name, const char *text, size_t len,
-                                  stow_plan_problem_t *out, char *err, size_t errlen);
+STOW_API stow_status_t stow_plan_parse_csv(const char *name, const char *text, size_t len,
+                                           stow_plan_problem_t *out, char *err, size_t errlen);
 
 /* Reads the file at `path` and parses it with stow_plan_parse_csv.
  * Ownership: as stow_plan_parse_csv.
  * Thread safety: reentrant.
  * Errors: as stow_plan_parse_csv, plus STOW_EIO ("PATH: strerror") when the
  *   file cannot be read. */
-stow_status_t stow_plan_load_csv(const char *path, stow_plan_problem_t *out, char *err,
-                                 size_t errlen);
+STOW_API stow_status_t stow_plan_load_csv(const char *path, stow_plan_problem_t *out, char *err,
+                                          size_t errlen);
 
 /* Writes `id,lower,upper,size,offset` (plus `alignment` when any buffer has
  * one above 1) with a header line to `path`.
  * Ownership: borrows everything.
  * Thread safety: reentrant.
  * Errors: STOW_EINVAL (NULL argument), STOW_EIO. */
-stow_status_t stow_plan_write_csv(const char *path, const stow_plan_problem_t *problem,
-                                  const uint64_t *offsets);
+STOW_API stow_status_t stow_plan_write_csv(const char *path, const stow_plan_problem_t *problem,
+                                           const uint64_t *offsets);
 
 struct stow_trace; /* stowage/trace.h */
 
@@ -107,22 +107,22 @@ struct stow_trace; /* stowage/trace.h */
  *   trace is borrowed. On error *out is untouched.
  * Thread safety: reentrant.
  * Errors: STOW_EINVAL (NULL argument, event id out of range), STOW_EHOSTMEM. */
-stow_status_t stow_plan_problem_from_trace(const struct stow_trace *trace,
-                                           stow_plan_problem_t *out);
+STOW_API stow_status_t stow_plan_problem_from_trace(const struct stow_trace *trace,
+                                                    stow_plan_problem_t *out);
 
 /* Checks the buffer invariants of a hand-built problem (size > 0,
  * upper > lower, alignment >= 1). `why` gets the first violation.
  * Ownership: borrows. Thread safety: reentrant.
  * Errors: STOW_EINVAL (NULL argument or a violated invariant). */
-stow_status_t stow_plan_problem_check(const stow_plan_problem_t *problem, char *why,
-                                      size_t len);
+STOW_API stow_status_t stow_plan_problem_check(const stow_plan_problem_t *problem, char *why,
+                                               size_t len);
 
 /* The load lower bound: max over t of the total size of buffers alive at t,
  * computed by an O(n log n) sweep (ends before starts at equal times).
  * Ownership: borrows. Thread safety: reentrant.
  * Errors: STOW_EINVAL (NULL or invalid problem), STOW_EOVERFLOW (the load does
  *   not fit in 64 bits), STOW_EHOSTMEM. */
-stow_status_t stow_plan_lower_bound(const stow_plan_problem_t *problem, uint64_t *out);
+STOW_API stow_status_t stow_plan_lower_bound(const stow_plan_problem_t *problem, uint64_t *out);
 
 /* ------------------------------------------------------------------ solve -- */
 
@@ -135,7 +135,7 @@ typedef struct stow_plan_options {
 } stow_plan_options_t;
 
 /* capacity 0, time_limit_seconds 10, seed 1. Thread safety: pure. */
-stow_plan_options_t stow_plan_options_default(void);
+STOW_API stow_plan_options_t stow_plan_options_default(void);
 
 /* A solved plan. offsets[i] belongs to problem->buffers[i]. */
 typedef struct stow_plan_result {
@@ -163,14 +163,14 @@ typedef struct stow_plan_result {
  * Errors: STOW_EINVAL (NULL argument, invalid problem, negative time limit),
  *   STOW_EOVERFLOW (an offset + size would not stay below UINT64_MAX),
  *   STOW_EHOSTMEM. */
-stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
-                              const stow_plan_options_t *opts, stow_plan_result_t *out);
+STOW_API stow_status_t stow_plan_solve(const stow_plan_problem_t *problem,
+                                       const stow_plan_options_t *opts, stow_plan_result_t *out);
 
 /* Releases a result's offsets and zeroes it. NULL is a no-op.
  * Ownership: frees what stow_plan_solve allocated.
  * Thread safety: not with concurrent readers of the same result.
  * Errors: none. */
-void stow_plan_result_free(stow_plan_result_t *result);
+STOW_API void stow_plan_result_free(stow_plan_result_t *result);
 
 /* Independent validator (shares no code with the solver). Checks every offset
  * is aligned, offset + size fits in 64 bits and, if capacity != 0, within the
@@ -181,8 +181,9 @@ void stow_plan_result_free(stow_plan_result_t *result);
  * Ownership: borrows. Thread safety: reentrant.
  * Errors: STOW_OK (valid), STOW_EINVAL (NULL argument, invalid problem or
  *   invalid plan), STOW_EHOSTMEM. */
-stow_status_t stow_plan_validate(const stow_plan_problem_t *problem, const uint64_t *offsets,
-                                 uint64_t capacity, char *why, size_t len);
+STOW_API stow_status_t stow_plan_validate(const stow_plan_problem_t *problem,
+                                          const uint64_t *offsets, uint64_t capacity, char *why,
+                                          size_t len);
 
 /* --------------------------------------------------------- schedule peak -- */
 
@@ -227,19 +228,19 @@ typedef struct stow_schedule {
  * Thread safety: reentrant.
  * Errors: STOW_EINVAL (NULL argument), STOW_EPARSE ("NAME:LINE: reason" in
  *   `err`), STOW_EHOSTMEM. */
-stow_status_t stow_schedule_parse(const char *name, const char *text, size_t len,
-                                  stow_schedule_t *out, char *err, size_t errlen);
+STOW_API stow_status_t stow_schedule_parse(const char *name, const char *text, size_t len,
+                                           stow_schedule_t *out, char *err, size_t errlen);
 
 /* Reads `path` and parses it with stow_schedule_parse.
  * Ownership: as stow_schedule_parse. Thread safety: reentrant.
  * Errors: as stow_schedule_parse, plus STOW_EIO. */
-stow_status_t stow_schedule_load(const char *path, stow_schedule_t *out, char *err,
-                                 size_t errlen);
+STOW_API stow_status_t stow_schedule_load(const char *path, stow_schedule_t *out, char *err,
+                                          size_t errlen);
 
 /* Releases a schedule and zeroes it; NULL is a no-op.
  * Ownership: frees what the parser allocated. Thread safety: not with readers.
  * Errors: none. */
-void stow_schedule_free(stow_schedule_t *schedule);
+STOW_API void stow_schedule_free(stow_schedule_t *schedule);
 
 /* The exact memory profile of a schedule. A tensor produced by op k is alive
  * from the start of op k until the end of its last consumer (or of op k when
@@ -262,12 +263,13 @@ typedef struct stow_schedule_peak {
  * Thread safety: reentrant.
  * Errors: STOW_EINVAL (NULL argument), STOW_EOVERFLOW (live bytes exceed 64
  *   bits), STOW_EHOSTMEM. */
-stow_status_t stow_schedule_peak(const stow_schedule_t *schedule, stow_schedule_peak_t *out);
+STOW_API stow_status_t stow_schedule_peak(const stow_schedule_t *schedule,
+                                          stow_schedule_peak_t *out);
 
 /* Releases a profile and zeroes it; NULL is a no-op.
  * Ownership: frees what stow_schedule_peak allocated. Thread safety: not with
  *   readers. Errors: none. */
-void stow_schedule_peak_free(stow_schedule_peak_t *peak);
+STOW_API void stow_schedule_peak_free(stow_schedule_peak_t *peak);
 
 #ifdef __cplusplus
 }

@@ -34,13 +34,13 @@ extern "C" {
  * STOW_TAG_NAME_MAX bytes or more is STOW_EINVAL.
  * Thread safety: safe; the current tag is per thread.
  */
-stow_status_t stow_tag_set(const char *name, unsigned *id_out);
+STOW_API stow_status_t stow_tag_set(const char *name, unsigned *id_out);
 
 /* The calling thread's current tag name ("" when untagged); static storage. */
-const char *stow_tag_current(void);
+STOW_API const char *stow_tag_current(void);
 
 /* Name of tag `id` ("" for 0 or unknown); static storage, never freed. */
-const char *stow_tag_name(unsigned id);
+STOW_API const char *stow_tag_name(unsigned id);
 
 /* Allocated bytes of one tag in a pool. */
 typedef struct stow_tag_stats {
@@ -50,7 +50,7 @@ typedef struct stow_tag_stats {
 } stow_tag_stats_t;
 
 /* Per-tag figures of `pool`: out[0..STOW_TAG_MAX). Errors: STOW_EINVAL. */
-stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_TAG_MAX]);
+STOW_API stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_TAG_MAX]);
 
 /*
  * Starts recording into a ring buffer of `capacity_events` events (the oldest
@@ -59,10 +59,10 @@ stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_T
  * Errors: STOW_EINVAL (also above the maximum), STOW_EHOSTMEM.
  * Thread safety: safe.
  */
-stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events);
+STOW_API stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events);
 
 /* Events recorded since the start (including overwritten ones), and kept. */
-void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t *kept);
+STOW_API void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t *kept);
 
 /*
  * Writes the recorded events as a .rep trace to `path` (and `path`.tags when any
@@ -73,7 +73,7 @@ void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t *kept);
  * STOW_EIO, STOW_EHOSTMEM.
  * Thread safety: safe (the pool is locked while the buffer is copied).
  */
-stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path);
+STOW_API stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path);
 
 #ifdef __cplusplus
 }

@@ -57,31 +57,31 @@ typedef struct stow_sim_counters {
  * 16000, va_release 16000, phys_create 9800 (2 MiB), phys_release 9400,
  * map 24000 (cuMemMap + cuMemSetAccess), unmap 15000, scrub 2000 (a memset
  * kernel launch; not measured). */
-void stow_sim_set_call_cost(stow_backend_t *sim, stow_sim_call_t kind, uint64_t cost_ns);
+STOW_API void stow_sim_set_call_cost(stow_backend_t *sim, stow_sim_call_t kind, uint64_t cost_ns);
 
 /* Name of a call kind ("reserve"...); static. */
-const char *stow_sim_call_name(stow_sim_call_t kind);
+STOW_API const char *stow_sim_call_name(stow_sim_call_t kind);
 
 /* Snapshot of the counters. */
-void stow_sim_counters(stow_backend_t *sim, stow_sim_counters_t *out);
+STOW_API void stow_sim_counters(stow_backend_t *sim, stow_sim_counters_t *out);
 
 /* Makes the nth (1-based, counted from now) future call of `kind` fail with
  * `status` (STOW_ENOMEM for reserve/phys_create, STOW_EBACKEND otherwise if
  * given STOW_OK). n = 0 cancels. One pending injection per kind. */
-void stow_sim_fail_nth(stow_backend_t *sim, stow_sim_call_t kind, uint64_t n,
-                       stow_status_t status);
+STOW_API void stow_sim_fail_nth(stow_backend_t *sim, stow_sim_call_t kind, uint64_t n,
+                                stow_status_t status);
 
 /* Makes every call of `kind` fail with probability 1/one_in (0 = never), from a
  * deterministic generator seeded by `seed`. */
-void stow_sim_fail_random(stow_backend_t *sim, stow_sim_call_t kind, uint32_t one_in,
-                          uint64_t seed);
+STOW_API void stow_sim_fail_random(stow_backend_t *sim, stow_sim_call_t kind, uint32_t one_in,
+                                   uint64_t seed);
 
 /* Manual-event mode: completes every event recorded so far on `stream`
  * (the stream's queued work finished). */
-void stow_sim_complete_stream(stow_backend_t *sim, stow_stream_t stream);
+STOW_API void stow_sim_complete_stream(stow_backend_t *sim, stow_stream_t stream);
 
 /* Changes the capacity (the OOM threshold) of a live device. */
-void stow_sim_set_capacity(stow_backend_t *sim, size_t capacity_bytes);
+STOW_API void stow_sim_set_capacity(stow_backend_t *sim, size_t capacity_bytes);
 
 #ifdef __cplusplus
 }

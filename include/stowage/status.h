@@ -12,6 +12,16 @@
 extern "C" {
 #endif
 
+/* Marks the public API: the library is built with hidden visibility, so only
+ * these functions are exported from libstowage.so. Internal calls then bind
+ * inside the library and can be inlined (docs/benchmarks.md), and a Python
+ * process that loads it sees no stow__ internals. */
+#if defined(__GNUC__)
+#define STOW_API __attribute__((visibility("default")))
+#else
+#define STOW_API
+#endif
+
 #define STOW_STATUS_MAP(XX)                                                   \
     XX(OK, "success")                                                         \
     XX(EINVAL, "invalid argument")                                            \
@@ -35,10 +45,10 @@ typedef enum {
 
 /* A static, human-readable message for `status`; never free it. Unknown codes
  * give "unknown status". Thread safety: pure. */
-const char *stow_strerror(stow_status_t status);
+STOW_API const char *stow_strerror(stow_status_t status);
 
 /* The code's name without prefix ("ENOMEM"); static; never free. */
-const char *stow_status_name(stow_status_t status);
+STOW_API const char *stow_status_name(stow_status_t status);
 
 #ifdef __cplusplus
 }

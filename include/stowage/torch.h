@@ -52,20 +52,20 @@ extern "C" {
  *   rather than torch.OutOfMemoryError (docs/torch.md);
  * - device out of range, or no pool could be created: NULL, logged once.
  */
-void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream);
 
 /* free_fn. `size` and `stream` (the allocation stream, as PyTorch passes it)
  * are not needed. NULL is ignored; a pointer Stowage did not hand out is
  * logged once per device and otherwise ignored. */
-void stow_torch_free(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_free(void *ptr, ssize_t size, int device, stow_stream_t stream);
 
 /* reset_fn (torch.cuda.empty_cache): stow_empty_cache on every pool. */
-void stow_torch_empty_cache(void);
+STOW_API void stow_torch_empty_cache(void);
 
 /* record_stream_fn (Tensor.record_stream): the block at ptr is not reused
  * until the work queued on `stream` so far has completed. A foreign pointer is
  * ignored (logged once). */
-void stow_torch_record_stream(void *ptr, stow_stream_t stream);
+STOW_API void stow_torch_record_stream(void *ptr, stow_stream_t stream);
 
 /* memory_fraction_fn (torch.cuda.set_per_process_memory_fraction). The
  * fraction (0, 1] is stored for the device and applied when its pool is
@@ -74,17 +74,17 @@ void stow_torch_record_stream(void *ptr, stow_stream_t stream);
  * stow_pool_set_memory_fraction (not in this version): otherwise the call is
  * logged once and takes effect only after stow_torch_shutdown. Out-of-range
  * values are logged and ignored. */
-void stow_torch_memory_fraction(double fraction, int device);
+STOW_API void stow_torch_memory_fraction(double fraction, int device);
 
 /* ---- for the Python package (ctypes) and tests ---- */
 
 /* The device's pool, or NULL if none was created yet (this never creates one).
  * Ownership: borrowed; valid until stow_torch_shutdown. */
-stow_pool_t *stow_torch_pool(int device);
+STOW_API stow_pool_t *stow_torch_pool(int device);
 
 /* Creates the device's pool now if needed. Returns its status (STOW_OK when it
  * exists); the reason of a failure goes into why. */
-stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len);
+STOW_API stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len);
 
 /*
  * Recording for Python: starts (capacity_events > 0) or stops (0) the device
@@ -92,27 +92,27 @@ stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len);
  * PATH.tags). Errors: STOW_EINVAL (no pool for the device, or not recording),
  * STOW_EIO, STOW_EHOSTMEM.
  */
-stow_status_t stow_torch_record(int device, size_t capacity_events);
-stow_status_t stow_torch_dump_trace(int device, const char *path);
+STOW_API stow_status_t stow_torch_record(int device, size_t capacity_events);
+STOW_API stow_status_t stow_torch_dump_trace(int device, const char *path);
 
 /* stow_stats_json of the device's pool; a device without a pool gets the JSON
  * of an all-zero snapshot (same keys), like torch.cuda.memory_stats before any
  * allocation. snprintf semantics: returns the full length. */
-size_t stow_torch_stats_json(int device, char *buf, size_t buf_len);
+STOW_API size_t stow_torch_stats_json(int device, char *buf, size_t buf_len);
 
 /* stow_summary of the device's pool, or a one-line note when it has none. */
-size_t stow_torch_summary(int device, char *buf, size_t buf_len);
+STOW_API size_t stow_torch_summary(int device, char *buf, size_t buf_len);
 
 /* stow_stats_reset_peak / stow_stats_reset_accumulated; no-ops without a pool. */
-void stow_torch_reset_peak(int device);
-void stow_torch_reset_accumulated(int device);
+STOW_API void stow_torch_reset_peak(int device);
+STOW_API void stow_torch_reset_accumulated(int device);
 
 /* The explanation of the device's last out-of-memory, or of its last failure to
  * create a pool ("" if none). snprintf semantics. */
-size_t stow_torch_last_error(int device, char *buf, size_t buf_len);
+STOW_API size_t stow_torch_last_error(int device, char *buf, size_t buf_len);
 
 /* The backend kind the pools use or will use: "cuda" or "sim". */
-const char *stow_torch_backend_name(void);
+STOW_API const char *stow_torch_backend_name(void);
 
 /*
  * DESTRUCTOR of all state: destroys every pool (live blocks included) and
@@ -120,7 +120,7 @@ const char *stow_torch_backend_name(void);
  * and process exit: a pointer handed to PyTorch must not be used afterwards.
  * Thread safety: no other call may run concurrently.
  */
-void stow_torch_shutdown(void);
+STOW_API void stow_torch_shutdown(void);
 
 #ifdef __cplusplus
 }

@@ -49,14 +49,15 @@ typedef struct stow_trace {
  * Thread safety: reentrant.
  * Errors: STOW_EINVAL, STOW_EIO, STOW_EPARSE, STOW_EHOSTMEM.
  */
-stow_status_t stow_trace_load(const char *path, stow_trace_t **out, char *err, size_t err_len);
+STOW_API stow_status_t stow_trace_load(const char *path, stow_trace_t **out, char *err,
+                                       size_t err_len);
 
 /* Same as stow_trace_load, from a memory buffer; `name` is used in messages. */
-stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_len,
-                               stow_trace_t **out, char *err, size_t err_len);
+STOW_API stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_len,
+                                        stow_trace_t **out, char *err, size_t err_len);
 
 /* DESTRUCTOR. NULL is a harmless no-op. */
-void stow_trace_free(stow_trace_t *trace);
+STOW_API void stow_trace_free(stow_trace_t *trace);
 
 #ifdef __cplusplus
 }
