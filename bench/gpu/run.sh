@@ -62,7 +62,7 @@ build_lib() {
     mkdir -p "$BUILD"
     local cuinc=""
     [ -f /usr/local/cuda/include/cuda.h ] && cuinc="-DSTOW_HAVE_CUDA_HEADERS=1 -isystem /usr/local/cuda/include"
-    gcc -std=c11 -O2 -fPIC -shared -D_GNU_SOURCE -DSTOW_DEBUG=1 $cuinc -Iinclude -I. \
+    gcc -std=c11 -O2 -fPIC -shared -fvisibility=hidden -D_GNU_SOURCE -DSTOW_DEBUG=1 $cuinc -Iinclude -I. \
         allocator/*.c allocator/backend/*.c accounting/*.c trace/*.c planner/*.c \
         -o "$BUILD/libstowage.so" -lpthread -ldl -lm
 }
