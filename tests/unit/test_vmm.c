@@ -15,28 +15,27 @@
 static stow_backend_t *sim;
 static stow_pool_t *pool;
 
-static void make_vmm(size_t capacity, bool manual_events)
+/* A vmm pool on a fresh simulated device; `no_slack` sets vmm_slack to 0. */
+static void make_vmm_pool(size_t capacity, bool manual_events, bool no_slack)
 {
     sim = ts_sim(capacity, false, manual_events);
     cr_assert_not_null(sim);
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
+    if (no_slack)
+        c.vmm_slack = 0;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+static void make_vmm(size_t capacity, bool manual_events)
+{
+    make_vmm_pool(capacity, manual_events, false);
 }
 
 /* Events completed by hand (blocks freed on one stream stay out of another's
  * reach) and no slack: every granule beyond the live bytes is remapped. */
-static void make_vmm_tight(void)
-{
-    sim = ts_sim(0, false, true);
-    cr_assert_not_null(sim);
-    stow_config_t c;
-    stow_config_default(&c);
-    c.policy = STOW_POLICY_VMM;
-    c.vmm_slack = 0;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
-}
+static void make_vmm_tight(void) { make_vmm_pool(0, true, true); }
 
 static void check(void)
 {
