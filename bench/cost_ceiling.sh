@@ -23,8 +23,7 @@ set -euo pipefail
 rounds=${1:-5}
 repeats=${2:-7}
 root=$(cd "$(dirname "$0")/.." && pwd)
-traces_dir=${STOW_TRACES_DIR:-$root/../shared/traces}
-traces=(gpt2_train resnet50_train resnet_multiscale_train vit_train gpt2_generate)
+. "$root/bench/shared_traces.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -69,12 +68,10 @@ for v in base ceiling; do
     cmake --build "$work/$v/build" -j"$(nproc)" --target stowage_cli >/dev/null
 done
 
-paths=()
-for t in "${traces[@]}"; do paths+=("$traces_dir/$t.rep"); done
 for r in $(seq 1 "$rounds"); do
     for v in base ceiling; do
         echo "round $r/$rounds: $v" >&2
-        "$work/$v/build/stowage" replay --policy all --repeats "$repeats" --json "${paths[@]}" \
+        "$work/$v/build/stowage" replay --policy all --repeats "$repeats" --json "${trace_paths[@]}" \
             >"$work/$v.$r.jsonl"
     done
 done

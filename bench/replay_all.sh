@@ -18,17 +18,14 @@ set -euo pipefail
 runs=${1:-3}
 repeats=${2:-7}
 root=$(cd "$(dirname "$0")/.." && pwd)
-traces_dir=${STOW_TRACES_DIR:-$root/../shared/traces}
-traces=(gpt2_train resnet50_train resnet_multiscale_train vit_train gpt2_generate)
+. "$root/bench/shared_traces.sh"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-paths=()
-for t in "${traces[@]}"; do paths+=("$traces_dir/$t.rep"); done
 for r in $(seq 1 "$runs"); do
     echo "run $r/$runs: build/stowage replay --policy all --min-capacity --json --repeats $repeats ..." >&2
     "$root/build/stowage" replay --policy all --min-capacity --json --repeats "$repeats" \
-        "${paths[@]}" >"$out/run$r.jsonl"
+        "${trace_paths[@]}" >"$out/run$r.jsonl"
 done
 
 python3 - "$out" "$runs" "$traces_dir/README.md" "${traces[@]}" <<'EOF'

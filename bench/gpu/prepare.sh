@@ -9,7 +9,8 @@ src="${STOWAGE_TRACES:-$root/../shared/traces}"
 dst="$root/.gpu-carry/traces"
 mkdir -p "$dst"
 n=0
-for f in gpt2_train resnet50_train vit_train resnet_multiscale_train gpt2_generate; do
+. "$root/bench/shared_traces.sh"
+for f in "${traces[@]}"; do
     if [ -f "$src/$f.rep" ]; then
         cp -f "$src/$f.rep" "$dst/"
         n=$((n + 1))
