@@ -437,6 +437,18 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     return st;
 }
 
+/* The pool kind a request is served from. Page-mapped pools have one: small
+ * requests share the large range, where best fit packs them into the partly
+ * used granules at the edges of large blocks and holes instead of a range of
+ * their own whose last granule is partly empty (docs/design.md, page-mapped
+ * segments, has the measurements). */
+static unsigned pool_kind_for(const stow_pool_t *pool, size_t rounded)
+{
+    if (pool->vmm)
+        return STOW_POOL_LARGE;
+    return rounded <= STOW_SMALL_REQUEST_BYTES ? STOW_POOL_SMALL : STOW_POOL_LARGE;
+}
+
 stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_t stream,
                               void **out)
 {
@@ -446,7 +458,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     stow_status_t st = stow__round_size(&pool->config, size_bytes, &rounded);
     if (STOW_UNLIKELY(st != STOW_OK))
         return st;
-    unsigned kind = rounded <= STOW_SMALL_REQUEST_BYTES ? STOW_POOL_SMALL : STOW_POOL_LARGE;
+    unsigned kind = pool_kind_for(pool, rounded);
 
     stow__lock(&pool->lock);
     pool->op_count++;
@@ -473,7 +485,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             return st;
         }
     }
-    if (pool->vmm && hit && kind == STOW_POOL_LARGE)
+    if (pool->vmm && hit)
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
     if (pool->vmm && (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
         pool->placed_extra = 0;

@@ -1,13 +1,13 @@
 /*
  * allocator/vmm.c: page-mapped segments (policy vmm).
  *
- * Blocks live in large virtual ranges (one family for small requests, one for
- * large), placed by the same exact best fit as the classic pool; physical
- * memory is mapped in granules (2 MiB on CUDA) only under live blocks.
+ * Blocks live in large virtual ranges, small and large requests alike, placed
+ * by the same exact best fit as the classic pool; physical memory is mapped in
+ * granules (2 MiB on CUDA) only under live blocks.
  * Physical granules are fungible: when a block needs a granule mapped and the
  * pool already holds as much physical memory as its live bytes ever needed
- * (plus a small slack, vmm_slack), it takes a granule that holds no live
- * block elsewhere (oldest first), unmaps it and maps it where it is needed,
+ * (times 1 + vmm_slack), it takes a granule that holds no live block
+ * elsewhere (oldest first), unmaps it and maps it where it is needed,
  * instead of taking more from the device. So reserved memory tracks the
  * high-water mark of live bytes, not what fragmentation strands; it exceeds
  * that only when live blocks themselves pin more granules (blocks that share
@@ -182,17 +182,21 @@ static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
         pool, pool->backend->map(pool->backend->ctx, (void *)va, pool->granularity_bytes, h));
 }
 
-/* The granules the pool may hold while some mapped granule sits unused: the
- * high-water mark of live bytes in granules (rounded up), plus vmm_slack of
- * that in whole granules. Measured in bytes, not in live granules, so that
- * granules which live blocks share only partly (at the edges of free holes)
- * do not raise the allowance: reserved memory stays within (1 + vmm_slack)
- * of the live peak whenever the layout of live blocks allows it. */
+/* The granules the pool may hold while some mapped granule sits unused:
+ * (1 + vmm_slack) times the high-water mark of live bytes, in whole granules
+ * rounded down, and never fewer than that mark needs (rounded up). Measured in
+ * bytes, not in live granules, so that granules which live blocks share only
+ * partly (at the edges of free holes) do not raise the allowance, and rounded
+ * down, so that the allowance alone never takes reserved memory beyond
+ * (1 + vmm_slack) x the live peak, however small the pool: only a layout whose
+ * live blocks pin more granules can. */
 static uint64_t allowed_granules(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
     uint64_t g = pool->granularity_bytes;
     uint64_t live = live_bytes_high_water / g + (live_bytes_high_water % g != 0);
-    return live + (uint64_t)((double)live * pool->config.vmm_slack);
+    double with_slack = (double)live_bytes_high_water * (1.0 + pool->config.vmm_slack) / (double)g;
+    uint64_t allowed = (uint64_t)with_slack;
+    return allowed > live ? allowed : live;
 }
 
 static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
@@ -390,6 +394,9 @@ typedef struct placement {
 #define STOW_VMM_MAPS_PER_EXTRA_GRANULE 16
 /* Blocks smaller than this many granules stay where best fit puts them. */
 #define STOW_VMM_PLACE_MIN_GRANULES 32
+/* Extra granules that moved blocks may hold together, as a fraction of the
+ * live peak: at most this, and at most half of vmm_slack. */
+#define STOW_VMM_PLACE_BUDGET 0.00375
 
 static void consider(placement_t *p, stow_block_t *f, uintptr_t addr)
 {
@@ -447,9 +454,14 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     span_cost_t at_b = cost_at(pool, b, b->addr, rounded);
     if (!at_b.unmapped)
         return b;
-    /* Moved blocks may hold, together, half the slack in extra granules. */
+    /* Moved blocks may hold, together, half the slack in extra granules, and
+     * never more than STOW_VMM_PLACE_BUDGET of the live peak: a larger slack
+     * is there to cache granules, not to loosen the layout. */
     uint64_t live_hw_granules = pool->live_bytes_high_water / pool->granularity_bytes;
-    uint64_t budget = (uint64_t)((double)live_hw_granules * pool->config.vmm_slack / 2);
+    double budget_fraction = pool->config.vmm_slack / 2;
+    if (budget_fraction > STOW_VMM_PLACE_BUDGET)
+        budget_fraction = STOW_VMM_PLACE_BUDGET;
+    uint64_t budget = (uint64_t)((double)live_hw_granules * budget_fraction);
     placement_t p = {pool, rounded, at_b,
                      budget > pool->extra_granules_live ? budget - pool->extra_granules_live : 0,
                      b, b->addr, at_b};
@@ -492,14 +504,15 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
 
 /* ---- virtual ranges ---- */
 
-#define SMALL_RANGE_BYTES ((size_t)4 << 30)
-#define LARGE_RANGE_BYTES ((size_t)64 << 30)
+/* One range holds every request (small ones too); more ranges come only for
+ * a request larger than the free end of the last. */
+#define RANGE_BYTES ((size_t)64 << 30)
 
 stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                              size_t rounded, stow_block_t **out)
 {
     size_t g = pool->granularity_bytes;
-    size_t chunk = kind == STOW_POOL_SMALL ? SMALL_RANGE_BYTES : LARGE_RANGE_BYTES;
+    size_t chunk = RANGE_BYTES;
     if (rounded > SIZE_MAX - (g - 1))
         return STOW_EOVERFLOW;
     size_t size = (rounded + g - 1) & ~(g - 1);

@@ -89,9 +89,10 @@ typedef struct stow_config {
                                       STOW_RECORD_EVENTS_MAX (stowage/record.h);
                                       key "record_events" */
     double vmm_slack;              /* policy vmm: physical memory the pool may hold beyond the
-                                      high-water mark of live bytes (in granules) before it
-                                      remaps unused granules instead of taking more, as a
-                                      fraction of that mark; default 0.0075; key "vmm_slack" */
+                                      high-water mark of live bytes before it remaps unused
+                                      granules instead of taking more, as a fraction of that
+                                      mark (the allowance is rounded down to whole granules);
+                                      default 0.009; key "vmm_slack" */
 } stow_config_t;
 
 /* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */

@@ -101,9 +101,47 @@ Test(vmm, small_requests_share_granules)
     for (int i = 0; i < 100; i++)
         p[i] = alloc_ok(10 * KIB);
     stow_stats_t s = stats();
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, G, "1000 KiB in one granule");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G, "1000 KiB in one granule");
+    /* One range for every request: small ones count in the large pool. */
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, 0);
+    cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1);
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_LARGE].current, 100 * 10 * KIB);
     for (int i = 0; i < 100; i++)
         cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    finish();
+}
+
+/* Small requests fill the partly used last granule of a large block, and the
+ * edge of a hole in a granule live blocks hold, instead of granules of their
+ * own (the classic pool gives them a 2 MiB segment). */
+Test(vmm, small_requests_fill_partly_used_granules)
+{
+    make_vmm(0, false);
+    void *big = alloc_ok(3 * MIB); /* granules 0-1, 1 MiB of granule 1 free */
+    void *small[2];
+    for (int i = 0; i < 2; i++)
+        small[i] = alloc_ok(256 * KIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 2 * G, "no granule of their own");
+    cr_assert_eq(s.num_map_calls, 2);
+    cr_assert_eq((char *)small[0] - (char *)big, (ptrdiff_t)(3 * MIB), "right after the big block");
+    /* A hole from 3.5 MiB to 6.5 MiB between live blocks: its low edge lies in
+     * granule 1, which big and the small blocks hold. */
+    void *mid = alloc_ok(3 * MIB);   /* granules 1-3 */
+    void *after = alloc_ok(2 * MIB); /* granules 3-4 */
+    cr_assert_eq(stow_pool_free(pool, mid), STOW_OK);
+    void *edge = alloc_ok(512 * KIB);
+    cr_assert_eq((char *)edge - (char *)big, (ptrdiff_t)(3 * MIB + 512 * KIB),
+                 "best fit: the low edge of the hole");
+    s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 5 * G);
+    cr_assert_eq(s.num_map_calls, 5, "no granule mapped for it");
+    check();
+    cr_assert_eq(stow_pool_free(pool, edge), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, after), STOW_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(stow_pool_free(pool, small[i]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, big), STOW_OK);
     finish();
 }
 
