@@ -36,8 +36,10 @@ typedef struct stow_stat {
 
 typedef enum {
     STOW_POOL_ALL = 0,   /* "all" */
-    STOW_POOL_SMALL = 1, /* "small_pool": requests <= 1 MiB */
-    STOW_POOL_LARGE = 2, /* "large_pool" */
+    STOW_POOL_SMALL = 1, /* "small_pool": requests <= 1 MiB (policy vmm: none, see
+                            large_pool) */
+    STOW_POOL_LARGE = 2, /* "large_pool": the rest; policy vmm: every request, since
+                            its virtual ranges hold small and large blocks alike */
     STOW_POOL_KINDS = 3
 } stow_pool_kind_t;
 

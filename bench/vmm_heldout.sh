@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# bench/vmm_heldout.sh: the page-mapped pool (policy vmm) on the shared traces
+# and on held-out variants of them (docs/design.md, page-mapped segments).
+#
+# Writes every shared trace again with each allocation size times each of
+# FACTORS (bench/scaled_traces.py: other alignments against 2 MiB granules),
+# then for the shared and the scaled traces:
+#   - build/stowage replay --policy vmm --min-capacity --json: peak reserved /
+#     peak live and minimum capacity / peak live;
+#   - build/vmm_churn: map + unmap calls per 1000 events once the pool has
+#     settled (16 replays on one pool) and host time against the classic pool;
+# and prints one Markdown row per trace, then a summary: how many traces are
+# above 1.01 on either ratio, the worst, and the settled churn's median, mean
+# and maximum. Extra arguments go to both programs as settings (--conf ...).
+# Usage: bench/vmm_heldout.sh [--conf KEY:VALUE,...]   (from the repository root,
+# after building; FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by default)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/shared_traces.sh"
+factors=${FACTORS:-0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --factors "$factors" \
+    >/dev/null
+all=("${trace_paths[@]}" "$out"/scaled/*.rep)
+echo "replay --policy vmm --min-capacity on ${#all[@]} traces ..." >&2
+"$root/build/stowage" replay --policy vmm --min-capacity --repeats 1 --json "$@" "${all[@]}" \
+    >"$out/replay.jsonl"
+echo "vmm_churn on ${#all[@]} traces ..." >&2
+"$root/build/vmm_churn" "$@" "${all[@]}" >"$out/churn.txt"
+
+python3 - "$out/replay.jsonl" "$out/churn.txt" <<'EOF'
+import json, os, re, statistics, sys
+
+replay = {}
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    replay[os.path.basename(j["trace"])] = j
+churn = {}
+for line in open(sys.argv[2]):
+    m = re.match(r"(\S+)\s+vmm reserved/live \S+\s+steady churn (\S+)\s+(.*?)\s+vmm/classic host time (\S+)", line)
+    if m:
+        churn[m.group(1)] = (float(m.group(2)), m.group(3), float(m.group(4)))
+
+print("| trace | reserved / live | min / live | settled maps+unmaps / 1000 events | | host time vs classic |")
+print("|---|---:|---:|---:|---|---:|")
+over, worst, settled = [], (0.0, ""), []
+for name, j in replay.items():
+    res = j["reserved_over_live"]
+    mn = j["min_capacity_bytes"] / j["peak_live_bytes"]
+    c = churn.get(name, (float("nan"), "?", float("nan")))
+    print(f"| {name[:-4]} | {res:.4f} | {mn:.4f} | {c[0]:.1f} | {c[1]} | {c[2]:.2f} |")
+    if max(res, mn) > 1.01:
+        over.append(name[:-4])
+    worst = max(worst, (max(res, mn), name[:-4]))
+    settled.append(c[0])
+print()
+print(f"traces: {len(replay)}; above 1.01 (reserved or minimum capacity): {len(over)} {over}")
+print(f"worst: {worst[0]:.4f} ({worst[1]})")
+print(f"settled churn per 1000 events: median {statistics.median(settled):.1f}, "
+      f"mean {statistics.mean(settled):.1f}, max {max(settled):.1f}, "
+      f"above 20: {sum(1 for s in settled if s > 20)}")
+EOF
