@@ -401,8 +401,17 @@ typedef struct placement {
 static void consider(placement_t *p, stow_block_t *f, uintptr_t addr)
 {
     span_cost_t c = cost_at(p->pool, f, addr, p->rounded);
+    /* Fewest granules to map, then fewest fresh ones, then the lowest
+     * address. A big block whose room lost its lowest granules to remaps
+     * (the oldest unused go first, and a freed block's granules are queued
+     * from the bottom up) used to go where the mapped run starts, a little
+     * higher each training step, and never settle; with the windows that end
+     * where a run ends (consider_block) and this last rule it extends
+     * downwards instead (gpt2_train x0.8: 169 map and unmap calls per 1000
+     * events before, 16.5 settled now; either change alone moved nothing). */
     if (c.unmapped > p->cost.unmapped ||
-        (c.unmapped == p->cost.unmapped && c.fresh >= p->cost.fresh))
+        (c.unmapped == p->cost.unmapped &&
+         (c.fresh > p->cost.fresh || (c.fresh == p->cost.fresh && addr >= p->addr))))
         return;
     if (c.fresh > p->best_fit.fresh) {
         size_t extra = c.fresh - p->best_fit.fresh;
@@ -415,9 +424,10 @@ static void consider(placement_t *p, stow_block_t *f, uintptr_t addr)
     p->cost = c;
 }
 
-/* Candidate placements inside free block f: its two ends, and the start of
- * every run of mapped granules between (the fewest unmapped granules under a
- * window are always found at one of these). */
+/* Candidate placements inside free block f: its two ends, and windows that
+ * start where a run of mapped granules starts or end where one ends (the
+ * fewest unmapped granules under a window are always found at one of the
+ * starts; the ends give the same count below the run instead of above it). */
 static bool consider_block(void *arg, stow_block_t *f)
 {
     placement_t *p = arg;
@@ -436,6 +446,9 @@ static bool consider_block(void *arg, stow_block_t *f)
             break;
         consider(p, f, seg->base + run * g);
         k = next_with(seg, run, k_last + 1, false);
+        uintptr_t run_end = seg->base + k * g;
+        if (run_end >= lo + p->rounded && run_end - p->rounded <= hi)
+            consider(p, f, run_end - p->rounded);
     }
     return p->cost.unmapped != 0;
 }

@@ -293,6 +293,42 @@ Test(vmm, big_blocks_go_where_granules_are_mapped)
     finish();
 }
 
+/* A mapped run inside an unmapped hole: a big block that covers the whole run
+ * either way extends below it rather than above it (the lowest address among
+ * equal costs), so that a room whose lowest granules were remapped away does
+ * not creep upwards from one training step to the next. */
+Test(vmm, big_block_extends_below_a_mapped_run_rather_than_above)
+{
+    make_vmm_tight();
+    /* [x 60 MiB][y 60 MiB][z 80 MiB][w 2 MiB], then x and z freed: their 70
+     * granules are the oldest unused, and a 140 MiB block (above w: the holes
+     * are too small) remaps all of them. y freed last: one 200 MiB hole (100
+     * granules) whose granules 30-59 (y's) alone are mapped. */
+    void *x = alloc_ok(60 * MIB);
+    void *y = alloc_ok(60 * MIB);
+    void *z = alloc_ok(80 * MIB);
+    void *w = alloc_ok(2 * MIB);
+    cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, z), STOW_OK);
+    void *v = alloc_ok(140 * MIB);
+    cr_assert_eq(stats().num_unmap_calls, 70);
+    cr_assert_eq(stow_pool_free(pool, y), STOW_OK);
+    check();
+    stow_stats_t before = stats();
+    /* 80 MiB (40 granules) over granules 30-69 or 20-59: 10 to map either
+     * way; the lower one. */
+    void *c = alloc_ok(80 * MIB);
+    cr_assert_eq((char *)c - (char *)x, (ptrdiff_t)(20 * G),
+                 "ends where the mapped run ends: at granule %td",
+                 ((char *)c - (char *)x) / (ptrdiff_t)G);
+    cr_assert_eq(stats().num_map_calls, before.num_map_calls + 10);
+    check();
+    void *all[] = {c, v, w};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(stow_pool_free(pool, all[i]), STOW_OK);
+    finish();
+}
+
 /* The room a big block moves to may lie inside a free block: the block is
  * carved there. */
 Test(vmm, big_block_carved_out_of_a_free_block)
