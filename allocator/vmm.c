@@ -517,8 +517,8 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
 
 /* ---- virtual ranges ---- */
 
-/* One range holds every request (small ones too); more ranges come only for
- * a request larger than the free end of the last. */
+/* A range holds requests of every size; another comes only when no free
+ * block of those held fits a request. */
 #define RANGE_BYTES ((size_t)64 << 30)
 
 stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
