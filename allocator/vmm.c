@@ -459,10 +459,8 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     /* Only unused mapped granules make another placement cheaper, and only
      * big blocks move: a remap of one costs milliseconds, while small blocks
      * packed by best fit share granules, which keeps the physical peak down
-     * (docs/design.md has the measurements). Requests under max_split_size
-     * rules keep best fit (block_acceptable, pool.c). */
-    if (!pool->lru_count || rounded < STOW_VMM_PLACE_MIN_GRANULES * pool->granularity_bytes ||
-        pool->config.max_split_size_bytes != SIZE_MAX)
+     * (docs/design.md has the measurements). */
+    if (!pool->lru_count || rounded < STOW_VMM_PLACE_MIN_GRANULES * pool->granularity_bytes)
         return b;
     span_cost_t at_b = cost_at(pool, b, b->addr, rounded);
     if (!at_b.unmapped)

@@ -145,6 +145,31 @@ Test(vmm, small_requests_fill_partly_used_granules)
     finish();
 }
 
+/* max_split_size_mb does not apply to page-mapped pools: under it, no request
+ * below the limit could take the free end of the range, and each would get a
+ * range of its own. */
+Test(vmm, max_split_size_leaves_one_range)
+{
+    sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    stow_config_t c;
+    stow_config_default(&c);
+    c.policy = STOW_POLICY_VMM;
+    c.max_split_size_bytes = 20 * MIB;
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    void *p[6];
+    size_t sizes[6] = {4 * KIB, 3 * MIB, 100 * KIB, 30 * MIB, 5 * MIB, 512};
+    for (int i = 0; i < 6; i++)
+        p[i] = alloc_ok(sizes[i]);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1, "one virtual range");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 20 * G, "38.1 MiB packed in 20 granules");
+    check();
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    finish();
+}
+
 Test(vmm, unused_granules_are_remapped_instead_of_growing)
 {
     make_vmm(0, false);
