@@ -487,6 +487,15 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     return stow__pool_split_free_at(pool, p.block, p.addr - p.block->addr);
 }
 
+/* A freed block's first or last granule, which another live block may share:
+ * unused once no live block overlaps it. */
+static void release_edge(stow_pool_t *pool, stow_granule_t *g)
+{
+    stow_assert_internal(g->live > 0 && g->phys);
+    if (--g->live == 0)
+        lru_push(pool, g);
+}
+
 void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
 {
     stow_segment_t *seg = b->segment;
@@ -498,18 +507,11 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
     b->extra_granules = 0;
     /* Only the first and last granules can hold another live block too; the
      * ones between were this block's alone and become unused together. */
-    stow_granule_t *g = &seg->granules[first];
-    stow_assert_internal(g->live > 0 && g->phys);
-    if (--g->live == 0)
-        lru_push(pool, g);
+    release_edge(pool, &seg->granules[first]);
     if (end - first > 2)
-        lru_push_freed_run(pool, g + 1, &seg->granules[end - 1]);
-    if (end - first > 1) {
-        g = &seg->granules[end - 1];
-        stow_assert_internal(g->live > 0 && g->phys);
-        if (--g->live == 0)
-            lru_push(pool, g);
-    }
+        lru_push_freed_run(pool, &seg->granules[first + 1], &seg->granules[end - 1]);
+    if (end - first > 1)
+        release_edge(pool, &seg->granules[end - 1]);
     update_idle(pool);
 }
 

@@ -5,17 +5,18 @@
 #     bench/gpu/prepare.sh && run(command="bash bench/gpu/run.sh", carry=[".gpu-carry"])
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-src="${STOWAGE_TRACES:-$root/../shared/traces}"
+# STOWAGE_TRACES, this script's older name for STOW_TRACES_DIR, still works.
+STOW_TRACES_DIR=${STOW_TRACES_DIR:-${STOWAGE_TRACES:-}}
+. "$root/bench/shared_traces.sh"
 dst="$root/.gpu-carry/traces"
 mkdir -p "$dst"
 n=0
-. "$root/bench/shared_traces.sh"
-for f in "${traces[@]}"; do
-    if [ -f "$src/$f.rep" ]; then
-        cp -f "$src/$f.rep" "$dst/"
+for path in "${trace_paths[@]}"; do
+    if [ -f "$path" ]; then
+        cp -f "$path" "$dst/"
         n=$((n + 1))
     else
-        echo "prepare: $src/$f.rep missing; skipped" >&2
+        echo "prepare: $path missing; skipped" >&2
     fi
 done
 du -sh "$root/.gpu-carry" | awk -v n="$n" '{print "prepare: " n " traces, " $1 " in .gpu-carry (carry limit 64 MiB)"}'
