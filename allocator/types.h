@@ -90,7 +90,8 @@ struct stow_granule {
     stow_segment_t *segment;           /* its range; set when first mapped (entries start
                                           zeroed; the address is computed, vmm.c) */
     stow_phys_t phys;                  /* 0 = unmapped */
-    stow_granule_t *lru_prev, *lru_next; /* unused-mapped list, oldest first */
+    stow_granule_t *lru_prev, *lru_next; /* unused-mapped list, oldest first (stale
+                                            unless on_lru) */
     uint32_t live;
     uint8_t on_lru;
 };
