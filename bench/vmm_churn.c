@@ -13,9 +13,13 @@
  *
  * With --parts P it also prints the map + unmap calls of the first replay (a
  * fresh pool, as in a real run) in P equal slices of its events: for a trace of
- * P training steps, step by step.
+ * P training steps, step by step. With --who K it replays once more (not
+ * counted above) and prints the K allocations of that replay that made the
+ * most map + unmap calls (event index, size, address, calls): which blocks
+ * keep the settled pool remapping.
  *
- *   build/vmm_churn [--replays N (default 16)] [--parts P] [--conf KEY:VALUE,...] TRACE...
+ *   build/vmm_churn [--replays N (default 16)] [--parts P] [--who K] [--conf KEY:VALUE,...]
+ *                   TRACE...
  *
  * docs/design.md (page-mapped segments) quotes its output.
  */
@@ -30,6 +34,7 @@
 
 #define MAX_REPLAYS 100
 #define MAX_PARTS 64
+#define MAX_WHO 1000
 
 typedef struct side {
     stow_backend_t *sim;
@@ -80,12 +85,19 @@ static uint64_t remaps(stow_pool_t *pool)
     return st.num_map_calls + st.num_unmap_calls;
 }
 
+/* Map + unmap calls an event made, and the address an allocation got. */
+typedef struct event_note {
+    uint64_t calls;
+    uintptr_t addr;
+} event_note_t;
+
 /* One replay of the whole trace, then frees what the trace leaves live.
  * Returns the time of the replay proper; counts allocation failures. With
  * parts > 0, part_remaps[k] gets the map + unmap calls of the k-th of `parts`
- * equal slices of the events. */
+ * equal slices of the events; with notes, notes[i] describes event i (a
+ * statistics snapshot around every event: such a replay is not timed for real). */
 static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int parts,
-                       uint64_t *part_remaps)
+                       uint64_t *part_remaps, event_note_t *notes)
 {
     size_t per_part = parts > 0 ? (t->event_count + (size_t)parts - 1) / (size_t)parts : 0;
     uint64_t part_start = parts > 0 ? remaps(s->pool) : 0;
@@ -97,6 +109,7 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int
             part_start = now;
         }
         const stow_trace_event_t *e = &t->events[i];
+        uint64_t before = notes ? remaps(s->pool) : 0;
         if (e->kind == STOW_TRACE_ALLOC) {
             if (stow_pool_alloc(s->pool, e->size_bytes, stream_of(e->stream), &s->ptrs[e->id]) !=
                 STOW_OK) {
@@ -106,6 +119,10 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int
         } else if (s->ptrs[e->id]) {
             (void)stow_pool_free(s->pool, s->ptrs[e->id]);
             s->ptrs[e->id] = NULL;
+        }
+        if (notes) {
+            notes[i].calls = remaps(s->pool) - before;
+            notes[i].addr = e->kind == STOW_TRACE_ALLOC ? (uintptr_t)s->ptrs[e->id] : 0;
         }
     }
     uint64_t dt = now_ns() - t0;
@@ -141,7 +158,50 @@ static void side_close(side_t *s)
     free(s->ptrs);
 }
 
-static int run_trace(const char *path, const stow_config_t *config, int replays, int parts)
+static const event_note_t *sort_notes;
+
+static int cmp_event_calls(const void *a, const void *b)
+{
+    uint64_t x = sort_notes[*(const size_t *)a].calls, y = sort_notes[*(const size_t *)b].calls;
+    return x > y ? -1 : x < y;
+}
+
+/* One more replay of the settled vmm pool, then its `who` allocations with the
+ * most map + unmap calls, most first. */
+static int print_who(const char *base, side_t *vmm, const stow_trace_t *t, int who)
+{
+    size_t n = t->event_count;
+    event_note_t *notes = calloc(n ? n : 1, sizeof *notes);
+    size_t *order = calloc(n ? n : 1, sizeof *order);
+    if (!notes || !order) {
+        free(notes);
+        free(order);
+        fprintf(stderr, "vmm_churn: out of host memory\n");
+        return 1;
+    }
+    uint64_t failures = 0, total = 0;
+    (void)replay(vmm, t, &failures, 0, NULL, notes);
+    for (size_t i = 0; i < n; i++) {
+        order[i] = i;
+        total += notes[i].calls;
+    }
+    sort_notes = notes;
+    qsort(order, n, sizeof *order, cmp_event_calls);
+    printf("%-26s one more replay: %llu map+unmap calls; the allocations that made most:\n", base,
+           (unsigned long long)total);
+    for (size_t k = 0; k < n && k < (size_t)who && notes[order[k]].calls; k++) {
+        const stow_trace_event_t *e = &t->events[order[k]];
+        printf("  event %zu  %.1f MiB  at %#llx  %llu calls\n", order[k],
+               (double)e->size_bytes / (1 << 20), (unsigned long long)notes[order[k]].addr,
+               (unsigned long long)notes[order[k]].calls);
+    }
+    free(notes);
+    free(order);
+    return 0;
+}
+
+static int run_trace(const char *path, const stow_config_t *config, int replays, int parts,
+                     int who)
 {
     stow_trace_t *t;
     char err[512];
@@ -165,8 +225,8 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
     printf("%-26s map+unmap / 1000 events by replay:", base);
     for (int r = 0; r < replays; r++) {
         uint64_t before = remaps(vmm.pool);
-        uint64_t vmm_ns = replay(&vmm, t, &failures, r == 0 ? parts : 0, part_remaps);
-        uint64_t classic_ns = replay(&classic, t, &failures, 0, NULL);
+        uint64_t vmm_ns = replay(&vmm, t, &failures, r == 0 ? parts : 0, part_remaps, NULL);
+        uint64_t classic_ns = replay(&classic, t, &failures, 0, NULL, NULL);
         count[r] = remaps(vmm.pool) - before;
         churn[r] = 1000.0 * (double)count[r] / (double)t->event_count;
         ratio[r] = (double)vmm_ns / (double)classic_ns;
@@ -191,6 +251,8 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
            "  failures %llu\n",
            base, peak_ratio, median(churn + from, replays - from), settled,
            median(ratio + from, replays - from), (unsigned long long)failures);
+    if (who > 0)
+        rc = print_who(base, &vmm, t, who);
 out:
     side_close(&vmm);
     side_close(&classic);
@@ -213,7 +275,7 @@ static int parse_count(const char *option, const char *arg, int max, int *out)
 
 int main(int argc, char **argv)
 {
-    int replays = 16, parts = 0, i = 1;
+    int replays = 16, parts = 0, who = 0, i = 1;
     stow_config_t config;
     stow_config_default(&config);
     while (i + 1 < argc && argv[i][0] == '-') {
@@ -223,6 +285,9 @@ int main(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--parts")) {
             if (parse_count("--parts", argv[i + 1], MAX_PARTS, &parts) != 0)
+                return 2;
+        } else if (!strcmp(argv[i], "--who")) {
+            if (parse_count("--who", argv[i + 1], MAX_WHO, &who) != 0)
                 return 2;
         } else if (!strcmp(argv[i], "--conf")) {
             if (stow_config_parse(&config, argv[i + 1], err, sizeof err) != STOW_OK) {
@@ -236,13 +301,13 @@ int main(int argc, char **argv)
     }
     if (i >= argc) {
         fprintf(stderr,
-                "usage: vmm_churn [--replays N (1..%d)] [--parts P (1..%d)] [--conf KEY:VALUE,...] "
-                "TRACE...\n",
-                MAX_REPLAYS, MAX_PARTS);
+                "usage: vmm_churn [--replays N (1..%d)] [--parts P (1..%d)] [--who K (1..%d)] "
+                "[--conf KEY:VALUE,...] TRACE...\n",
+                MAX_REPLAYS, MAX_PARTS, MAX_WHO);
         return 2;
     }
     int rc = 0;
     for (; i < argc && rc == 0; i++)
-        rc = run_trace(argv[i], &config, replays, parts);
+        rc = run_trace(argv[i], &config, replays, parts, who);
     return rc;
 }
