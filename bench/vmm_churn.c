@@ -14,8 +14,8 @@
  * With --parts P it also prints the map + unmap calls of the first replay (a
  * fresh pool, as in a real run) in P equal slices of its events: for a trace of
  * P training steps, step by step. With --who K it replays once more (not
- * counted above) and prints the K allocations of that replay that made the
- * most map + unmap calls (event index, size, address, calls): which blocks
+ * counted above) and prints the K events of that replay that made the most
+ * map + unmap calls (event index, kind, size, address, calls): which blocks
  * keep the settled pool remapping.
  *
  *   build/vmm_churn [--replays N (default 16)] [--parts P] [--who K] [--conf KEY:VALUE,...]
@@ -166,8 +166,8 @@ static int cmp_event_calls(const void *a, const void *b)
     return x > y ? -1 : x < y;
 }
 
-/* One more replay of the settled vmm pool, then its `who` allocations with the
- * most map + unmap calls, most first. */
+/* One more replay of the settled vmm pool, then its `who` events with the most
+ * map + unmap calls, most first. */
 static int print_who(const char *base, side_t *vmm, const stow_trace_t *t, int who)
 {
     size_t n = t->event_count;
@@ -187,13 +187,13 @@ static int print_who(const char *base, side_t *vmm, const stow_trace_t *t, int w
     }
     sort_notes = notes;
     qsort(order, n, sizeof *order, cmp_event_calls);
-    printf("%-26s one more replay: %llu map+unmap calls; the allocations that made most:\n", base,
+    printf("%-26s one more replay: %llu map+unmap calls; the events that made most:\n", base,
            (unsigned long long)total);
     for (size_t k = 0; k < n && k < (size_t)who && notes[order[k]].calls; k++) {
         const stow_trace_event_t *e = &t->events[order[k]];
-        printf("  event %zu  %.1f MiB  at %#llx  %llu calls\n", order[k],
-               (double)e->size_bytes / (1 << 20), (unsigned long long)notes[order[k]].addr,
-               (unsigned long long)notes[order[k]].calls);
+        printf("  event %zu  %s %.1f MiB  at %#llx  %llu calls\n", order[k],
+               e->kind == STOW_TRACE_ALLOC ? "alloc" : "free", (double)e->size_bytes / (1 << 20),
+               (unsigned long long)notes[order[k]].addr, (unsigned long long)notes[order[k]].calls);
     }
     free(notes);
     free(order);
