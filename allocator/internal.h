@@ -183,8 +183,8 @@ struct stow_pool {
     uint64_t reserved_high_water_bytes; /* highest reserved ever (not reset by users) */
     /* vmm policy (vmm.c); all zero for classic pools */
     bool vmm;
-    stow_granule_t *lru_head, *lru_tail; /* unused mapped granules, oldest first */
-    size_t lru_count;
+    stow_granule_t *run_head, *run_tail; /* runs of unused granules, oldest first */
+    size_t unused_count;               /* granules in those runs */
     stow_free_handle_t *free_handles;  /* unmapped physical handles kept for reuse */
     size_t free_handle_count, free_handle_capacity;
     uint64_t phys_count;               /* handles held (mapped + free) */

@@ -82,18 +82,26 @@ struct stow_block {
 };
 
 /* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
- * virtual range. A granule is mapped iff it holds live data (live > 0) or it
- * sits on the pool's unused list (live == 0, kept mapped for reuse).
- *   live == number of ALLOCATED + PENDING blocks overlapping the granule */
+ * virtual range. A granule is mapped (phys != 0, its bit set in mapped_bits)
+ * iff a live (ALLOCATED or PENDING) block overlaps it or it is unused: mapped,
+ * overlapped by no live block, kept for reuse, its bit set in unused_bits.
+ * Unused granules form runs: granules next to each other in the range that
+ * became unused together (a freed block's), one entry each on the pool's run
+ * list, oldest first; a run's first granule holds its list links and its end
+ * (its bit set in run_start_bits).
+ *   edges == number of live blocks whose first or last granule this is.
+ * A granule that two live blocks overlap is an edge of both: a block that
+ * covers a granule with its interior is the only block overlapping it. So
+ * interior granules need no count, and a block's allocation and free touch
+ * its two edges and a run, not each of its granules. */
 typedef struct stow_granule stow_granule_t;
 struct stow_granule {
     stow_segment_t *segment;           /* its range; set when first mapped (entries start
                                           zeroed; the address is computed, vmm.c) */
     stow_phys_t phys;                  /* 0 = unmapped */
-    stow_granule_t *lru_prev, *lru_next; /* unused-mapped list, oldest first (stale
-                                            unless on_lru) */
-    uint32_t live;
-    uint8_t on_lru;
+    stow_granule_t *run_prev, *run_next; /* run's first granule: neighbours on the run list */
+    uint32_t run_end;                  /* run's first granule: index after the run's last */
+    uint32_t edges;
 };
 
 struct stow_segment {
@@ -108,6 +116,9 @@ struct stow_segment {
     size_t granules_touched;      /* vmm: 1 + the highest granule index ever mapped (every
                                      granule at or above it is unmapped) */
     uint64_t *mapped_bits;        /* vmm: bit i set <=> granules[i] is mapped */
+    uint64_t *unused_bits;        /* vmm: bit i set <=> granules[i] is unused (in a run) */
+    uint64_t *run_start_bits;     /* vmm: bit i set <=> a run starts at granules[i] (the three
+                                     bitmaps share one allocation, mapped_bits first) */
 };
 
 typedef struct stow_free_index {

@@ -21,97 +21,146 @@
 
 #include <string.h>
 
-/* ---- unused-mapped list (oldest first) and free handles ---- */
+/* ---- granule bitmaps ---- */
 
-static void lru_push(stow_pool_t *pool, stow_granule_t *g)
-{
-    g->lru_next = NULL;
-    g->lru_prev = pool->lru_tail;
-    if (pool->lru_tail)
-        pool->lru_tail->lru_next = g;
-    else
-        pool->lru_head = g;
-    pool->lru_tail = g;
-    g->on_lru = 1;
-    pool->lru_count++;
-}
+static bool bit_at(const uint64_t *bits, size_t i) { return (bits[i / 64] >> (i % 64)) & 1; }
 
-static void lru_unlink(stow_pool_t *pool, stow_granule_t *g)
+/* Sets (value) or clears bits [from, end), a word at a time. */
+static void bits_fill(uint64_t *bits, size_t from, size_t end, bool value)
 {
-    if (g->lru_prev)
-        g->lru_prev->lru_next = g->lru_next;
-    else
-        pool->lru_head = g->lru_next;
-    if (g->lru_next)
-        g->lru_next->lru_prev = g->lru_prev;
-    else
-        pool->lru_tail = g->lru_prev;
-    g->lru_prev = g->lru_next = NULL;
-    g->on_lru = 0;
-    pool->lru_count--;
-}
-
-/* The interior granules [from, to) of a freed block (mapped, live == 1: that
- * block's alone) become unused: appended to the list in address order,
- * linked among themselves in one pass and spliced on as one piece. */
-static void lru_push_freed_run(stow_pool_t *pool, stow_granule_t *from, stow_granule_t *to)
-{
-    for (stow_granule_t *g = from; g < to; g++) {
-        stow_assert_internal(g->live == 1 && g->phys);
-        g->live = 0;
-        g->lru_prev = g - 1;
-        g->lru_next = g + 1;
-        g->on_lru = 1;
+    while (from < end) {
+        size_t lo = from % 64, n = end - from < 64 - lo ? end - from : 64 - lo;
+        uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << lo;
+        if (value)
+            bits[from / 64] |= mask;
+        else
+            bits[from / 64] &= ~mask;
+        from += n;
     }
-    from->lru_prev = pool->lru_tail;
-    (to - 1)->lru_next = NULL;
-    if (pool->lru_tail)
-        pool->lru_tail->lru_next = from;
-    else
-        pool->lru_head = from;
-    pool->lru_tail = to - 1;
-    pool->lru_count += (size_t)(to - from);
 }
 
-/* Granule g (on the unused list) and those after it in address order that
- * also follow it on the list, up to span_end, become live for a new block:
- * one pass and one splice. Returns the granule after the run. */
-static stow_granule_t *lru_take_run(stow_pool_t *pool, stow_granule_t *g,
-                                    const stow_granule_t *span_end)
+/* First i in [from, end) whose bit is `value`, or end. */
+static size_t next_bit(const uint64_t *bits, size_t from, size_t end, bool value)
 {
-    stow_granule_t *before = g->lru_prev, *after;
-    stow_granule_t *from = g;
-    /* Per granule only what says it left the list (its links are meaningful
-     * only while on_lru is set): a 150 MiB block is 75 granules, and this loop
-     * and lru_push_freed_run's are most of the instructions a settled vmm pool
-     * spends beyond the classic pool's (callgrind, gpt2_train x1.5). */
-    for (;;) {
-        stow_assert_internal(g->live == 0 && g->on_lru);
-        after = g->lru_next;
-        g->on_lru = 0;
-        g->live = 1;
-        g++;
-        if (g >= span_end || after != g)
-            break;
+    while (from < end) {
+        uint64_t word = bits[from / 64];
+        word = (value ? word : ~word) & (~(uint64_t)0 << (from % 64));
+        if (word) {
+            size_t i = (from & ~(size_t)63) + (size_t)__builtin_ctzll(word);
+            return i < end ? i : end;
+        }
+        from = (from & ~(size_t)63) + 64;
     }
-    size_t n = (size_t)(g - from);
-    if (before)
-        before->lru_next = after;
+    return end;
+}
+
+/* Highest set bit at or below i; one must exist. */
+static size_t prev_set_bit(const uint64_t *bits, size_t i)
+{
+    size_t w = i / 64;
+    uint64_t word = bits[w] & (~(uint64_t)0 >> (63 - i % 64));
+    while (!word)
+        word = bits[--w];
+    return w * 64 + 63 - (size_t)__builtin_clzll(word);
+}
+
+/* ---- runs of unused granules (oldest first) and free handles ---- */
+
+static size_t granule_no(const stow_segment_t *seg, const stow_granule_t *g)
+{
+    return (size_t)(g - seg->granules);
+}
+
+/* Run head h goes on the list after `after` (NULL: first). */
+static void run_link_after(stow_pool_t *pool, stow_granule_t *after, stow_granule_t *h)
+{
+    h->run_prev = after;
+    h->run_next = after ? after->run_next : pool->run_head;
+    if (h->run_next)
+        h->run_next->run_prev = h;
     else
-        pool->lru_head = after;
+        pool->run_tail = h;
     if (after)
-        after->lru_prev = before;
+        after->run_next = h;
     else
-        pool->lru_tail = before;
-    pool->lru_count -= n;
-    return g;
+        pool->run_head = h;
+}
+
+static void run_unlink(stow_pool_t *pool, stow_granule_t *h)
+{
+    if (h->run_prev)
+        h->run_prev->run_next = h->run_next;
+    else
+        pool->run_head = h->run_next;
+    if (h->run_next)
+        h->run_next->run_prev = h->run_prev;
+    else
+        pool->run_tail = h->run_prev;
+}
+
+/* Granules [from, end) of seg (mapped, no live block overlapping them) become
+ * unused, after every granule already unused: appended to the last run when
+ * they continue it, else as a run of their own. A freed block's granules are
+ * thus queued in address order, the lowest first to be taken for a remap. */
+static void unused_push(stow_pool_t *pool, stow_segment_t *seg, size_t from, size_t end)
+{
+    stow_granule_t *tail = pool->run_tail;
+    if (tail && tail->segment == seg && tail->run_end == from) {
+        tail->run_end = (uint32_t)end;
+    } else {
+        stow_granule_t *h = &seg->granules[from];
+        h->run_end = (uint32_t)end;
+        seg->run_start_bits[from / 64] |= (uint64_t)1 << (from % 64);
+        run_link_after(pool, tail, h);
+    }
+    bits_fill(seg->unused_bits, from, end, true);
+    pool->unused_count += end - from;
+}
+
+/* Granules [from, end) of seg, all unused, leave their runs (to hold a live
+ * block, or to be unmapped). What remains of a run keeps its place on the
+ * list; a run cut in two becomes two entries side by side. */
+static void unused_take(stow_pool_t *pool, stow_segment_t *seg, size_t from, size_t end)
+{
+    while (from < end) {
+        size_t start = prev_set_bit(seg->run_start_bits, from);
+        stow_granule_t *h = &seg->granules[start];
+        size_t run_end = h->run_end, cut_end = run_end < end ? run_end : end;
+        stow_assert_internal(run_end > from);
+        if (cut_end < run_end) {
+            /* The part above the cut stays unused: a run of its own, where h was. */
+            stow_granule_t *upper = &seg->granules[cut_end];
+            upper->run_end = (uint32_t)run_end;
+            seg->run_start_bits[cut_end / 64] |= (uint64_t)1 << (cut_end % 64);
+            run_link_after(pool, h, upper);
+        }
+        if (from > start) {
+            h->run_end = (uint32_t)from;
+        } else {
+            run_unlink(pool, h);
+            seg->run_start_bits[start / 64] &= ~((uint64_t)1 << (start % 64));
+        }
+        bits_fill(seg->unused_bits, from, cut_end, false);
+        pool->unused_count -= cut_end - from;
+        from = cut_end;
+    }
+}
+
+/* Every unused granule in [from, end) of seg leaves its run. */
+static void unused_take_within(stow_pool_t *pool, stow_segment_t *seg, size_t from, size_t end)
+{
+    for (size_t i = next_bit(seg->unused_bits, from, end, true); i < end;) {
+        size_t j = next_bit(seg->unused_bits, i, end, false);
+        unused_take(pool, seg, i, j);
+        i = next_bit(seg->unused_bits, j, end, true);
+    }
 }
 
 /* Idle physical memory: unused mapped granules and unmapped handles. */
 static void update_idle(stow_pool_t *pool)
 {
     pool->acct.idle_segment_bytes =
-        (uint64_t)(pool->lru_count + pool->free_handle_count) * pool->granularity_bytes;
+        (uint64_t)(pool->unused_count + pool->free_handle_count) * pool->granularity_bytes;
 }
 
 static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned kind)
@@ -213,7 +262,7 @@ static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
     /* Beyond the allowance, an unused mapped granule is remapped instead; when
      * none is left, live blocks themselves need more. */
     return pool->phys_count < allowed_granules(pool, live_bytes_high_water) ||
-           pool->lru_count == 0;
+           pool->unused_count == 0;
 }
 
 /* Obtains one physical handle for a granule of `kind`: a free handle, a new
@@ -241,7 +290,7 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
         if (st != STOW_ENOMEM)
             return STOW_EBACKEND;
     }
-    if (!pool->lru_head)
+    if (!pool->run_head)
         return STOW_ENOMEM;
     if (!*synced && pool->has_events) {
         /* The granule's last block may still be used by queued work. */
@@ -251,10 +300,12 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
             return STOW_EBACKEND;
         *synced = true;
     }
-    stow_granule_t *g = pool->lru_head;
+    /* The oldest unused granule: the first of the oldest run. */
+    stow_granule_t *g = pool->run_head;
     if (do_unmap(pool, g) != STOW_OK)
         return STOW_EBACKEND;
-    lru_unlink(pool, g);
+    size_t i = granule_no(g->segment, g);
+    unused_take(pool, g->segment, i, i + 1);
     stow__acct_reserved_move(&pool->acct, g->segment->pool_kind, kind, pool->granularity_bytes);
     *out = g->phys;
     set_mapped(g, 0);
@@ -262,38 +313,63 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
     return STOW_OK;
 }
 
+/* Granules [first, end) of a block that stops being live (freed, or never
+ * backed; all_mapped says whether every granule of the span is mapped, as a
+ * live block's are): the block leaves its edges' counts, and every granule of
+ * the span that is mapped and overlapped by no other live block becomes
+ * unused, in address order. Only an edge can still be overlapped by another
+ * live block. */
+static void release_span(stow_pool_t *pool, stow_segment_t *seg, size_t first, size_t end,
+                         bool all_mapped)
+{
+    size_t last = end - 1, lo = first, hi = end;
+    stow_assert_internal(seg->granules[first].edges > 0 && seg->granules[last].edges > 0);
+    if (--seg->granules[first].edges)
+        lo = first + 1;
+    if (last != first && --seg->granules[last].edges)
+        hi = last;
+    if (all_mapped) {
+        if (lo < hi)
+            unused_push(pool, seg, lo, hi);
+        return;
+    }
+    for (size_t i = next_bit(seg->mapped_bits, lo, hi, true); i < hi;) {
+        size_t j = next_bit(seg->mapped_bits, i, hi, false);
+        unused_push(pool, seg, i, j);
+        i = next_bit(seg->mapped_bits, j, hi, true);
+    }
+}
+
 stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes)
 {
     stow_segment_t *seg = b->segment;
     size_t first, end;
     granule_span(pool, seg, b->addr, size_bytes, &first, &end);
-    /* One pass over the span: each granule counts the block as live at once
-     * (leaving the unused list, so that obtain_handle below cannot take it),
-     * and the first one still unmapped is noted. A block over mapped granules,
-     * the steady state, needs nothing more. */
-    size_t unmapped_from = end;
-    stow_granule_t *span_end = &seg->granules[end];
-    for (stow_granule_t *g = &seg->granules[first]; g < span_end;) {
-        if (g->on_lru) {
-            /* Granules freed together sit on the list in address order:
-             * each such run comes off in one piece. */
-            g = lru_take_run(pool, g, span_end);
-            continue;
-        }
-        g->live++;
-        if (!g->phys && unmapped_from == end)
-            unmapped_from = (size_t)(g - seg->granules);
-        g++;
-    }
     uint64_t bytes_after = pool->live_bytes + size_bytes;
     uint64_t bytes_high_water =
         bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
+    if (end - first == 1 && seg->granules[first].edges) {
+        /* Most small blocks: inside one granule that a live block already
+         * holds (an edge count above 0 means mapped and not unused). */
+        seg->granules[first].edges++;
+        pool->live_bytes = bytes_after;
+        pool->live_bytes_high_water = bytes_high_water;
+        return STOW_OK;
+    }
+    /* The block counts at its edges, and the span's unused granules leave their
+     * runs (so that obtain_handle below cannot take them): a few bitmap words
+     * and run entries, not a pass over the granules. A block over mapped
+     * granules, the steady state, needs nothing more. */
+    seg->granules[first].edges++;
+    if (end - 1 != first)
+        seg->granules[end - 1].edges++;
+    unused_take_within(pool, seg, first, end);
     bool synced = false;
     stow_status_t st = STOW_OK;
-    for (size_t i = unmapped_from; i < end && st == STOW_OK; i++) {
+    /* Remaps take unused granules only, so the span's mapped bits change here alone. */
+    for (size_t i = next_bit(seg->mapped_bits, first, end, false); i < end && st == STOW_OK;
+         i = next_bit(seg->mapped_bits, i + 1, end, false)) {
         stow_granule_t *g = &seg->granules[i];
-        if (g->phys)
-            continue;
         g->segment = seg; /* entries start zeroed (vmm_grow): set when first mapped */
         stow_phys_t h;
         st = obtain_handle(pool, seg->pool_kind, bytes_high_water, &synced, &h);
@@ -307,13 +383,8 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
         }
     }
     if (st != STOW_OK) {
-        /* Nothing becomes live: every mapped granule of the range that holds no
-         * live block goes (back) to the unused list. */
-        for (size_t i = first; i < end; i++) {
-            stow_granule_t *g = &seg->granules[i];
-            if (--g->live == 0 && g->phys)
-                lru_push(pool, g);
-        }
+        /* Nothing becomes live: what the span had mapped goes (back) to unused. */
+        release_span(pool, seg, first, end, false);
         update_idle(pool);
         return st;
     }
@@ -361,21 +432,6 @@ static size_t mapped_in(const stow_segment_t *seg, size_t first, size_t end)
     return count;
 }
 
-/* First granule in [from, end) whose mapped bit is `mapped`, or end. */
-static size_t next_with(const stow_segment_t *seg, size_t from, size_t end, bool mapped)
-{
-    while (from < end) {
-        uint64_t word = seg->mapped_bits[from / 64];
-        word = (mapped ? word : ~word) & (~(uint64_t)0 << (from % 64));
-        if (word) {
-            size_t i = (from & ~(size_t)63) + (size_t)__builtin_ctzll(word);
-            return i < end ? i : end;
-        }
-        from = (from & ~(size_t)63) + 64;
-    }
-    return end;
-}
-
 /* Cost of placing `size` bytes at `addr` inside free block f: granules
  * strictly inside a free block hold no live block, so only f's first and last
  * granules can already be live (shared with a neighbour). */
@@ -387,9 +443,9 @@ static span_cost_t cost_at(const stow_pool_t *pool, const stow_block_t *f, uintp
     granule_span(pool, seg, addr, size, &first, &end);
     granule_span(pool, seg, f->addr, f->size_bytes, &f_first, &f_end);
     span_cost_t c = {(end - first) - mapped_in(seg, first, end), end - first};
-    if (first == f_first && seg->granules[first].live)
+    if (first == f_first && seg->granules[first].edges)
         c.fresh--;
-    if (end == f_end && end - 1 != first && seg->granules[end - 1].live)
+    if (end == f_end && end - 1 != first && seg->granules[end - 1].edges)
         c.fresh--;
     return c;
 }
@@ -457,11 +513,11 @@ static bool consider_block(void *arg, stow_block_t *f)
     if (k_last >= seg->granules_touched)
         k_last = seg->granules_touched ? seg->granules_touched - 1 : 0;
     while (k <= k_last && p->cost.unmapped) {
-        size_t run = next_with(seg, k, k_last + 1, true);
+        size_t run = next_bit(seg->mapped_bits, k, k_last + 1, true);
         if (run > k_last)
             break;
         consider(p, f, seg->base + run * g);
-        k = next_with(seg, run, k_last + 1, false);
+        k = next_bit(seg->mapped_bits, run, k_last + 1, false);
         uintptr_t run_end = seg->base + k * g;
         if (run_end >= lo + p->rounded && run_end - p->rounded <= hi)
             consider(p, f, run_end - p->rounded);
@@ -476,7 +532,7 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
      * big blocks move: a remap of one costs milliseconds, while small blocks
      * packed by best fit share granules, which keeps the physical peak down
      * (docs/design.md has the measurements). */
-    if (!pool->lru_count || rounded < STOW_VMM_PLACE_MIN_GRANULES * pool->granularity_bytes)
+    if (!pool->unused_count || rounded < STOW_VMM_PLACE_MIN_GRANULES * pool->granularity_bytes)
         return b;
     span_cost_t at_b = cost_at(pool, b, b->addr, rounded);
     if (!at_b.unmapped)
@@ -503,15 +559,6 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     return stow__pool_split_free_at(pool, p.block, p.addr - p.block->addr);
 }
 
-/* A freed block's first or last granule, which another live block may share:
- * unused once no live block overlaps it. */
-static void release_edge(stow_pool_t *pool, stow_granule_t *g)
-{
-    stow_assert_internal(g->live > 0 && g->phys);
-    if (--g->live == 0)
-        lru_push(pool, g);
-}
-
 void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
 {
     stow_segment_t *seg = b->segment;
@@ -521,13 +568,7 @@ void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
     pool->live_bytes -= b->size_bytes;
     pool->extra_granules_live -= b->extra_granules;
     b->extra_granules = 0;
-    /* Only the first and last granules can hold another live block too; the
-     * ones between were this block's alone and become unused together. */
-    release_edge(pool, &seg->granules[first]);
-    if (end - first > 2)
-        lru_push_freed_run(pool, &seg->granules[first + 1], &seg->granules[end - 1]);
-    if (end - first > 1)
-        release_edge(pool, &seg->granules[end - 1]);
+    release_span(pool, seg, first, end, true);
     update_idle(pool);
 }
 
@@ -551,10 +592,13 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
         return STOW_ENOMEM;
     if (size < chunk)
         size = chunk;
+    if (size / g > UINT32_MAX) /* granule indexes are 32-bit (run ends) */
+        return STOW_ENOMEM;
+    size_t words = (size / g + 63) / 64;
     stow_segment_t *seg = calloc(1, sizeof *seg);
     stow_block_t *b = stow__block_new(&pool->blocks);
     stow_granule_t *granules = calloc(size / g, sizeof *granules);
-    uint64_t *mapped_bits = calloc((size / g + 63) / 64, sizeof *mapped_bits);
+    uint64_t *mapped_bits = calloc(3 * words, sizeof *mapped_bits); /* mapped, unused, run starts */
     if (!seg || !b || !granules || !mapped_bits) {
         free(seg);
         free(granules);
@@ -575,6 +619,8 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     }
     seg->granules = granules;
     seg->mapped_bits = mapped_bits;
+    seg->unused_bits = mapped_bits + words;
+    seg->run_start_bits = mapped_bits + 2 * words;
     stow__stat2_add(pool->acct.s.segment, kind, 1);
     stow__segment_install(pool, seg, b, ss, (uintptr_t)va, size, kind);
     *out = b;
@@ -604,11 +650,12 @@ static void release_free_handles(stow_pool_t *pool)
 void stow__vmm_release_unused(stow_pool_t *pool)
 {
     /* Caller synchronized: no queued work can touch an unused granule. */
-    while (pool->lru_head) {
-        stow_granule_t *g = pool->lru_head;
+    while (pool->run_head) {
+        stow_granule_t *g = pool->run_head;
         if (do_unmap(pool, g) != STOW_OK)
             break;
-        lru_unlink(pool, g);
+        size_t i = granule_no(g->segment, g);
+        unused_take(pool, g->segment, i, i + 1);
         pool->mapped_count--;
         if (push_free_handle(pool, g->phys, g->segment->pool_kind) != STOW_OK) {
             /* No room to remember it: release it right away. */
@@ -632,12 +679,11 @@ void stow__vmm_release_unused(stow_pool_t *pool)
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
 {
     /* Only granules below granules_touched were ever mapped. */
+    unused_take_within(pool, seg, 0, seg->granules_touched);
     for (size_t i = 0; i < seg->granules_touched; i++) {
         stow_granule_t *g = &seg->granules[i];
         if (!g->phys)
             continue;
-        if (g->on_lru)
-            lru_unlink(pool, g);
         (void)do_unmap(pool, g);
         pool->mapped_count--;
         if (stow__backend_status(pool, pool->backend->phys_release(pool->backend->ctx, g->phys,
@@ -652,9 +698,9 @@ void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
                                                          seg->size_bytes));
     stow__stat2_sub(pool->acct.s.segment, seg->pool_kind, 1);
     free(seg->granules);
-    free(seg->mapped_bits);
+    free(seg->mapped_bits); /* and the two bitmaps after it */
     seg->granules = NULL;
-    seg->mapped_bits = NULL;
+    seg->mapped_bits = seg->unused_bits = seg->run_start_bits = NULL;
 }
 
 void stow__vmm_release_all_handles(stow_pool_t *pool)
@@ -666,102 +712,159 @@ void stow__vmm_release_all_handles(stow_pool_t *pool)
     update_idle(pool);
 }
 
-/* Check helper: recount granule references from the blocks. */
-stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
+/* Check helpers. */
+static bool bits_clear_from(const uint64_t *bits, size_t from, size_t n)
 {
-    uint64_t refs_expected = 0, refs_counted = 0, live_granules = 0, mapped = 0, lru = 0;
-    uint64_t extra = 0, live_bytes = 0;
-    for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
-        if (!seg->granules)
+    if (from % 64 && bits[from / 64] >> (from % 64))
+        return false;
+    for (size_t w = (from + 63) / 64; w < (n + 63) / 64; w++)
+        if (bits[w])
+            return false;
+    return true;
+}
+
+static bool segment_of_pool(const stow_pool_t *pool, const stow_segment_t *seg)
+{
+    for (const stow_segment_t *s = pool->segments; s; s = s->next)
+        if (s == seg)
+            return true;
+    return false;
+}
+
+/* One range against its blocks: every live block on mapped granules that are
+ * not unused, the edge counts, mapped == live or unused (never both), run
+ * starts only on unused granules, nothing marked at or above granules_touched.
+ * Adds to the counts of stow__vmm_check. */
+static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_segment_t *seg,
+                                            uint64_t counts[4], uint64_t *extra,
+                                            uint64_t *live_bytes, char *why, size_t why_len)
+{
+    size_t touched = seg->granules_touched, n = seg->size_bytes / pool->granularity_bytes;
+    uint32_t *edges = calloc(touched ? touched : 1, sizeof *edges);
+    uint8_t *covered = calloc(touched ? touched : 1, 1);
+    stow_status_t st = STOW_OK;
+    if (!edges || !covered) {
+        snprintf(why, why_len, "vmm: check: out of host memory");
+        st = STOW_EHOSTMEM;
+        goto out;
+    }
+    for (const stow_block_t *b = seg->first; b; b = b->next) {
+        if (b->state == BLOCK_FREE)
             continue;
-        for (const stow_block_t *b = seg->first; b; b = b->next) {
-            if (b->state == BLOCK_FREE)
-                continue;
-            size_t first, end;
-            granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
-            refs_expected += end - first;
-            extra += b->extra_granules;
-            live_bytes += b->size_bytes;
-            for (size_t i = first; i < end; i++)
-                if (!seg->granules[i].phys || !seg->granules[i].live) {
-                    snprintf(why, why_len, "vmm: live block %#lx on unmapped granule %zu",
-                             (unsigned long)b->addr, i);
-                    return STOW_EINVAL;
-                }
-        }
-        /* Granules at and above granules_touched were never mapped (set_mapped
-         * is the only writer of phys and keeps the mark), so no live block
-         * covers them: their bitmap words must be clear, and only the touched
-         * ones need a look (a 64 GiB range has 32768 granules). */
-        size_t n = seg->size_bytes / pool->granularity_bytes, touched = seg->granules_touched;
-        for (size_t w = (touched + 63) / 64; w < (n + 63) / 64; w++)
-            if (seg->mapped_bits[w]) {
-                snprintf(why, why_len, "vmm: mapped bits above granule %zu", touched);
-                return STOW_EINVAL;
+        size_t first, end;
+        granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
+        *extra += b->extra_granules;
+        *live_bytes += b->size_bytes;
+        for (size_t i = first; i < end; i++) {
+            if (i >= touched || !seg->granules[i].phys || bit_at(seg->unused_bits, i)) {
+                snprintf(why, why_len, "vmm: live block %#lx on granule %zu: unmapped or unused",
+                         (unsigned long)b->addr, i);
+                st = STOW_EINVAL;
+                goto out;
             }
-        if (touched % 64 && seg->mapped_bits[touched / 64] >> (touched % 64)) {
-            snprintf(why, why_len, "vmm: mapped bits above granule %zu", touched);
+            covered[i] = 1;
+        }
+        edges[first]++;
+        if (end - 1 != first)
+            edges[end - 1]++;
+    }
+    /* Granules at and above granules_touched were never mapped (set_mapped is
+     * the only writer of phys and keeps the mark): only the touched ones need
+     * a look (a 64 GiB range has 32768 granules). */
+    if (!bits_clear_from(seg->mapped_bits, touched, n) ||
+        !bits_clear_from(seg->unused_bits, touched, n) ||
+        !bits_clear_from(seg->run_start_bits, touched, n)) {
+        snprintf(why, why_len, "vmm: bits set above granule %zu", touched);
+        st = STOW_EINVAL;
+        goto out;
+    }
+    for (size_t i = 0; i < touched; i++) {
+        const stow_granule_t *g = &seg->granules[i];
+        bool mapped = bit_at(seg->mapped_bits, i), unused = bit_at(seg->unused_bits, i);
+        bool run_start = bit_at(seg->run_start_bits, i);
+        if (mapped != (g->phys != 0) || g->edges != edges[i] ||
+            mapped != (covered[i] || unused) || (run_start && !unused)) {
+            snprintf(why, why_len,
+                     "vmm: granule %zu: mapped bit %d, mapped %d, unused %d, run start %d, live %d, "
+                     "edges %u (blocks say %u)",
+                     i, mapped, g->phys != 0, unused, run_start, covered[i], g->edges, edges[i]);
+            st = STOW_EINVAL;
+            goto out;
+        }
+        counts[0] += mapped;
+        counts[1] += unused;
+        counts[2] += run_start;
+        counts[3] += covered[i];
+    }
+out:
+    free(edges);
+    free(covered);
+    return st;
+}
+
+/* The run list: linked both ways; each entry the start of a run of its range,
+ * all of whose granules are unused and none of which starts another run. With
+ * the entry count equal to the run starts and the lengths adding up to the
+ * unused granules, the runs are exactly the unused granules. */
+static stow_status_t check_runs(const stow_pool_t *pool, uint64_t run_starts, uint64_t unused,
+                                char *why, size_t why_len)
+{
+    uint64_t entries = 0, in_runs = 0;
+    for (const stow_granule_t *h = pool->run_head, *prev = NULL; h; prev = h, h = h->run_next) {
+        const stow_segment_t *seg = h->segment;
+        bool ok = h->run_prev == prev && ++entries <= run_starts && seg &&
+                  segment_of_pool(pool, seg);
+        size_t i = ok ? granule_no(seg, h) : 0;
+        ok = ok && bit_at(seg->run_start_bits, i) && h->run_end > i &&
+             h->run_end <= seg->granules_touched &&
+             next_bit(seg->unused_bits, i, h->run_end, false) == h->run_end &&
+             next_bit(seg->run_start_bits, i + 1, h->run_end, true) == h->run_end &&
+             (h->run_next || pool->run_tail == h);
+        if (!ok) {
+            snprintf(why, why_len, "vmm: run list broken at entry %llu",
+                     (unsigned long long)entries);
             return STOW_EINVAL;
         }
-        for (size_t i = 0; i < touched; i++) {
-            const stow_granule_t *g = &seg->granules[i];
-            refs_counted += g->live;
-            live_granules += g->live > 0;
-            mapped += g->phys != 0;
-            lru += g->on_lru;
-            bool bit = (seg->mapped_bits[i / 64] >> (i % 64)) & 1;
-            if (bit != (g->phys != 0)) {
-                snprintf(why, why_len, "vmm: granule %zu: mapped bit %d, mapped %d, touched %zu",
-                         i, bit, g->phys != 0, seg->granules_touched);
-                return STOW_EINVAL;
-            }
-            if (g->on_lru != (g->live == 0 && g->phys != 0)) {
-                snprintf(why, why_len, "vmm: granule %zu: on_lru %u, live %u, mapped %d", i,
-                         g->on_lru, g->live, g->phys != 0);
-                return STOW_EINVAL;
-            }
-        }
+        in_runs += h->run_end - i;
     }
+    if (entries != run_starts || in_runs != unused || unused != pool->unused_count ||
+        (!pool->run_head && pool->run_tail)) {
+        snprintf(why, why_len, "vmm: %llu runs of %llu granules; %llu run starts, %llu unused, "
+                 "count %llu",
+                 (unsigned long long)entries, (unsigned long long)in_runs,
+                 (unsigned long long)run_starts, (unsigned long long)unused,
+                 (unsigned long long)pool->unused_count);
+        return STOW_EINVAL;
+    }
+    return STOW_OK;
+}
+
+stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
+{
+    uint64_t counts[4] = {0}; /* mapped, unused, run starts, live granules */
+    uint64_t extra = 0, live_bytes = 0;
+    stow_status_t st;
+    for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next)
+        if (seg->granules && (st = check_segment_granules(pool, seg, counts, &extra, &live_bytes,
+                                                          why, why_len)) != STOW_OK)
+            return st;
     if (extra != pool->extra_granules_live || live_bytes != pool->live_bytes) {
         snprintf(why, why_len, "vmm: extra granules %llu vs %llu, live bytes %llu vs %llu",
                  (unsigned long long)extra, (unsigned long long)pool->extra_granules_live,
                  (unsigned long long)live_bytes, (unsigned long long)pool->live_bytes);
         return STOW_EINVAL;
     }
-    /* The unused list itself: linked both ways, every entry flagged, as
-     * long as the count says (the run splices of back and unback keep it). */
-    uint64_t listed = 0;
-    for (const stow_granule_t *u = pool->lru_head, *prev = NULL; u; prev = u, u = u->lru_next) {
-        if (u->lru_prev != prev || !u->on_lru || ++listed > pool->lru_count) {
-            snprintf(why, why_len, "vmm: unused list broken at entry %llu",
-                     (unsigned long long)listed);
-            return STOW_EINVAL;
-        }
-        if (!u->lru_next && pool->lru_tail != u) {
-            snprintf(why, why_len, "vmm: unused list tail is not its last entry");
-            return STOW_EINVAL;
-        }
-    }
-    if (listed != pool->lru_count || (!pool->lru_head && pool->lru_tail)) {
-        snprintf(why, why_len, "vmm: unused list holds %llu entries, count %llu",
-                 (unsigned long long)listed, (unsigned long long)pool->lru_count);
-        return STOW_EINVAL;
-    }
-    uint64_t g = pool->granularity_bytes;
-    /* Mapped granules are live or unused, never both. */
-    uint64_t live_expected = pool->mapped_count - pool->lru_count;
-    if (refs_expected != refs_counted || live_granules != live_expected ||
-        mapped != pool->mapped_count || lru != pool->lru_count ||
+    if ((st = check_runs(pool, counts[2], counts[1], why, why_len)) != STOW_OK)
+        return st;
+    uint64_t g = pool->granularity_bytes, mapped = counts[0], unused = counts[1];
+    if (mapped != pool->mapped_count || counts[3] != mapped - unused ||
         pool->phys_count != mapped + pool->free_handle_count ||
         pool->acct.s.reserved_bytes[STOW_POOL_ALL].current != pool->phys_count * g ||
-        pool->acct.idle_segment_bytes != (lru + pool->free_handle_count) * g) {
+        pool->acct.idle_segment_bytes != (unused + pool->free_handle_count) * g) {
         snprintf(why, why_len,
-                 "vmm: refs %llu vs %llu, live granules %llu vs %llu, mapped %llu vs %llu, "
-                 "unused %llu vs %llu, handles %llu",
-                 (unsigned long long)refs_expected, (unsigned long long)refs_counted,
-                 (unsigned long long)live_granules, (unsigned long long)live_expected,
+                 "vmm: mapped %llu vs %llu, live granules %llu, unused %llu, handles %llu",
                  (unsigned long long)mapped, (unsigned long long)pool->mapped_count,
-                 (unsigned long long)lru, (unsigned long long)pool->lru_count,
+                 (unsigned long long)counts[3], (unsigned long long)unused,
                  (unsigned long long)pool->phys_count);
         return STOW_EINVAL;
     }
