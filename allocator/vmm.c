@@ -122,8 +122,12 @@ static void unused_push(stow_pool_t *pool, stow_segment_t *seg, size_t from, siz
  * list; a run cut in two becomes two entries side by side. */
 static void unused_take(stow_pool_t *pool, stow_segment_t *seg, size_t from, size_t end)
 {
+    bits_fill(seg->unused_bits, from, end, false);
+    pool->unused_count -= end - from;
     while (from < end) {
-        size_t start = prev_set_bit(seg->run_start_bits, from);
+        /* After the first, every run met starts at `from`. */
+        size_t start = bit_at(seg->run_start_bits, from) ? from
+                                                          : prev_set_bit(seg->run_start_bits, from);
         stow_granule_t *h = &seg->granules[start];
         size_t run_end = h->run_end, cut_end = run_end < end ? run_end : end;
         stow_assert_internal(run_end > from);
@@ -140,8 +144,6 @@ static void unused_take(stow_pool_t *pool, stow_segment_t *seg, size_t from, siz
             run_unlink(pool, h);
             seg->run_start_bits[start / 64] &= ~((uint64_t)1 << (start % 64));
         }
-        bits_fill(seg->unused_bits, from, cut_end, false);
-        pool->unused_count -= cut_end - from;
         from = cut_end;
     }
 }
