@@ -25,6 +25,15 @@
 
 static bool bit_at(const uint64_t *bits, size_t i) { return (bits[i / 64] >> (i % 64)) & 1; }
 
+static void bit_put(uint64_t *bits, size_t i, bool value)
+{
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    if (value)
+        bits[i / 64] |= bit;
+    else
+        bits[i / 64] &= ~bit;
+}
+
 /* Sets (value) or clears bits [from, end), a word at a time. */
 static void bits_fill(uint64_t *bits, size_t from, size_t end, bool value)
 {
@@ -110,7 +119,7 @@ static void unused_push(stow_pool_t *pool, stow_segment_t *seg, size_t from, siz
     } else {
         stow_granule_t *h = &seg->granules[from];
         h->run_end = (uint32_t)end;
-        seg->run_start_bits[from / 64] |= (uint64_t)1 << (from % 64);
+        bit_put(seg->run_start_bits, from, true);
         run_link_after(pool, tail, h);
     }
     bits_fill(seg->unused_bits, from, end, true);
@@ -135,14 +144,14 @@ static void unused_take(stow_pool_t *pool, stow_segment_t *seg, size_t from, siz
             /* The part above the cut stays unused: a run of its own, where h was. */
             stow_granule_t *upper = &seg->granules[cut_end];
             upper->run_end = (uint32_t)run_end;
-            seg->run_start_bits[cut_end / 64] |= (uint64_t)1 << (cut_end % 64);
+            bit_put(seg->run_start_bits, cut_end, true);
             run_link_after(pool, h, upper);
         }
         if (from > start) {
             h->run_end = (uint32_t)from;
         } else {
             run_unlink(pool, h);
-            seg->run_start_bits[start / 64] &= ~((uint64_t)1 << (start % 64));
+            bit_put(seg->run_start_bits, start, false);
         }
         from = cut_end;
     }
@@ -200,22 +209,17 @@ static void granule_span(const stow_pool_t *pool, const stow_segment_t *seg, uin
 static uintptr_t granule_va(const stow_pool_t *pool, const stow_granule_t *g)
 {
     const stow_segment_t *seg = g->segment;
-    return seg->base + (uintptr_t)(g - seg->granules) * pool->granularity_bytes;
+    return seg->base + (uintptr_t)granule_no(seg, g) * pool->granularity_bytes;
 }
 
 static void set_mapped(stow_granule_t *g, stow_phys_t h)
 {
     stow_segment_t *seg = g->segment;
-    size_t i = (size_t)(g - seg->granules);
-    uint64_t bit = (uint64_t)1 << (i % 64);
+    size_t i = granule_no(seg, g);
     g->phys = h;
-    if (h) {
-        seg->mapped_bits[i / 64] |= bit;
-        if (i >= seg->granules_touched)
-            seg->granules_touched = i + 1;
-    } else {
-        seg->mapped_bits[i / 64] &= ~bit;
-    }
+    bit_put(seg->mapped_bits, i, h != 0);
+    if (h && i >= seg->granules_touched)
+        seg->granules_touched = i + 1;
 }
 
 /* ---- backend calls ---- */
