@@ -21,6 +21,10 @@
  *   build/vmm_churn [--replays N (default 16)] [--parts P] [--who K] [--conf KEY:VALUE,...]
  *                   TRACE...
  *
+ * After the replays it replays once more and prints that replay's footprint: the
+ * granules some block overlapped while live. A replay whose footprint is above
+ * the allowance ((1 + vmm_slack) x the live peak) cannot run without remapping.
+ *
  * docs/design.md (page-mapped segments) quotes its output.
  */
 #include <stdio.h>
@@ -29,6 +33,7 @@
 #include <time.h>
 
 #include "stowage.h"
+#include "stowage/backend.h"
 #include "stowage/sim.h"
 #include "stowage/trace.h"
 
@@ -200,6 +205,53 @@ static int print_who(const char *base, side_t *vmm, const stow_trace_t *t, int w
     return 0;
 }
 
+typedef struct span {
+    uint64_t first, last; /* granule numbers */
+} span_t;
+
+static int cmp_span(const void *a, const void *b)
+{
+    uint64_t x = ((const span_t *)a)->first, y = ((const span_t *)b)->first;
+    return x < y ? -1 : x > y;
+}
+
+/* One more replay of the settled vmm pool, then the granules that some block
+ * overlapped while it was live: the replay's physical footprint. A pool that
+ * keeps every granule it needs mapped needs at least this many; when it is
+ * above the allowance ((1 + vmm_slack) x the live peak), a replay cannot run
+ * without remapping. Returns granules, or 0 when out of host memory. */
+static uint64_t footprint_granules(side_t *vmm, const stow_trace_t *t, uint64_t granule_bytes)
+{
+    size_t n = t->event_count;
+    event_note_t *notes = calloc(n ? n : 1, sizeof *notes);
+    span_t *spans = calloc(n ? n : 1, sizeof *spans);
+    uint64_t failures = 0, count = 0;
+    size_t k = 0;
+    if (notes && spans) {
+        (void)replay(vmm, t, &failures, 0, NULL, notes);
+        for (size_t i = 0; i < n; i++) {
+            const stow_trace_event_t *e = &t->events[i];
+            if (e->kind != STOW_TRACE_ALLOC || !notes[i].addr || !e->size_bytes)
+                continue;
+            spans[k].first = notes[i].addr / granule_bytes;
+            spans[k].last = (notes[i].addr + e->size_bytes - 1) / granule_bytes;
+            k++;
+        }
+        qsort(spans, k, sizeof *spans, cmp_span);
+        uint64_t end = 0; /* one past the last granule counted */
+        for (size_t i = 0; i < k; i++) {
+            uint64_t from = spans[i].first > end ? spans[i].first : end;
+            if (spans[i].last + 1 > from) {
+                count += spans[i].last + 1 - from;
+                end = spans[i].last + 1;
+            }
+        }
+    }
+    free(notes);
+    free(spans);
+    return count;
+}
+
 static int run_trace(const char *path, const stow_config_t *config, int replays, int parts,
                      int who)
 {
@@ -251,6 +303,12 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
            "  failures %llu\n",
            base, peak_ratio, median(churn + from, replays - from), settled,
            median(ratio + from, replays - from), (unsigned long long)failures);
+    uint64_t granule_bytes = vmm.sim->granularity_bytes;
+    uint64_t footprint = footprint_granules(&vmm, t, granule_bytes);
+    printf("%-26s footprint of one more replay: %llu granules = %.4f x peak live "
+           "(allowance %.4f)\n",
+           base, (unsigned long long)footprint,
+           (double)(footprint * granule_bytes) / (double)t->peak_live_bytes, 1.0 + config->vmm_slack);
     if (who > 0)
         rc = print_who(base, &vmm, t, who);
 out:

@@ -8,7 +8,8 @@
 #   - build/stowage replay --policy vmm --min-capacity --json: peak reserved /
 #     peak live and minimum capacity / peak live;
 #   - build/vmm_churn: map + unmap calls per 1000 events once the pool has
-#     settled (16 replays on one pool) and host time against the classic pool;
+#     settled (16 replays on one pool), host time against the classic pool, and
+#     the footprint of one more replay (granules some live block overlapped);
 # and prints one Markdown row per trace, then a summary: how many traces are
 # above 1.01 on either ratio, the worst, and the settled churn's median, mean
 # and maximum. Extra arguments go to both programs as settings (--conf ...).
@@ -43,15 +44,21 @@ for line in open(sys.argv[2]):
     m = re.match(r"(\S+)\s+vmm reserved/live \S+\s+steady churn (\S+)\s+(.*?)\s+vmm/classic host time (\S+)", line)
     if m:
         churn[m.group(1)] = (float(m.group(2)), m.group(3), float(m.group(4)))
+footprint = {}
+for line in open(sys.argv[2]):
+    m = re.match(r"(\S+)\s+footprint of one more replay: \d+ granules = (\S+) x peak live", line)
+    if m:
+        footprint[m.group(1)] = float(m.group(2))
 
-print("| trace | reserved / live | min / live | settled maps+unmaps / 1000 events | | host time vs classic |")
-print("|---|---:|---:|---:|---|---:|")
+print("| trace | reserved / live | min / live | settled maps+unmaps / 1000 events | | footprint / live | host time vs classic |")
+print("|---|---:|---:|---:|---|---:|---:|")
 over, worst, settled = [], (0.0, ""), []
 for name, j in replay.items():
     res = j["reserved_over_live"]
     mn = j["min_capacity_bytes"] / j["peak_live_bytes"]
     c = churn.get(name, (float("nan"), "?", float("nan")))
-    print(f"| {name[:-4]} | {res:.4f} | {mn:.4f} | {c[0]:.1f} | {c[1]} | {c[2]:.2f} |")
+    fp = footprint.get(name, float("nan"))
+    print(f"| {name[:-4]} | {res:.4f} | {mn:.4f} | {c[0]:.1f} | {c[1]} | {fp:.4f} | {c[2]:.2f} |")
     if max(res, mn) > 1.01:
         over.append(name[:-4])
     worst = max(worst, (max(res, mn), name[:-4]))

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""bench/long_run.py: a training trace run for more steps, as a real run is.
+
+A recorded trace holds a few training steps and then the end of the run (the
+weights and optimizer state freed). Replaying the whole trace again and again
+on one pool (build/vmm_churn) frees and allocates the weights anew every
+time, which a real run never does. This writes the run as it would go on:
+the events up to the end of the last whole step, then that step again and
+again (STEPS more times, with fresh allocation ids), and not the end of the
+run, so what was live before the steps (weights, optimizer state) stays live,
+as in a long training run.
+
+The step is found, not assumed: the period P of the event sequence, where two
+events P apart match when both allocate the same size on the same stream or
+both free the allocation made the same number of events before. P is the
+period with the longest stretch of matching events (at least two steps, at
+least MIN_PERIOD events); the step repeated is the last P events of that
+stretch. A trace without such a stretch (shapes that change every step, as
+in resnet_multiscale_train or gpt2_generate) is reported and skipped.
+
+    python3 bench/long_run.py OUT TRACE... [--steps 12]
+
+Writes OUT/<name>_long.rep and prints, per trace, the period, where the
+repeated step starts and the number of events written.
+"""
+import argparse
+import os
+import sys
+
+MIN_PERIOD = 50
+
+
+def load(path):
+    """Events as (kind, id, size, stream); frees have size and stream 0."""
+    events = []
+    with open(path) as f:
+        header = f.readline().split()
+        if len(header) != 2:
+            sys.exit(f"{path}:1: expected 'IDS EVENTS'")
+        for number, line in enumerate(f, start=2):
+            fields = line.split()
+            if not fields:
+                continue
+            if fields[0] == "a" and len(fields) == 4:
+                events.append(("a", int(fields[1]), int(fields[2]), int(fields[3])))
+            elif fields[0] == "f" and len(fields) == 2:
+                events.append(("f", int(fields[1]), 0, 0))
+            else:
+                sys.exit(f"{path}:{number}: expected 'a ID SIZE STREAM' or 'f ID'")
+    return events
+
+
+def signatures(path, events):
+    """What must match between two events a step apart: the allocation's size
+    and stream, or how many events back the freed allocation was made."""
+    made_at, sig = {}, []
+    for i, (kind, ident, size, stream) in enumerate(events):
+        if kind == "a":
+            made_at[ident] = i
+            sig.append(("a", size, stream))
+        else:
+            if ident not in made_at:
+                sys.exit(f"{path}: event {i + 1} frees id {ident}, never allocated")
+            sig.append(("f", i - made_at[ident]))
+    return sig
+
+
+def longest_periodic(sig, period):
+    """(length, end) of the longest stretch where sig[i] == sig[i - period]."""
+    best, run = (0, 0), 0
+    for i in range(period, len(sig)):
+        if sig[i] == sig[i - period]:
+            run += 1
+        else:
+            best, run = max(best, (run, i)), 0
+    return max(best, (run, len(sig)))
+
+
+def find_step(sig):
+    """(period, end of the periodic stretch) or None. Candidate periods are
+    the distances between allocations of the trace's largest size (a step
+    makes the same big allocations), checked in full."""
+    sizes = [s[1] for s in sig if s[0] == "a"]
+    if not sizes:
+        return None
+    biggest = max(sizes)
+    at = [i for i, s in enumerate(sig) if s[0] == "a" and s[1] == biggest]
+    candidates = sorted({b - a for a in at for b in at if b - a >= MIN_PERIOD})
+    best = None
+    for period in candidates:
+        length, end = longest_periodic(sig, period)
+        if length >= period and (best is None or length > best[0]):
+            best = (length, end, period)
+    return (best[2], best[1]) if best else None
+
+
+def extend(events, sig, period, end, steps):
+    """Events [0, end) and then [end - period, end) `steps` more times, ids
+    renumbered densely in order of allocation."""
+    out, new_id, id_at = [], {}, []  # id_at[i]: new id allocated by output event i
+
+    def emit(kind, old_or_pos, size, stream):
+        if kind == "a":
+            ident = len(new_id)
+            new_id[len(out)] = ident
+            id_at.append(ident)
+            out.append(("a", ident, size, stream))
+        else:
+            id_at.append(None)
+            out.append(("f", old_or_pos, 0, 0))
+
+    renumber = {}
+    for i in range(end):
+        kind, ident, size, stream = events[i]
+        if kind == "a":
+            renumber[ident] = len(new_id)
+            emit("a", None, size, stream)
+        else:
+            emit("f", renumber[ident], 0, 0)
+    for _ in range(steps):
+        for j in range(end - period, end):
+            s = sig[j]
+            if s[0] == "a":
+                emit("a", None, s[1], s[2])
+            else:
+                made = len(out) - s[1]  # the matching allocation, one step later
+                ident = id_at[made]
+                if ident is None:
+                    raise ValueError("a free does not match an allocation")
+                emit("f", ident, 0, 0)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("traces", nargs="+")
+    ap.add_argument("--steps", type=int, default=12)
+    args = ap.parse_args()
+    if args.steps < 1:
+        sys.exit("--steps: at least 1")
+    os.makedirs(args.out, exist_ok=True)
+    for path in args.traces:
+        name = os.path.basename(path)
+        events = load(path)
+        sig = signatures(path, events)
+        found = find_step(sig)
+        if not found:
+            print(f"{name}: no repeating step, skipped")
+            continue
+        period, end = found
+        out = extend(events, sig, period, end, args.steps)
+        ids = sum(1 for e in out if e[0] == "a")
+        dst = os.path.join(args.out, name[:-4] + "_long.rep" if name.endswith(".rep") else name)
+        with open(dst, "w") as f:
+            f.write(f"{ids} {len(out)}\n")
+            for kind, ident, size, stream in out:
+                f.write(f"a {ident} {size} {stream}\n" if kind == "a" else f"f {ident}\n")
+        print(f"{name}: step of {period} events, repeated from event {end - period + 1}; "
+              f"{args.steps} more steps, {len(out)} events -> {dst}")
+
+
+if __name__ == "__main__":
+    main()
