@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# bench/vmm_long_run.sh: does the page-mapped pool (policy vmm) stop remapping
+# in a long training run? (docs/design.md, page-mapped segments)
+#
+# bench/vmm_churn replays a whole trace again and again on one pool, freeing
+# and allocating the weights anew each time, which a training run never does.
+# This runs the run on instead: bench/long_run.py writes each trace with its
+# last training step repeated STEPS more times (the weights stay live), for the
+# shared traces and their scaled variants (bench/scaled_traces.py, FACTORS);
+# traces without a repeating step (shapes that change every step) are skipped.
+# Each long run is replayed once on a fresh vmm pool (build/vmm_churn
+# --replays 1 --parts N, N slices of about one step each), and the script
+# prints per trace the map + unmap calls per 1000 events and per step over the
+# last 10 slices (the run's steady state), then a summary by model.
+# Extra arguments go to vmm_churn as settings (--conf ...).
+# Usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...]   (from the repository
+# root, after building; STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by
+# default)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/shared_traces.sh"
+factors=${FACTORS:-0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5}
+steps=${STEPS:-40}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --factors "$factors" \
+    >/dev/null
+python3 "$root/bench/long_run.py" "$out/long" "${trace_paths[@]}" "$out"/scaled/*.rep \
+    --steps "$steps" >"$out/long.txt"
+grep -c "repeated from" "$out/long.txt" | sed 's/$/ long runs (traces without a repeating step skipped)/' >&2
+for t in "$out"/long/*.rep; do
+    name=$(basename "$t" _long.rep)
+    period=$(grep "^$name.rep: step of" "$out/long.txt" | sed 's/.*step of \([0-9]*\) events.*/\1/')
+    events=$(head -1 "$t" | cut -d' ' -f2)
+    parts=$(( (events + period / 2) / period ))
+    [ "$parts" -gt 64 ] && parts=64
+    echo "$name $period $events $parts $("$root/build/vmm_churn" --replays 1 --parts "$parts" "$@" "$t" \
+        | grep "first replay" | cut -d: -f2)"
+done >"$out/parts.txt"
+
+python3 - "$out/parts.txt" <<'EOF'
+import statistics, sys
+
+rows = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    name, period, events, parts = f[0], int(f[1]), int(f[2]), int(f[3])
+    calls = [int(x) for x in f[4:]]
+    last = calls[-10:]
+    slice_events = events / parts
+    rows.append((name, period, 1000 * sum(last) / (len(last) * slice_events),
+                 sum(last) / len(last) * period / slice_events))
+print("| long run | events per step | maps+unmaps / 1000 events, last 10 steps | per step |")
+print("|---|---:|---:|---:|")
+for name, period, per_k, per_step in rows:
+    print(f"| {name} | {period} | {per_k:.1f} | {per_step:.0f} |")
+print()
+families = {}
+for name, _, per_k, _ in rows:
+    families.setdefault(name.split("_x")[0], []).append(per_k)
+for fam, v in families.items():
+    print(f"{fam}: {len(v)} long runs; maps+unmaps per 1000 events, last 10 steps: "
+          f"median {statistics.median(v):.1f}, mean {statistics.mean(v):.1f}, max {max(v):.1f}, "
+          f"above 20: {sum(1 for x in v if x > 20)}")
+EOF
