@@ -470,8 +470,13 @@ typedef struct placement {
  * budget, and only when it saves at least STOW_VMM_MAPS_PER_EXTRA_GRANULE
  * granule maps for each. */
 #define STOW_VMM_MAPS_PER_EXTRA_GRANULE 16
-/* Blocks smaller than this many granules stay where best fit puts them. */
-#define STOW_VMM_PLACE_MIN_GRANULES 32
+/* Blocks smaller than this many granules (256 MiB on CUDA) stay where best
+ * fit puts them. In long training runs, blocks of 32-127 granules that moved
+ * to mapped windows filled the rooms of the step's biggest blocks, which then
+ * remapped hundreds of granules every step (held-out gpt2_train variants:
+ * median 179 map and unmap calls per 1000 events with 32, 13 with 128;
+ * docs/design.md). */
+#define STOW_VMM_PLACE_MIN_GRANULES 128
 /* Extra granules that moved blocks may hold together, as a fraction of the
  * live peak: at most this, and at most half of vmm_slack. */
 #define STOW_VMM_PLACE_BUDGET 0.00375

@@ -286,31 +286,32 @@ Test(vmm, destroy_with_live_blocks_is_busy_and_force_releases_everything)
 Test(vmm, big_blocks_go_where_granules_are_mapped)
 {
     make_vmm(0, false);
-    /* [y 66 MiB][s2][x 100 MiB][s3]; y freed and unmapped by empty_cache: an
-     * unmapped 66 MiB hole; x freed afterwards: a mapped 100 MiB hole whose
-     * 50 granules sit unused. */
-    void *y = alloc_ok(66 * MIB);
+    /* [y 264 MiB][s2][x 400 MiB][s3]; y freed and unmapped by empty_cache: an
+     * unmapped 264 MiB hole; x freed afterwards: a mapped 400 MiB hole whose
+     * 200 granules sit unused. */
+    void *y = alloc_ok(264 * MIB);
     void *s2 = alloc_ok(2 * MIB);
-    void *x = alloc_ok(100 * MIB);
+    void *x = alloc_ok(400 * MIB);
     void *s3 = alloc_ok(2 * MIB);
     cr_assert_eq(stow_pool_free(pool, y), STOW_OK);
     cr_assert_eq(stow_empty_cache(pool), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
     check();
     stow_stats_t before = stats();
-    /* Best fit is y's hole (66 < 100 MiB) but all of it is unmapped. */
-    void *c = alloc_ok(64 * MIB);
+    /* Best fit is y's hole (264 < 400 MiB) but all of it is unmapped. 256 MiB
+     * is 128 granules, the smallest block that moves. */
+    void *c = alloc_ok(256 * MIB);
     stow_stats_t after = stats();
     cr_assert_eq(c, x, "placed on the mapped hole, at its start");
     cr_assert_eq(after.num_map_calls, before.num_map_calls, "no granule mapped");
     cr_assert_eq(after.reserved_bytes[STOW_POOL_ALL].current,
                  before.reserved_bytes[STOW_POOL_ALL].current);
     check();
-    /* 40 MiB (20 granules) is below the size that moves: best fit, y's
-     * hole (x's 36 MiB remainder is too small), mapped anew. */
-    void *d = alloc_ok(40 * MIB);
+    /* 160 MiB (80 granules) is below the size that moves: best fit, y's
+     * hole (x's 144 MiB remainder is too small), mapped anew. */
+    void *d = alloc_ok(160 * MIB);
     cr_assert_eq(d, y);
-    cr_assert_eq(stats().num_map_calls, after.num_map_calls + 20);
+    cr_assert_eq(stats().num_map_calls, after.num_map_calls + 80);
     check();
     void *all[] = {s2, s3, c, d};
     for (int i = 0; i < 4; i++)
@@ -325,28 +326,28 @@ Test(vmm, big_blocks_go_where_granules_are_mapped)
 Test(vmm, big_block_extends_below_a_mapped_run_rather_than_above)
 {
     make_vmm_tight();
-    /* [x 60 MiB][y 60 MiB][z 80 MiB][w 2 MiB], then x and z freed: their 70
-     * granules are the oldest unused, and a 140 MiB block (above w: the holes
-     * are too small) remaps all of them. y freed last: one 200 MiB hole (100
-     * granules) whose granules 30-59 (y's) alone are mapped. */
-    void *x = alloc_ok(60 * MIB);
-    void *y = alloc_ok(60 * MIB);
-    void *z = alloc_ok(80 * MIB);
+    /* [x 240 MiB][y 240 MiB][z 320 MiB][w 2 MiB], then x and z freed: their
+     * 280 granules are the oldest unused, and a 560 MiB block (above w: the
+     * holes are too small) remaps all of them. y freed last: one 800 MiB hole
+     * (400 granules) whose granules 120-239 (y's) alone are mapped. */
+    void *x = alloc_ok(240 * MIB);
+    void *y = alloc_ok(240 * MIB);
+    void *z = alloc_ok(320 * MIB);
     void *w = alloc_ok(2 * MIB);
     cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, z), STOW_OK);
-    void *v = alloc_ok(140 * MIB);
-    cr_assert_eq(stats().num_unmap_calls, 70);
+    void *v = alloc_ok(560 * MIB);
+    cr_assert_eq(stats().num_unmap_calls, 280);
     cr_assert_eq(stow_pool_free(pool, y), STOW_OK);
     check();
     stow_stats_t before = stats();
-    /* 80 MiB (40 granules) over granules 30-69 or 20-59: 10 to map either
-     * way; the lower one. */
-    void *c = alloc_ok(80 * MIB);
-    cr_assert_eq((char *)c - (char *)x, (ptrdiff_t)(20 * G),
+    /* 320 MiB (160 granules) over granules 120-279 or 80-239: 40 to map
+     * either way; the lower one. */
+    void *c = alloc_ok(320 * MIB);
+    cr_assert_eq((char *)c - (char *)x, (ptrdiff_t)(80 * G),
                  "ends where the mapped run ends: at granule %td",
                  ((char *)c - (char *)x) / (ptrdiff_t)G);
-    cr_assert_eq(stats().num_map_calls, before.num_map_calls + 10);
+    cr_assert_eq(stats().num_map_calls, before.num_map_calls + 40);
     check();
     void *all[] = {c, v, w};
     for (int i = 0; i < 3; i++)
@@ -360,28 +361,28 @@ Test(vmm, big_block_carved_out_of_a_free_block)
 {
     make_vmm_tight();
     stow_stream_t s1 = (stow_stream_t)0x1, s2 = (stow_stream_t)0x2;
-    /* On s1: [a 40 MiB][x 70 MiB][b 2 MiB]; a then x freed: one 110 MiB
-     * hole, its 55 granules unused, a's the oldest. */
+    /* On s1: [a 160 MiB][x 280 MiB][b 2 MiB]; a then x freed: one 440 MiB
+     * hole, its 220 granules unused, a's the oldest. */
     void *a, *x, *b, *y, *c, *d;
-    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s1, &a), STOW_OK);
-    cr_assert_eq(stow_pool_alloc(pool, 70 * MIB, s1, &x), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 160 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 280 * MIB, s1, &x), STOW_OK);
     cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &b), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
-    /* s2 cannot reuse s1's hole (no clearance yet): its 40 MiB go to a new
-     * range, and with no slack its 20 granules are a's, remapped. */
-    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s2, &y), STOW_OK);
+    /* s2 cannot reuse s1's hole (no clearance yet): its 160 MiB go to a new
+     * range, and with no slack its 80 granules are a's, remapped. */
+    cr_assert_eq(stow_pool_alloc(pool, 160 * MIB, s2, &y), STOW_OK);
     stow_stats_t before = stats();
-    cr_assert_eq(before.num_unmap_calls, 20);
+    cr_assert_eq(before.num_unmap_calls, 80);
     check();
-    /* Best fit puts 70 MiB on s1 at the hole's start, over a's 20 unmapped
-     * granules; x's 35 mapped ones at the hole's end take it with no map. */
-    cr_assert_eq(stow_pool_alloc(pool, 70 * MIB, s1, &c), STOW_OK);
+    /* Best fit puts 280 MiB on s1 at the hole's start, over a's 80 unmapped
+     * granules; x's 140 mapped ones at the hole's end take it with no map. */
+    cr_assert_eq(stow_pool_alloc(pool, 280 * MIB, s1, &c), STOW_OK);
     cr_assert_eq(c, x);
     cr_assert_eq(stats().num_map_calls, before.num_map_calls);
     check();
-    /* The front, a's 40 MiB, stays a free block of its own. */
-    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s1, &d), STOW_OK);
+    /* The front, a's 160 MiB, stays a free block of its own. */
+    cr_assert_eq(stow_pool_alloc(pool, 160 * MIB, s1, &d), STOW_OK);
     cr_assert_eq(d, a);
     check();
     void *all[] = {b, y, c, d};
@@ -400,21 +401,21 @@ Test(vmm, failed_backing_after_a_carve_merges_back)
     make_vmm_tight();
     stow_stream_t s1 = (stow_stream_t)0x1, s2 = (stow_stream_t)0x2;
     void *a, *x, *b, *y, *c;
-    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s1, &a), STOW_OK);
-    cr_assert_eq(stow_pool_alloc(pool, 70 * MIB, s1, &x), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 160 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 280 * MIB, s1, &x), STOW_OK);
     cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &b), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, x), STOW_OK);
-    cr_assert_eq(stow_pool_alloc(pool, 40 * MIB, s2, &y), STOW_OK); /* takes a's granules */
-    /* 80 MiB: at the hole's start 20 granules to map, at its end only 5. */
+    cr_assert_eq(stow_pool_alloc(pool, 160 * MIB, s2, &y), STOW_OK); /* takes a's granules */
+    /* 320 MiB: at the hole's start 80 granules to map, at its end only 20. */
     stow_sim_fail_nth(sim, STOW_SIM_MAP, 1, STOW_EBACKEND);
-    cr_assert_eq(stow_pool_alloc(pool, 80 * MIB, s1, &c), STOW_EBACKEND);
+    cr_assert_eq(stow_pool_alloc(pool, 320 * MIB, s1, &c), STOW_EBACKEND);
     check();
     stow_sim_fail_nth(sim, STOW_SIM_MAP, 0, STOW_OK);
     stow_stats_t before = stats();
-    cr_assert_eq(stow_pool_alloc(pool, 80 * MIB, s1, &c), STOW_OK);
-    cr_assert_eq((char *)c, (char *)a + 30 * MIB, "carved at the hole's end");
-    cr_assert_eq(stats().num_map_calls, before.num_map_calls + 5);
+    cr_assert_eq(stow_pool_alloc(pool, 320 * MIB, s1, &c), STOW_OK);
+    cr_assert_eq((char *)c, (char *)a + 120 * MIB, "carved at the hole's end");
+    cr_assert_eq(stats().num_map_calls, before.num_map_calls + 20);
     check();
     void *all[] = {b, y, c};
     for (int i = 0; i < 3; i++)
