@@ -35,33 +35,41 @@ def load(path):
     events = []
     with open(path) as f:
         header = f.readline().split()
-        if len(header) != 2:
-            sys.exit(f"{path}:1: expected 'IDS EVENTS'")
+        if len(header) != 2 or not all(x.isdigit() for x in header):
+            sys.exit(f"{path}:1: expected 'IDS EVENTS' (whole numbers)")
         for number, line in enumerate(f, start=2):
             fields = line.split()
             if not fields:
                 continue
-            if fields[0] == "a" and len(fields) == 4:
-                events.append(("a", int(fields[1]), int(fields[2]), int(fields[3])))
-            elif fields[0] == "f" and len(fields) == 2:
-                events.append(("f", int(fields[1]), 0, 0))
+            numbers = fields[1:]
+            if not all(x.isdigit() for x in numbers) or \
+                    (fields[0], len(fields)) not in (("a", 4), ("f", 2)):
+                sys.exit(f"{path}:{number}: expected 'a ID SIZE STREAM' or 'f ID' "
+                         "(whole numbers)")
+            if fields[0] == "a":
+                events.append(("a", int(numbers[0]), int(numbers[1]), int(numbers[2])))
             else:
-                sys.exit(f"{path}:{number}: expected 'a ID SIZE STREAM' or 'f ID'")
+                events.append(("f", int(numbers[0]), 0, 0))
+    if int(header[1]) != len(events):
+        sys.exit(f"{path}:1: the header says {header[1]} events, the file has {len(events)}")
     return events
 
 
 def signatures(path, events):
     """What must match between two events a step apart: the allocation's size
     and stream, or how many events back the freed allocation was made."""
-    made_at, sig = {}, []
+    made_at, sig = {}, []  # made_at: live ids only
     for i, (kind, ident, size, stream) in enumerate(events):
+        line = i + 2  # after the header
         if kind == "a":
+            if ident in made_at:
+                sys.exit(f"{path}:{line}: id {ident} allocated again while live")
             made_at[ident] = i
             sig.append(("a", size, stream))
         else:
             if ident not in made_at:
-                sys.exit(f"{path}: event {i + 1} frees id {ident}, never allocated")
-            sig.append(("f", i - made_at[ident]))
+                sys.exit(f"{path}:{line}: frees id {ident}, which is not live")
+            sig.append(("f", i - made_at.pop(ident)))
     return sig
 
 

@@ -1,0 +1,117 @@
+"""Tests of bench/long_run.py (a training trace run for more steps) on traces built here."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "bench", "long_run.py")
+
+
+def training_trace(steps):
+    """Weights (ids 0-1, never freed), then `steps` identical steps: a big
+    activation, smaller ones, a block that lives into the next step (freed
+    there), then the end of the run (the weights freed). Returns the event
+    lines (without header) and the number of ids."""
+    lines, next_id, carried = [], 0, None
+
+    def alloc(size):
+        nonlocal next_id
+        lines.append(f"a {next_id} {size} 0")
+        next_id += 1
+        return next_id - 1
+
+    weights = [alloc(4 << 20), alloc(1 << 20)]
+    for _ in range(steps):
+        big = alloc(300 << 20)
+        small = [alloc(512 * (k + 1)) for k in range(30)]
+        if carried is not None:
+            lines.append(f"f {carried}")
+        for s in reversed(small):
+            lines.append(f"f {s}")
+        carried = alloc(8 << 20)  # freed in the next step
+        lines.append(f"f {big}")
+    lines.append(f"f {carried}")
+    for w in weights:
+        lines.append(f"f {w}")
+    return lines, next_id
+
+
+def parse(path):
+    with open(path) as f:
+        ids, events = (int(x) for x in f.readline().split())
+        body = [line.split() for line in f]
+    return ids, events, body
+
+
+class LongRun(unittest.TestCase):
+    def run_script(self, text, *extra):
+        with tempfile.TemporaryDirectory() as d:
+            src, out = os.path.join(d, "t.rep"), os.path.join(d, "out")
+            with open(src, "w") as f:
+                f.write(text)
+            p = subprocess.run([sys.executable, SCRIPT, out, src] + list(extra),
+                               capture_output=True, text=True)
+            dst = os.path.join(out, "t_long.rep")
+            result = parse(dst) if os.path.exists(dst) else None
+            return p, result
+
+    def test_repeats_the_last_step_and_keeps_the_weights(self):
+        lines, ids = training_trace(4)
+        p, result = self.run_script(f"{ids} {len(lines)}\n" + "\n".join(lines) + "\n",
+                                    "--steps", "5")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        step = 1 + 30 + 1 + 30 + 1 + 1  # big, 30 small, carried free, 30 frees, new carried, big free
+        self.assertIn(f"step of {step} events", p.stdout)
+        out_ids, out_events, body = result
+        self.assertEqual(out_events, len(body))
+        self.assertEqual(out_ids, sum(1 for e in body if e[0] == "a"))
+        # Every free names a live allocation; ids are dense and in order.
+        live, seen = {}, 0
+        for e in body:
+            if e[0] == "a":
+                self.assertEqual(int(e[1]), seen)
+                live[int(e[1])] = int(e[2])
+                seen += 1
+            else:
+                self.assertIn(int(e[1]), live, "free of an id that is not live")
+                del live[int(e[1])]
+        # The weights stay live (the end of the run is not written), and so
+        # does the block each step hands to the next.
+        self.assertEqual(sorted(live.values()), [1 << 20, 4 << 20, 8 << 20])
+        # Four recorded steps and five more: nine big activations.
+        self.assertEqual(sum(1 for e in body if e[0] == "a" and int(e[2]) == 300 << 20), 9)
+
+    def test_trace_without_a_repeating_step_is_skipped(self):
+        lines = [f"a {i} {(i + 1) * 1000} 0" for i in range(200)] + [f"f {i}" for i in range(200)]
+        p, result = self.run_script(f"200 400\n" + "\n".join(lines) + "\n")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("no repeating step, skipped", p.stdout)
+        self.assertIsNone(result)
+
+    def test_malformed_line_names_file_and_line(self):
+        p, _ = self.run_script("2 2\na 0 512 0\nx 1\n")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("t.rep:3:", p.stderr)
+
+    def test_non_numeric_field_names_file_and_line(self):
+        p, _ = self.run_script("1 2\na 0 12x 0\nf 0\n")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("t.rep:2: expected", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+    def test_free_of_an_unknown_id_is_an_error(self):
+        p, _ = self.run_script("1 2\na 0 512 0\nf 7\n")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("t.rep:3: frees id 7, which is not live", p.stderr)
+
+    def test_double_free_is_an_error(self):
+        p, _ = self.run_script("1 3\na 0 512 0\nf 0\nf 0\n")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("t.rep:4: frees id 0, which is not live", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
