@@ -13,20 +13,21 @@
  *
  * With --parts P it also prints the map + unmap calls of the first replay (a
  * fresh pool, as in a real run) in P equal slices of its events: for a trace of
- * P training steps, step by step. With --who K it replays once more (not
- * counted above) and prints the K events of that replay that made the most
- * map + unmap calls (event index, kind, size, address, calls): which blocks
- * keep the settled pool remapping.
+ * P training steps, step by step.
+ *
+ * Then it replays once more (not counted above) and prints that replay's
+ * footprint: the granules some block overlapped while live. A replay whose
+ * footprint is above the allowance ((1 + vmm_slack) x the live peak) cannot
+ * run without remapping. With --who K it also prints the K events of that
+ * replay that made the most map + unmap calls (event index, kind, size,
+ * address, calls): which blocks keep the settled pool remapping.
  *
  *   build/vmm_churn [--replays N (default 16)] [--parts P] [--who K] [--conf KEY:VALUE,...]
  *                   TRACE...
  *
- * After the replays it replays once more and prints that replay's footprint: the
- * granules some block overlapped while live. A replay whose footprint is above
- * the allowance ((1 + vmm_slack) x the live peak) cannot run without remapping.
- *
  * docs/design.md (page-mapped segments) quotes its output.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,21 +172,17 @@ static int cmp_event_calls(const void *a, const void *b)
     return x > y ? -1 : x < y;
 }
 
-/* One more replay of the settled vmm pool, then its `who` events with the most
- * map + unmap calls, most first. */
-static int print_who(const char *base, side_t *vmm, const stow_trace_t *t, int who)
+/* The `who` events of the extra replay (notes) with the most map + unmap
+ * calls, most first. */
+static int print_who(const char *base, const stow_trace_t *t, const event_note_t *notes, int who)
 {
     size_t n = t->event_count;
-    event_note_t *notes = calloc(n ? n : 1, sizeof *notes);
     size_t *order = calloc(n ? n : 1, sizeof *order);
-    if (!notes || !order) {
-        free(notes);
-        free(order);
+    if (!order) {
         fprintf(stderr, "vmm_churn: out of host memory\n");
         return 1;
     }
-    uint64_t failures = 0, total = 0;
-    (void)replay(vmm, t, &failures, 0, NULL, notes);
+    uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         order[i] = i;
         total += notes[i].calls;
@@ -200,7 +197,6 @@ static int print_who(const char *base, side_t *vmm, const stow_trace_t *t, int w
                e->kind == STOW_TRACE_ALLOC ? "alloc" : "free", (double)e->size_bytes / (1 << 20),
                (unsigned long long)notes[order[k]].addr, (unsigned long long)notes[order[k]].calls);
     }
-    free(notes);
     free(order);
     return 0;
 }
@@ -215,41 +211,68 @@ static int cmp_span(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* One more replay of the settled vmm pool, then the granules that some block
- * overlapped while it was live: the replay's physical footprint. A pool that
- * keeps every granule it needs mapped needs at least this many; when it is
- * above the allowance ((1 + vmm_slack) x the live peak), a replay cannot run
- * without remapping. Returns granules, or 0 when out of host memory. */
-static uint64_t footprint_granules(side_t *vmm, const stow_trace_t *t, uint64_t granule_bytes)
+/* The granules that some block of the extra replay (notes) overlapped while
+ * it was live: the replay's physical footprint. A pool that keeps every
+ * granule it needs mapped needs at least this many; when it is above the
+ * allowance ((1 + vmm_slack) x the live peak), a replay cannot run without
+ * remapping. Returns false when out of host memory. */
+static bool footprint_granules(const stow_trace_t *t, const event_note_t *notes,
+                               uint64_t granule_bytes, uint64_t *out)
+{
+    size_t n = t->event_count, k = 0;
+    span_t *spans = calloc(n ? n : 1, sizeof *spans);
+    if (!spans)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        const stow_trace_event_t *e = &t->events[i];
+        if (e->kind != STOW_TRACE_ALLOC || !notes[i].addr || !e->size_bytes)
+            continue;
+        spans[k].first = notes[i].addr / granule_bytes;
+        spans[k].last = (notes[i].addr + e->size_bytes - 1) / granule_bytes;
+        k++;
+    }
+    qsort(spans, k, sizeof *spans, cmp_span);
+    uint64_t count = 0, end = 0; /* end: one past the last granule counted */
+    for (size_t i = 0; i < k; i++) {
+        uint64_t from = spans[i].first > end ? spans[i].first : end;
+        if (spans[i].last + 1 > from) {
+            count += spans[i].last + 1 - from;
+            end = spans[i].last + 1;
+        }
+    }
+    free(spans);
+    *out = count;
+    return true;
+}
+
+/* One more replay of the settled vmm pool, noting every event (not timed):
+ * its footprint, and with who > 0 the events that remapped most. */
+static int extra_replay(const char *base, side_t *vmm, const stow_trace_t *t,
+                        const stow_config_t *config, int who)
 {
     size_t n = t->event_count;
     event_note_t *notes = calloc(n ? n : 1, sizeof *notes);
-    span_t *spans = calloc(n ? n : 1, sizeof *spans);
-    uint64_t failures = 0, count = 0;
-    size_t k = 0;
-    if (notes && spans) {
-        (void)replay(vmm, t, &failures, 0, NULL, notes);
-        for (size_t i = 0; i < n; i++) {
-            const stow_trace_event_t *e = &t->events[i];
-            if (e->kind != STOW_TRACE_ALLOC || !notes[i].addr || !e->size_bytes)
-                continue;
-            spans[k].first = notes[i].addr / granule_bytes;
-            spans[k].last = (notes[i].addr + e->size_bytes - 1) / granule_bytes;
-            k++;
-        }
-        qsort(spans, k, sizeof *spans, cmp_span);
-        uint64_t end = 0; /* one past the last granule counted */
-        for (size_t i = 0; i < k; i++) {
-            uint64_t from = spans[i].first > end ? spans[i].first : end;
-            if (spans[i].last + 1 > from) {
-                count += spans[i].last + 1 - from;
-                end = spans[i].last + 1;
-            }
-        }
+    uint64_t failures = 0, footprint = 0, granule_bytes = vmm->sim->granularity_bytes;
+    if (!notes) {
+        fprintf(stderr, "vmm_churn: out of host memory\n");
+        return 1;
     }
+    (void)replay(vmm, t, &failures, 0, NULL, notes);
+    int rc = 0;
+    if (footprint_granules(t, notes, granule_bytes, &footprint)) {
+        printf("%-26s footprint of one more replay: %llu granules = %.4f x peak live "
+               "(allowance %.4f)\n",
+               base, (unsigned long long)footprint,
+               (double)(footprint * granule_bytes) / (double)t->peak_live_bytes,
+               1.0 + config->vmm_slack);
+    } else {
+        fprintf(stderr, "vmm_churn: out of host memory\n");
+        rc = 1;
+    }
+    if (rc == 0 && who > 0)
+        rc = print_who(base, t, notes, who);
     free(notes);
-    free(spans);
-    return count;
+    return rc;
 }
 
 static int run_trace(const char *path, const stow_config_t *config, int replays, int parts,
@@ -303,14 +326,7 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
            "  failures %llu\n",
            base, peak_ratio, median(churn + from, replays - from), settled,
            median(ratio + from, replays - from), (unsigned long long)failures);
-    uint64_t granule_bytes = vmm.sim->granularity_bytes;
-    uint64_t footprint = footprint_granules(&vmm, t, granule_bytes);
-    printf("%-26s footprint of one more replay: %llu granules = %.4f x peak live "
-           "(allowance %.4f)\n",
-           base, (unsigned long long)footprint,
-           (double)(footprint * granule_bytes) / (double)t->peak_live_bytes, 1.0 + config->vmm_slack);
-    if (who > 0)
-        rc = print_who(base, &vmm, t, who);
+    rc = extra_replay(base, &vmm, t, config, who);
 out:
     side_close(&vmm);
     side_close(&classic);

@@ -222,7 +222,7 @@ static size_t fz_size(fz_in_t *in)
     case 0: return (size_t)fz_u8(in) * 8;
     case 1: case 2: return (size_t)fz_bytes(in, 2);
     case 3: return (size_t)(fz_bytes(in, 3) % (16 * FZ_MIB));
-    case 4: return (size_t)(fz_bytes(in, 4) % (256 * FZ_MIB));
+    case 4: return (size_t)(fz_bytes(in, 4) % (640 * FZ_MIB)); /* vmm moves from 256 MiB */
     case 5: return special[fz_u8(in) % (sizeof special / sizeof special[0])];
     case 6: return (size_t)fz_bytes(in, 8);
     default: return (size_t)fz_u8(in) * 512;
