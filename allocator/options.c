@@ -27,7 +27,7 @@ void stow_config_default(stow_config_t *config)
     config->garbage_collection_threshold = 0.0;
     config->memory_fraction = 1.0;
     config->release_idle_on_grow = true;
-    config->vmm_slack = 0.009;
+    config->vmm_slack = 0.0095;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)

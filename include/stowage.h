@@ -92,7 +92,7 @@ typedef struct stow_config {
                                       high-water mark of live bytes before it remaps unused
                                       granules instead of taking more, as a fraction of that
                                       mark (the allowance is rounded down to whole granules);
-                                      default 0.009; key "vmm_slack" */
+                                      default 0.0095; key "vmm_slack" */
 } stow_config_t;
 
 /* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */
