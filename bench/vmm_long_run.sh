@@ -9,9 +9,12 @@
 # shared traces and their scaled variants (bench/scaled_traces.py, FACTORS);
 # traces without a repeating step (shapes that change every step) are skipped.
 # Each long run is replayed once on a fresh vmm pool (build/vmm_churn
-# --replays 1 --parts N, N slices of about one step each), and the script
-# prints per trace the map + unmap calls per 1000 events and per step over the
-# last 10 slices (the run's steady state), then a summary by model.
+# --replays 1 --parts N, N slices of about one step each; at most 64, so with
+# STEPS above 60 a slice spans more than one step), and the script prints per
+# trace the map + unmap calls per 1000 events and per step over the last 10
+# slices (the run's steady state) and the step from which it is settled (no
+# later slice above twice the median of the last 10, plus 10 calls), then a
+# summary by model.
 # Extra arguments go to vmm_churn as settings (--conf ...).
 # Usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...]   (from the repository
 # root, after building; STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by
@@ -29,7 +32,12 @@ python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --facto
     >/dev/null
 python3 "$root/bench/long_run.py" "$out/long" "${trace_paths[@]}" "$out"/scaled/*.rep \
     --steps "$steps" >"$out/long.txt"
-grep -c "repeated from" "$out/long.txt" | sed 's/$/ long runs (traces without a repeating step skipped)/' >&2
+runs=$(grep -c "repeated from" "$out/long.txt" || true)
+echo "$runs long runs (traces without a repeating step skipped)" >&2
+if [ "$runs" -eq 0 ]; then
+    echo "vmm_long_run: no trace has a repeating step" >&2
+    exit 1
+fi
 for t in "$out"/long/*.rep; do
     name=$(basename "$t" _long.rep)
     period=$(grep "^$name.rep: step of" "$out/long.txt" | sed 's/.*step of \([0-9]*\) events.*/\1/')
@@ -50,18 +58,26 @@ for line in open(sys.argv[1]):
     calls = [int(x) for x in f[4:]]
     last = calls[-10:]
     slice_events = events / parts
+    # Settled from: the first slice after which no slice makes more than twice
+    # the median of the last 10, plus 10 calls.
+    bound = 2 * statistics.median(last) + 10
+    settled = len(calls)
+    while settled > 0 and calls[settled - 1] <= bound:
+        settled -= 1
     rows.append((name, period, 1000 * sum(last) / (len(last) * slice_events),
-                 sum(last) / len(last) * period / slice_events))
-print("| long run | events per step | maps+unmaps / 1000 events, last 10 steps | per step |")
-print("|---|---:|---:|---:|")
-for name, period, per_k, per_step in rows:
-    print(f"| {name} | {period} | {per_k:.1f} | {per_step:.0f} |")
+                 sum(last) / len(last) * period / slice_events, settled + 1))
+print("| long run | events per step | maps+unmaps / 1000 events, last 10 steps | per step | settled from step |")
+print("|---|---:|---:|---:|---:|")
+for name, period, per_k, per_step, settled in rows:
+    print(f"| {name} | {period} | {per_k:.1f} | {per_step:.0f} | {settled} |")
 print()
 families = {}
-for name, _, per_k, _ in rows:
-    families.setdefault(name.split("_x")[0], []).append(per_k)
+for name, _, per_k, _, settled in rows:
+    families.setdefault(name.split("_x")[0], []).append((per_k, settled))
 for fam, v in families.items():
+    churn = [c for c, _ in v]
     print(f"{fam}: {len(v)} long runs; maps+unmaps per 1000 events, last 10 steps: "
-          f"median {statistics.median(v):.1f}, mean {statistics.mean(v):.1f}, max {max(v):.1f}, "
-          f"above 20: {sum(1 for x in v if x > 20)}")
+          f"median {statistics.median(churn):.1f}, mean {statistics.mean(churn):.1f}, "
+          f"max {max(churn):.1f}, above 20: {sum(1 for x in churn if x > 20)}; "
+          f"settled from step {min(s for _, s in v)}-{max(s for _, s in v)}")
 EOF
