@@ -474,8 +474,8 @@ typedef struct placement {
  * fit puts them. In long training runs, blocks of 32-127 granules that moved
  * to mapped windows filled the rooms of the step's biggest blocks, which then
  * remapped hundreds of granules every step (held-out gpt2_train variants:
- * median 179 map and unmap calls per 1000 events with 32, 13 with 128;
- * docs/design.md). */
+ * median 179 map and unmap calls per 1000 events with 32, 13 with 128, at
+ * vmm_slack 0.009; docs/design.md). */
 #define STOW_VMM_PLACE_MIN_GRANULES 128
 /* Extra granules that moved blocks may hold together, as a fraction of the
  * live peak: at most this, and at most half of vmm_slack. */

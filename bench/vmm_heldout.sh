@@ -39,13 +39,11 @@ replay = {}
 for line in open(sys.argv[1]):
     j = json.loads(line)
     replay[os.path.basename(j["trace"])] = j
-churn = {}
+churn, footprint = {}, {}
 for line in open(sys.argv[2]):
     m = re.match(r"(\S+)\s+vmm reserved/live \S+\s+steady churn (\S+)\s+(.*?)\s+vmm/classic host time (\S+)", line)
     if m:
         churn[m.group(1)] = (float(m.group(2)), m.group(3), float(m.group(4)))
-footprint = {}
-for line in open(sys.argv[2]):
     m = re.match(r"(\S+)\s+footprint of one more replay: \d+ granules = (\S+) x peak live", line)
     if m:
         footprint[m.group(1)] = float(m.group(2))
