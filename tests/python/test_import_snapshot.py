@@ -2,14 +2,15 @@
 
 import os
 import pickle
-import subprocess
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "python", "stowage_import_snapshot.py")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
+
+from script_runner import run_on_file  # noqa: E402
 
 import stowage_import_snapshot as imp  # noqa: E402
 
@@ -30,15 +31,16 @@ class Evil:
 
 class ImportSnapshot(unittest.TestCase):
     def run_script(self, snap_bytes, *extra):
-        with tempfile.TemporaryDirectory() as d:
-            src, out = os.path.join(d, "s.pickle"), os.path.join(d, "o.rep")
-            with open(src, "wb") as f:
-                f.write(snap_bytes)
-            p = subprocess.run([sys.executable, SCRIPT, src, "-o", out] + list(extra),
-                               capture_output=True, text=True)
+        def outputs(d):
+            out = os.path.join(d, "o.rep")
             text = open(out).read() if os.path.exists(out) else None
             tags = open(out + ".tags").read() if os.path.exists(out + ".tags") else None
-            return p, text, tags
+            return text, tags
+
+        p, (text, tags) = run_on_file(
+            SCRIPT, "s.pickle", snap_bytes,
+            lambda d, src: [src, "-o", os.path.join(d, "o.rep")] + list(extra), outputs)
+        return p, text, tags
 
     def test_addr_reuse_dense_ids_free_completed(self):
         fr = [{"filename": "/x/torch/nn/f.py", "line": 1, "name": "inner"},

@@ -1,13 +1,14 @@
 """Tests of bench/long_run.py (a training trace run for more steps) on traces built here."""
 
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "long_run.py")
+sys.path.insert(0, HERE)
+
+from script_runner import run_on_file  # noqa: E402
 
 
 def training_trace(steps):
@@ -48,15 +49,12 @@ def parse(path):
 
 class LongRun(unittest.TestCase):
     def run_script(self, text, *extra):
-        with tempfile.TemporaryDirectory() as d:
-            src, out = os.path.join(d, "t.rep"), os.path.join(d, "out")
-            with open(src, "w") as f:
-                f.write(text)
-            p = subprocess.run([sys.executable, SCRIPT, out, src] + list(extra),
-                               capture_output=True, text=True)
-            dst = os.path.join(out, "t_long.rep")
-            result = parse(dst) if os.path.exists(dst) else None
-            return p, result
+        def result(d):
+            dst = os.path.join(d, "out", "t_long.rep")
+            return parse(dst) if os.path.exists(dst) else None
+
+        return run_on_file(SCRIPT, "t.rep", text,
+                           lambda d, src: [os.path.join(d, "out"), src] + list(extra), result)
 
     def test_repeats_the_last_step_and_keeps_the_weights(self):
         lines, ids = training_trace(4)
@@ -91,27 +89,22 @@ class LongRun(unittest.TestCase):
         self.assertIn("no repeating step, skipped", p.stdout)
         self.assertIsNone(result)
 
-    def test_malformed_line_names_file_and_line(self):
-        p, _ = self.run_script("2 2\na 0 512 0\nx 1\n")
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn("t.rep:3:", p.stderr)
-
-    def test_non_numeric_field_names_file_and_line(self):
-        p, _ = self.run_script("1 2\na 0 12x 0\nf 0\n")
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn("t.rep:2: expected", p.stderr)
-        self.assertNotIn("Traceback", p.stderr)
-
-    def test_free_of_an_unknown_id_is_an_error(self):
-        p, _ = self.run_script("1 2\na 0 512 0\nf 7\n")
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn("t.rep:3: frees id 7, which is not live", p.stderr)
-
-    def test_double_free_is_an_error(self):
-        p, _ = self.run_script("1 3\na 0 512 0\nf 0\nf 0\n")
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn("t.rep:4: frees id 0, which is not live", p.stderr)
-
+    def test_bad_input_names_file_line_and_reason(self):
+        cases = [
+            ("2 2\na 0 512 0\nx 1\n", "t.rep:3: expected"),
+            ("1 2\na 0 12x 0\nf 0\n", "t.rep:2: expected"),
+            ("1 2\na 0 512 0\nf 7\n", "t.rep:3: frees id 7, which is not live"),
+            ("1 3\na 0 512 0\nf 0\nf 0\n", "t.rep:4: frees id 0, which is not live"),
+            ("1 3\na 0 512 0\na 0 512 0\nf 0\n", "t.rep:3: id 0 allocated again while live"),
+            ("1 3\na 0 512 0\nf 0\n", "t.rep:1: the header says 3 events, the file has 2"),
+        ]
+        for text, message in cases:
+            with self.subTest(message=message):
+                p, result = self.run_script(text)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(message, p.stderr)
+                self.assertNotIn("Traceback", p.stderr)
+                self.assertIsNone(result)
 
 if __name__ == "__main__":
     unittest.main()
