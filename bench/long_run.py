@@ -102,40 +102,24 @@ def find_step(sig):
     return (best[2], best[1]) if best else None
 
 
-def extend(events, sig, period, end, steps):
+def extend(sig, period, end, steps):
     """Events [0, end) and then [end - period, end) `steps` more times, ids
-    renumbered densely in order of allocation."""
-    out, new_id, id_at = [], {}, []  # id_at[i]: new id allocated by output event i
-
-    def emit(kind, old_or_pos, size, stream):
-        if kind == "a":
-            ident = len(new_id)
-            new_id[len(out)] = ident
-            id_at.append(ident)
-            out.append(("a", ident, size, stream))
+    renumbered densely in order of allocation. A free names the allocation
+    made as many events before as in the trace (the step's period keeps that
+    true in the copies)."""
+    out, id_at = [], []  # id_at[i]: the id output event i allocates (None: a free)
+    next_id = 0
+    for s in sig[:end] + sig[end - period:end] * steps:
+        if s[0] == "a":
+            id_at.append(next_id)
+            out.append(("a", next_id, s[1], s[2]))
+            next_id += 1
         else:
+            ident = id_at[len(out) - s[1]]
+            if ident is None:
+                raise ValueError("a free does not match an allocation")
             id_at.append(None)
-            out.append(("f", old_or_pos, 0, 0))
-
-    renumber = {}
-    for i in range(end):
-        kind, ident, size, stream = events[i]
-        if kind == "a":
-            renumber[ident] = len(new_id)
-            emit("a", None, size, stream)
-        else:
-            emit("f", renumber[ident], 0, 0)
-    for _ in range(steps):
-        for j in range(end - period, end):
-            s = sig[j]
-            if s[0] == "a":
-                emit("a", None, s[1], s[2])
-            else:
-                made = len(out) - s[1]  # the matching allocation, one step later
-                ident = id_at[made]
-                if ident is None:
-                    raise ValueError("a free does not match an allocation")
-                emit("f", ident, 0, 0)
+            out.append(("f", ident, 0, 0))
     return out
 
 
@@ -157,7 +141,7 @@ def main():
             print(f"{name}: no repeating step, skipped")
             continue
         period, end = found
-        out = extend(events, sig, period, end, args.steps)
+        out = extend(sig, period, end, args.steps)
         ids = sum(1 for e in out if e[0] == "a")
         dst = os.path.join(args.out, name[:-4] + "_long.rep" if name.endswith(".rep") else name)
         with open(dst, "w") as f:
