@@ -271,6 +271,23 @@ static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
            pool->unused_count == 0;
 }
 
+/* Unmaps the oldest unused granule, the first of the oldest run (one must
+ * exist): *phys gets its handle, *kind its range's pool kind. Nothing changes
+ * when the unmap fails. */
+static stow_status_t unmap_oldest_unused(stow_pool_t *pool, stow_phys_t *phys, unsigned *kind)
+{
+    stow_granule_t *g = pool->run_head;
+    if (do_unmap(pool, g) != STOW_OK)
+        return STOW_EBACKEND;
+    size_t i = granule_no(g->segment, g);
+    unused_take(pool, g->segment, i, i + 1);
+    *phys = g->phys;
+    *kind = g->segment->pool_kind;
+    set_mapped(g, 0);
+    pool->mapped_count--;
+    return STOW_OK;
+}
+
 /* Obtains one physical handle for a granule of `kind`: a free handle, a new
  * one, or one taken from an unused mapped granule (after *synced). */
 static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
@@ -306,16 +323,10 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
             return STOW_EBACKEND;
         *synced = true;
     }
-    /* The oldest unused granule: the first of the oldest run. */
-    stow_granule_t *g = pool->run_head;
-    if (do_unmap(pool, g) != STOW_OK)
+    unsigned from_kind;
+    if (unmap_oldest_unused(pool, out, &from_kind) != STOW_OK)
         return STOW_EBACKEND;
-    size_t i = granule_no(g->segment, g);
-    unused_take(pool, g->segment, i, i + 1);
-    stow__acct_reserved_move(&pool->acct, g->segment->pool_kind, kind, pool->granularity_bytes);
-    *out = g->phys;
-    set_mapped(g, 0);
-    pool->mapped_count--;
+    stow__acct_reserved_move(&pool->acct, from_kind, kind, pool->granularity_bytes);
     return STOW_OK;
 }
 
@@ -661,24 +672,19 @@ static void release_free_handles(stow_pool_t *pool)
 void stow__vmm_release_unused(stow_pool_t *pool)
 {
     /* Caller synchronized: no queued work can touch an unused granule. */
-    while (pool->run_head) {
-        stow_granule_t *g = pool->run_head;
-        if (do_unmap(pool, g) != STOW_OK)
-            break;
-        size_t i = granule_no(g->segment, g);
-        unused_take(pool, g->segment, i, i + 1);
-        pool->mapped_count--;
-        if (push_free_handle(pool, g->phys, g->segment->pool_kind) != STOW_OK) {
+    stow_phys_t h;
+    unsigned kind;
+    while (pool->run_head && unmap_oldest_unused(pool, &h, &kind) == STOW_OK) {
+        if (push_free_handle(pool, h, kind) != STOW_OK) {
             /* No room to remember it: release it right away. */
             if (stow__backend_status(pool, pool->backend->phys_release(
-                                               pool->backend->ctx, g->phys,
+                                               pool->backend->ctx, h,
                                                pool->granularity_bytes)) == STOW_OK) {
                 pool->phys_count--;
                 pool->acct.s.num_device_free++;
-                stow__acct_reserved_sub(&pool->acct, g->segment->pool_kind, pool->granularity_bytes);
+                stow__acct_reserved_sub(&pool->acct, kind, pool->granularity_bytes);
             }
         }
-        set_mapped(g, 0);
     }
     release_free_handles(pool);
     /* What remains mapped is live data: that is the new high-water baseline. */
