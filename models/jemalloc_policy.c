@@ -5,11 +5,17 @@
  *
  * Each instance creates a private arena (arenas.create) and allocates with
  * MALLOCX_ARENA(i) | MALLOCX_TCACHE_NONE, so the arena's statistics are exact
- * and no thread cache hides blocks. dirty_decay_ms and muzzy_decay_ms are -1 on
- * that arena: freed pages are never purged, so no madvise() runs on a timer in
- * the middle of a timed pass (timing is stable) and the arena behaves like a
- * cache that never returns memory, as the caching policies do. The arena is
- * destroyed (arena.<i>.destroy) with whatever is still live.
+ * and no thread cache hides blocks. For `jemalloc`, dirty_decay_ms and
+ * muzzy_decay_ms are -1 on that arena: freed pages are never purged, so the
+ * arena behaves like a cache that never returns memory, as the caching policies
+ * do, and its cost per event is its bookkeeping, with no madvise() calls (a
+ * device pool makes no system call per event either): the stricter reference.
+ * `jemalloc-decay` keeps jemalloc's own decay times (opt.dirty_decay_ms and
+ * opt.muzzy_decay_ms: 10 s and 0 s in Debian's 5.3), as jemalloc runs when
+ * nobody tunes it; purging then costs it 2-3x more per event on the training
+ * traces (docs/benchmarks.md). It is chosen by name only (not in --policy
+ * all). The arena is destroyed (arena.<i>.destroy) with whatever is still
+ * live.
  *
  * Memory: jemalloc really reserves host virtual memory for the trace's sizes
  * (13.6 GB live at gpt2_train's peak), but it never touches the pages of large
@@ -75,9 +81,9 @@ static void je_destroy(void *ctx)
     free(j);
 }
 
-static stow_status_t je_create(const stow_replay_setup_t *setup, void **out)
+/* keep_pages: never purge freed pages (decay -1), else jemalloc's defaults. */
+static stow_status_t je_open(bool keep_pages, void **out)
 {
-    (void)setup;
     jemalloc_policy_t *j = calloc(1, sizeof *j);
     if (!j)
         return STOW_EHOSTMEM;
@@ -93,8 +99,8 @@ static stow_status_t je_create(const stow_replay_setup_t *setup, void **out)
     size_t epoch_size = sizeof epoch;
     sz = sizeof j->page_bytes;
     /* stats.arenas.<i> names exist only once an epoch refresh has seen arena i. */
-    if (je_set_decay(j->arena, "dirty_decay_ms") != STOW_OK ||
-        je_set_decay(j->arena, "muzzy_decay_ms") != STOW_OK ||
+    if ((keep_pages && (je_set_decay(j->arena, "dirty_decay_ms") != STOW_OK ||
+                        je_set_decay(j->arena, "muzzy_decay_ms") != STOW_OK)) ||
         mallctl("arenas.page", &j->page_bytes, &sz, NULL, 0) ||
         mallctl("epoch", &epoch, &epoch_size, &epoch, epoch_size) ||
         mallctlnametomib("epoch", j->epoch_mib, &epoch_len) ||
@@ -106,6 +112,18 @@ static stow_status_t je_create(const stow_replay_setup_t *setup, void **out)
     j->margin_bytes = JE_MIN_MARGIN_BYTES;
     *out = j;
     return STOW_OK;
+}
+
+static stow_status_t je_create(const stow_replay_setup_t *setup, void **out)
+{
+    (void)setup;
+    return je_open(true, out);
+}
+
+static stow_status_t je_create_decay(const stow_replay_setup_t *setup, void **out)
+{
+    (void)setup;
+    return je_open(false, out);
 }
 
 static stow_status_t je_alloc(void *ctx, uint64_t size_bytes, uint32_t stream, uint64_t *handle)
@@ -177,5 +195,11 @@ static void je_report(void *ctx, stow_replay_report_t *out)
 
 const stow_replay_policy_t stow__replay_policy_jemalloc = {
     "jemalloc", "jemalloc 5.3 mallocx/sdallocx on the host, private arena (reference cost)", false,
-    je_create, je_alloc, je_free, je_sample, je_report, je_destroy,
+    je_create, je_alloc, je_free, je_sample, je_report, je_destroy, false,
+};
+
+const stow_replay_policy_t stow__replay_policy_jemalloc_decay = {
+    "jemalloc-decay",
+    "jemalloc as above with its default decay: freed pages purged (not in all)",
+    false, je_create_decay, je_alloc, je_free, je_sample, je_report, je_destroy, true,
 };

@@ -22,6 +22,7 @@ const stow_replay_policy_t *const stow__replay_policies[] = {
     &stow__replay_policy_pytorch_expandable,
     &stow__replay_policy_naive,
     &stow__replay_policy_jemalloc,
+    &stow__replay_policy_jemalloc_decay,
     NULL,
 };
 
@@ -150,7 +151,8 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
             if (!strcmp(v, "all")) {
                 o->all = true;
                 for (size_t k = 0; stow__replay_policies[k]; k++)
-                    (void)opts_add_policy(o, stow__replay_policies[k]);
+                    if (!stow__replay_policies[k]->not_in_all)
+                        (void)opts_add_policy(o, stow__replay_policies[k]);
             } else {
                 const stow_replay_policy_t *p = stow__replay_policy_find(v);
                 if (!p)

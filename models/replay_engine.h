@@ -81,6 +81,9 @@ typedef struct stow_replay_policy {
     void (*report)(void *ctx, stow_replay_report_t *out);
     /* DESTRUCTOR; live handles die with the instance. */
     void (*destroy)(void *ctx);
+    /* Chosen by name only: `--policy all` leaves it out (a variant of a
+     * reference that the side-by-side table already has). */
+    bool not_in_all;
 } stow_replay_policy_t;
 
 extern const stow_replay_policy_t stow__replay_policy_classic;    /* replay_policies.c */
@@ -89,8 +92,10 @@ extern const stow_replay_policy_t stow__replay_policy_pytorch;    /* replay_poli
 extern const stow_replay_policy_t stow__replay_policy_pytorch_expandable;
 extern const stow_replay_policy_t stow__replay_policy_naive;      /* naive.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc;   /* jemalloc_policy.c */
+extern const stow_replay_policy_t stow__replay_policy_jemalloc_decay;
 
-/* The policy table, in `--policy all` order; NULL-terminated. */
+/* The policy table, in `--policy all` order (which skips those marked
+ * not_in_all); NULL-terminated. */
 extern const stow_replay_policy_t *const stow__replay_policies[];
 
 /* The policy called `name`, or NULL. */

@@ -106,12 +106,12 @@ static void classic_report(void *ctx, stow_replay_report_t *out)
 
 const stow_replay_policy_t stow__replay_policy_classic = {
     "classic", "the Stowage caching pool on the simulated device", true,
-    classic_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy,
+    classic_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy, false,
 };
 
 const stow_replay_policy_t stow__replay_policy_vmm = {
     "vmm", "Stowage with page-mapped segments (physical memory only under live data)", true,
-    vmm_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy,
+    vmm_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy, false,
 };
 
 /* ---- pytorch, pytorch-expandable ---- */
@@ -179,10 +179,10 @@ static void ptm_destroy(void *ctx) { stow__ptm_destroy(ctx); }
 
 const stow_replay_policy_t stow__replay_policy_pytorch = {
     "pytorch", "model of PyTorch's CUDACachingAllocator (native segments)", true,
-    ptm_create_native, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy,
+    ptm_create_native, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false,
 };
 
 const stow_replay_policy_t stow__replay_policy_pytorch_expandable = {
     "pytorch-expandable", "the same model with expandable_segments:True", true,
-    ptm_create_expandable, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy,
+    ptm_create_expandable, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false,
 };

@@ -63,7 +63,8 @@ static bool fits(const char *policy, const stow_trace_t *t, size_t capacity)
 
 Test(replay_policies, table_lists_every_policy_once)
 {
-    const char *want[] = {"classic", "vmm", "pytorch", "pytorch-expandable", "naive", "jemalloc"};
+    const char *want[] = {"classic", "vmm",      "pytorch",       "pytorch-expandable",
+                          "naive",   "jemalloc", "jemalloc-decay"};
     size_t n = 0;
     while (stow__replay_policies[n])
         n++;
@@ -75,7 +76,13 @@ Test(replay_policies, table_lists_every_policy_once)
     cr_assert_null(stow__replay_policy_find("expandable"));
     cr_assert_null(stow__replay_policy_find(NULL));
     cr_assert_not(stow__replay_policy_jemalloc.device);
+    cr_assert_not(stow__replay_policy_jemalloc_decay.device);
     cr_assert(stow__replay_policy_naive.device);
+    /* Only the jemalloc variant stays out of `--policy all`. */
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(stow__replay_policies[i]->not_in_all,
+                     stow__replay_policies[i] == &stow__replay_policy_jemalloc_decay, "%s",
+                     stow__replay_policies[i]->name);
 }
 
 /* ---- naive: one 2 MiB-granular reservation per request ---- */
@@ -190,10 +197,15 @@ Test(replay_min_capacity, host_policy_has_none)
                  STOW_ENOSYS);
     cr_assert_eq(stow__replay_fits(&stow__replay_policy_jemalloc, t, &c, 8 * MIB, &ok),
                  STOW_ENOSYS);
-    stow_replay_result_t r = run("jemalloc", t, NULL, 0, true);
-    cr_assert_not(r.has_min_capacity);
-    cr_assert_not(r.has_backend_calls);
-    cr_assert_geq(r.peak_reserved_bytes, r.peak_live_bytes); /* active pages >= live */
+    const char *host_policies[] = {"jemalloc", "jemalloc-decay"};
+    for (size_t i = 0; i < 2; i++) {
+        stow_replay_result_t r = run(host_policies[i], t, NULL, 0, true);
+        cr_assert_not(r.has_min_capacity, "%s", host_policies[i]);
+        cr_assert_not(r.has_backend_calls, "%s", host_policies[i]);
+        cr_assert_eq(r.ooms, 0, "%s", host_policies[i]);
+        /* active pages >= live */
+        cr_assert_geq(r.peak_reserved_bytes, r.peak_live_bytes, "%s", host_policies[i]);
+    }
     stow_trace_free(t);
 }
 
@@ -268,6 +280,8 @@ Test(replay_opts, defaults_and_all)
                  STOW_OK);
     cr_assert(o.all && o.min_capacity && o.json);
     cr_assert_eq(o.policy_count, 6);
+    for (unsigned k = 0; k < o.policy_count; k++)
+        cr_assert_neq(o.policies[k], &stow__replay_policy_jemalloc_decay);
     cr_assert_eq(o.repeats, 0);
     cr_assert_eq(o.first_trace, 7);
     cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "naive", "--policy",
@@ -275,6 +289,11 @@ Test(replay_opts, defaults_and_all)
                  STOW_OK);
     cr_assert_eq(o.policy_count, 2);
     cr_assert_eq(o.policies[1], &stow__replay_policy_jemalloc);
+    cr_assert_eq(parse(&o, err, sizeof err, 4, "replay", "--policy", "jemalloc-decay", "t"),
+                 STOW_OK);
+    cr_assert_eq(o.policy_count, 1);
+    cr_assert_eq(o.policies[0], &stow__replay_policy_jemalloc_decay);
+    cr_assert_not(o.all);
     cr_assert_eq(parse(&o, err, sizeof err, 2, "replay", "--help"), STOW_OK);
     cr_assert(o.help);
 }
