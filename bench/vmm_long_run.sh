@@ -8,13 +8,15 @@
 # last training step repeated STEPS more times (the weights stay live), for the
 # shared traces and their scaled variants (bench/scaled_traces.py, FACTORS);
 # traces without a repeating step (shapes that change every step) are skipped.
-# Each long run is replayed once on a fresh vmm pool (build/vmm_churn
-# --replays 1 --parts N, N slices of about one step each; at most 64, so with
-# STEPS above 60 a slice spans more than one step), and the script prints per
-# trace the map + unmap calls per 1000 events and per step over the last 10
-# slices (the run's steady state) and the step from which it is settled (no
-# later slice above twice the median of the last 10, plus 10 calls), then a
-# summary by model.
+# Each long run is replayed on a fresh vmm pool (build/vmm_churn --parts N: the
+# first replay in N slices of about one step each; at most 64, so with STEPS
+# above 60 a slice spans more than one step), and the script prints per trace
+# the map + unmap calls per 1000 events and per step over the last 10 slices
+# (the run's steady state), the step from which it is settled (no later slice
+# above twice the median of the last 10, plus 10 calls), and the host time of
+# vmm against classic (vmm_churn --replays 5 replays the long run four more
+# times on the same warm pools, interleaving the two policies: the median of
+# the per-replay ratios of replays 3 to 5), then a summary by model.
 # Extra arguments go to vmm_churn as settings (--conf ...).
 # Usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...]   (from the repository
 # root, after building; STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by
@@ -44,8 +46,9 @@ for t in "$out"/long/*.rep; do
     events=$(head -1 "$t" | cut -d' ' -f2)
     parts=$(( (events + period / 2) / period ))
     [ "$parts" -gt 64 ] && parts=64
-    echo "$name $period $events $parts $("$root/build/vmm_churn" --replays 1 --parts "$parts" "$@" "$t" \
-        | grep "first replay" | cut -d: -f2)"
+    churn=$("$root/build/vmm_churn" --replays 5 --parts "$parts" "$@" "$t")
+    host=$(sed -n 's/.*vmm\/classic host time \([0-9.]*\).*/\1/p' <<<"$churn")
+    echo "$name $period $events $parts $host $(grep "first replay" <<<"$churn" | cut -d: -f2)"
 done >"$out/parts.txt"
 
 python3 - "$out/parts.txt" <<'EOF'
@@ -54,8 +57,8 @@ import statistics, sys
 rows = []
 for line in open(sys.argv[1]):
     f = line.split()
-    name, period, events, parts = f[0], int(f[1]), int(f[2]), int(f[3])
-    calls = [int(x) for x in f[4:]]
+    name, period, events, parts, host = f[0], int(f[1]), int(f[2]), int(f[3]), float(f[4])
+    calls = [int(x) for x in f[5:]]
     last = calls[-10:]
     slice_events = events / parts
     # Settled from: the first slice after which no slice makes more than twice
@@ -65,19 +68,21 @@ for line in open(sys.argv[1]):
     while settled > 0 and calls[settled - 1] <= bound:
         settled -= 1
     rows.append((name, period, 1000 * sum(last) / (len(last) * slice_events),
-                 sum(last) / len(last) * period / slice_events, settled + 1))
-print("| long run | events per step | maps+unmaps / 1000 events, last 10 steps | per step | settled from step |")
-print("|---|---:|---:|---:|---:|")
-for name, period, per_k, per_step, settled in rows:
-    print(f"| {name} | {period} | {per_k:.1f} | {per_step:.0f} | {settled} |")
+                 sum(last) / len(last) * period / slice_events, settled + 1, host))
+print("| long run | events per step | maps+unmaps / 1000 events, last 10 steps | per step | settled from step | host time vs classic |")
+print("|---|---:|---:|---:|---:|---:|")
+for name, period, per_k, per_step, settled, host in rows:
+    print(f"| {name} | {period} | {per_k:.1f} | {per_step:.0f} | {settled} | {host:.2f} |")
 print()
 families = {}
-for name, _, per_k, _, settled in rows:
-    families.setdefault(name.split("_x")[0], []).append((per_k, settled))
+for name, _, per_k, _, settled, host in rows:
+    families.setdefault(name.split("_x")[0], []).append((per_k, settled, host))
 for fam, v in families.items():
-    churn = [c for c, _ in v]
+    churn = [c for c, _, _ in v]
+    hosts = [h for _, _, h in v]
     print(f"{fam}: {len(v)} long runs; maps+unmaps per 1000 events, last 10 steps: "
           f"median {statistics.median(churn):.1f}, mean {statistics.mean(churn):.1f}, "
           f"max {max(churn):.1f}, above 20: {sum(1 for x in churn if x > 20)}; "
-          f"settled from step {min(s for _, s in v)}-{max(s for _, s in v)}")
+          f"settled from step {min(s for _, s, _ in v)}-{max(s for _, s, _ in v)}; "
+          f"host time vs classic: median {statistics.median(hosts):.2f}, max {max(hosts):.2f}")
 EOF
