@@ -105,8 +105,9 @@ int stow__cli_import(int argc, char **argv)
     }
     fprintf(stderr,
             "wrote %s: %llu allocations, %llu frees, %u stream(s), %llu never freed, "
-            "%llu allocate failures left out\n",
+            "%llu allocate failures and %llu allocations of 0 bytes left out\n",
             out_path, (unsigned long long)s.allocations, (unsigned long long)s.frees, s.streams,
-            (unsigned long long)s.still_live, (unsigned long long)s.failures);
+            (unsigned long long)s.still_live, (unsigned long long)s.failures,
+            (unsigned long long)s.zero_size);
     return 0;
 }

@@ -194,6 +194,8 @@ typedef struct stow_rmm_import_stats {
     uint64_t allocations;
     uint64_t frees;
     uint64_t failures;   /* "allocate failure" rows: not in the .rep format, counted */
+    uint64_t zero_size;  /* allocations of 0 bytes: they hold no memory and the .rep format
+                            has none, so they and their frees are counted and left out */
     uint32_t streams;
     uint64_t still_live; /* allocations never freed */
 } stow_rmm_import_stats_t;
@@ -202,9 +204,11 @@ typedef struct stow_rmm_import_stats {
  * Converts the CSV text (header Thread,Time,Action,Pointer,Size,Stream; actions
  * allocate, allocate failure, free) to .rep text written to out. Pointers map
  * to dense ids (a pointer freed and allocated again gets a new id), streams to
- * dense indices in order of first use. Errors: STOW_EPARSE with "NAME:LINE:
- * reason" in err (bad header, column count, action, pointer, size, a free of an
- * unknown pointer or with another size, an allocate of a live pointer);
+ * dense indices in order of first use. Allocations of 0 bytes (RMM logs them,
+ * with a null pointer when the resource returns one) and their frees are left
+ * out and counted. Errors: STOW_EPARSE with "NAME:LINE: reason" in err (bad
+ * header, column count, action, pointer, size, a free of an unknown pointer or
+ * with another size, an allocate of a live or null pointer with a size);
  * STOW_EHOSTMEM; STOW_EIO (write failed).
  */
 stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_len, FILE *out,

@@ -80,6 +80,10 @@ static bool map_put(ptr_map_t *m, uint64_t k, uint32_t id, uint64_t size)
     return true;
 }
 
+/* The id under which a live allocation of 0 bytes is remembered: its free must
+ * be matched like any other, but neither becomes an event. */
+#define ZERO_SIZE_ID UINT32_MAX
+
 typedef struct rmm_event {
     uint64_t size;
     uint32_t id;
@@ -207,6 +211,11 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
                       "unknown action '%s' (allocate, allocate failure, free)", f[2]);
             break;
         }
+        if (size == 0 && ptr == 0) {
+            /* A resource may return no memory for 0 bytes, and log both rows. */
+            s.zero_size += is_alloc;
+            continue;
+        }
         size_t slot = map_find(&map, ptr);
         rmm_event_t e = {size, 0, 0, is_alloc ? 'a' : 'f'};
         if (is_alloc) {
@@ -218,6 +227,14 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
                 st = fail(err, err_len, name, lineno, "allocate of live pointer %s (id %u)", f[3],
                           map.id[slot]);
                 break;
+            }
+            if (size == 0) {
+                if (!map_put(&map, ptr, ZERO_SIZE_ID, 0)) {
+                    st = STOW_EHOSTMEM;
+                    break;
+                }
+                s.zero_size++;
+                continue;
             }
             uint32_t k = 0;
             while (k < stream_count && streams[k] != stream)
@@ -249,6 +266,8 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
             }
             e.id = map.id[slot];
             map.key[slot] = TOMB;
+            if (e.id == ZERO_SIZE_ID)
+                continue;
             s.frees++;
         }
         if (ev_count == ev_cap) {

@@ -53,6 +53,36 @@ Test(rmm_import, converts_with_dense_ids)
     free(rep);
 }
 
+/* RMM logs 0-byte allocations, with a null pointer when the resource returns
+ * none: they hold no memory and the .rep format has none (the trace parser
+ * refuses size 0), so they and their frees are left out and counted. Found by
+ * fuzz_rmm: the importer used to write "a 0 0 0", which no tool could read. */
+Test(rmm_import, zero_byte_allocations_are_left_out_and_counted)
+{
+    const char csv[] = "Thread,Time,Action,Pointer,Size,Stream\n"
+                       "1,t,allocate,0x0,0,0x0\n"
+                       "1,t,allocate,0x7f0000000000,0,0x9\n"
+                       "1,t,allocate,0x7f0000100000,4096,0x0\n"
+                       "1,t,free,0x7f0000000000,0,0x9\n"
+                       "1,t,free,0x0,0,0x0\n"
+                       "1,t,allocate,0x7f0000000000,64,0x0\n"
+                       "1,t,free,0x7f0000100000,4096,0x0\n";
+    char *rep = NULL, err[256] = "";
+    stow_rmm_import_stats_t s;
+    cr_assert_eq(import(csv, &rep, err, sizeof err, &s), STOW_OK, "%s", err);
+    cr_assert_str_eq(rep, "2 3\na 0 4096 0\na 1 64 0\nf 0\n");
+    cr_assert_eq(s.allocations, 2);
+    cr_assert_eq(s.frees, 1);
+    cr_assert_eq(s.zero_size, 2);
+    cr_assert_eq(s.streams, 1); /* stream 0x9 held only a 0-byte allocation */
+    cr_assert_eq(s.still_live, 1);
+    stow_trace_t *t = NULL;
+    cr_assert_eq(stow_trace_parse("rep", rep, strlen(rep), &t, err, sizeof err), STOW_OK, "%s",
+                 err);
+    stow_trace_free(t);
+    free(rep);
+}
+
 static void expect_error(const char *csv, const char *want)
 {
     char *rep = NULL, err[256] = "";
@@ -78,6 +108,14 @@ Test(rmm_import, errors_name_file_and_line)
     expect_error(HDR A0 "1,t,free,0x10,32,0\n", "log.csv:3: free of 0x10 with size 32");
     expect_error(HDR A0 "1,t,free,0x10,64,0\n1,t,free,0x10,64,0\n",
                  "log.csv:4: free of unknown pointer");
+    /* 0-byte allocations are matched like the others. */
+    expect_error(HDR "1,t,allocate,0x10,0,0\n1,t,free,0x10,64,0\n",
+                 "log.csv:3: free of 0x10 with size 64, allocated with 0");
+    expect_error(HDR A0 "1,t,free,0x10,0,0\n", "log.csv:3: free of 0x10 with size 0");
+    expect_error(HDR "1,t,allocate,0x10,0,0\n1,t,allocate,0x10,0,0\n",
+                 "log.csv:3: allocate of live pointer 0x10");
+    expect_error(HDR "1,t,allocate,0x0,64,0\n", "log.csv:2: allocate of pointer 0x0");
+    expect_error(HDR "1,t,free,0x0,64,0\n", "log.csv:2: free of unknown pointer 0x0");
 }
 
 static int cli(const char *args, char *out, size_t out_len)
