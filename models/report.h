@@ -137,11 +137,19 @@ void stow__report_growth(const stow_report_t *r, const size_t *given, unsigned g
 /* Text form of the growth analysis (`stowage report --growth`). */
 void stow__report_growth_print(FILE *f, const stow_report_t *r, const stow_growth_t *g);
 
-/* Reads tags "<id> <tag text>" per line ('#' comments) into an array of
- * id_count strings (NULL where none). Returns NULL and writes "FILE:LINE:
- * reason" into err on bad input. Free with stow__report_tags_free. */
+/* Reads tags "<id> <tag text>" per line into an array of id_count strings
+ * (NULL where none; a later line for the same id replaces the earlier). Blank
+ * lines and lines starting with '#' are skipped; the id is decimal, below
+ * id_count, and followed by blanks; the tag is the rest of the line (a final
+ * '\r' dropped), of any length. Returns NULL and writes "FILE:LINE: reason"
+ * into err on bad input (a NUL byte in a line included), "FILE: reason" when
+ * the file cannot be read or host memory runs out. Free with
+ * stow__report_tags_free. models/report_tags.c. */
 const char **stow__report_tags_load(const char *path, uint32_t id_count, char *err,
                                     size_t err_len);
+/* The same from memory; `name` is used in messages. */
+const char **stow__report_tags_parse(const char *name, const char *text, size_t text_len,
+                                     uint32_t id_count, char *err, size_t err_len);
 void stow__report_tags_free(const char **tags, uint32_t id_count);
 
 /* ---------------------------------------------------------------------- */

@@ -1,13 +1,11 @@
 /*
  * models/report_data.c: the timeline replay, the allocations alive at a point,
- * iteration boundaries with leak detection, and tag files (contract:
- * models/report.h). It samples the policies it can observe per event (the
+ * and iteration boundaries with leak detection (contract: models/report.h). It samples the policies it can observe per event (the
  * Stowage pool through its public stats, the PyTorch model through its own)
  * and asks the replay engine for the headline figures of the others.
  */
 #include "models/report.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -400,54 +398,4 @@ void stow__report_growth_print(FILE *f, const stow_report_t *r, const stow_growt
         fprintf(f, "  too few boundaries to judge growth (need 3; try --iterations N)\n");
     else
         fprintf(f, "  no steady growth\n");
-}
-
-/* ---- tags ---- */
-
-void stow__report_tags_free(const char **tags, uint32_t id_count)
-{
-    if (!tags)
-        return;
-    for (uint32_t i = 0; i < id_count; i++)
-        free((void *)tags[i]);
-    free(tags);
-}
-
-const char **stow__report_tags_load(const char *path, uint32_t id_count, char *err,
-                                    size_t err_len)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, err_len, "%s: cannot open", path);
-        return NULL;
-    }
-    const char **tags = calloc(id_count ? id_count : 1, sizeof *tags);
-    char line[4096];
-    unsigned lineno = 0;
-    while (tags && fgets(line, sizeof line, f)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = 0;
-        char *s = line;
-        while (isspace((unsigned char)*s))
-            s++;
-        if (!*s || *s == '#')
-            continue;
-        char *end;
-        unsigned long id = strtoul(s, &end, 10);
-        if (end == s || !isspace((unsigned char)*end) || id >= id_count) {
-            snprintf(err, err_len, "%s:%u: expected '<id> <tag>' with id < %u", path, lineno,
-                     id_count);
-            stow__report_tags_free(tags, id_count);
-            fclose(f);
-            return NULL;
-        }
-        while (isspace((unsigned char)*end))
-            end++;
-        free((void *)tags[id]);
-        tags[id] = strdup(end);
-    }
-    fclose(f);
-    if (!tags)
-        snprintf(err, err_len, "%s: out of host memory", path);
-    return tags;
 }

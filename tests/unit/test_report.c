@@ -267,7 +267,65 @@ Test(report, tags_file)
     char want[64];
     snprintf(want, sizeof want, "%s:4: ", path);
     cr_assert_not_null(strstr(err, want), "%s", err);
+    /* A tag longer than any line buffer (a deep stack, say) is read whole. */
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("3 ", f);
+    for (int i = 0; i < 6000; i++)
+        fputc('a' + i % 26, f);
+    fputs("\n1 next\n", f);
+    cr_assert_eq(fclose(f), 0);
+    tags = stow__report_tags_load(path, 4, err, sizeof err);
+    cr_assert_not_null(tags, "%s", err);
+    cr_assert_eq(strlen(tags[3]), 6000);
+    cr_assert_str_eq(tags[1], "next");
+    stow__report_tags_free(tags, 4);
+    cr_assert_null(stow__report_tags_load("/nonexistent/tags", 4, err, sizeof err));
+    cr_assert_not_null(strstr(err, "/nonexistent/tags: cannot open"), "%s", err);
     unlink(path);
+}
+
+/* The parser behind the file: lines of any length (the file reader used to
+ * split lines at 4095 bytes and read the rest as a line of its own), CRLF,
+ * a later line replacing an earlier tag, and the lines it refuses. */
+Test(report, tags_parse)
+{
+    size_t long_len = 10000;
+    char *text = malloc(long_len + 64);
+    cr_assert_not_null(text);
+    int head = sprintf(text, "1 ");
+    memset(text + head, 'x', long_len);
+    strcpy(text + head + long_len, "\r\n0 first\n0 second\r\n");
+    char err[256] = "";
+    const char **tags = stow__report_tags_parse("t", text, strlen(text), 3, err, sizeof err);
+    cr_assert_not_null(tags, "%s", err);
+    cr_assert_str_eq(tags[0], "second");
+    cr_assert_eq(strlen(tags[1]), long_len);
+    cr_assert_null(tags[2]);
+    stow__report_tags_free(tags, 3);
+    free(text);
+
+    struct {
+        const char *text;
+        size_t len;
+        const char *want;
+    } bad[] = {
+        {"+1 a\n", 5, "t:1: expected '<id> <tag>' with id < 3"},
+        {"# c\n-1 a\n", 9, "t:2: expected"},
+        {"1\n", 2, "t:1: expected"},
+        {"1a b\n", 5, "t:1: expected"},
+        {"99999999999999999999 a\n", 23, "t:1: expected"},
+        {"0 a\n1 b\0c\n", 10, "t:2: NUL byte in the line"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_null(stow__report_tags_parse("t", bad[i].text, bad[i].len, 3, err, sizeof err),
+                       "case %zu", i);
+        cr_assert_not_null(strstr(err, bad[i].want), "case %zu: '%s'", i, err);
+    }
+    /* No ids: any tag line is out of range, comments and blank lines are fine. */
+    tags = stow__report_tags_parse("t", "# none\n\n", 8, 0, err, sizeof err);
+    cr_assert_not_null(tags, "%s", err);
+    stow__report_tags_free(tags, 0);
 }
 
 /* ---- the built CLI ---- */
