@@ -224,8 +224,12 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
                 break;
             }
             if (slot != SIZE_MAX) {
-                st = fail(err, err_len, name, lineno, "allocate of live pointer %s (id %u)", f[3],
-                          map.id[slot]);
+                if (map.id[slot] == ZERO_SIZE_ID)
+                    st = fail(err, err_len, name, lineno,
+                              "allocate of live pointer %s (a 0-byte allocation)", f[3]);
+                else
+                    st = fail(err, err_len, name, lineno, "allocate of live pointer %s (id %u)",
+                              f[3], map.id[slot]);
                 break;
             }
             if (size == 0) {
@@ -235,6 +239,10 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
                 }
                 s.zero_size++;
                 continue;
+            }
+            if (next_id == ZERO_SIZE_ID) {
+                st = fail(err, err_len, name, lineno, "more than %u allocations", ZERO_SIZE_ID - 1);
+                break;
             }
             uint32_t k = 0;
             while (k < stream_count && streams[k] != stream)

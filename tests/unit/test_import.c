@@ -27,6 +27,30 @@ static stow_status_t import(const char *csv, char **rep, char *err, size_t err_l
     return st;
 }
 
+/* Imports csv, which must succeed with exactly want_rep and the statistics
+ * want, and give a trace the parser accepts; returns its peak live bytes. */
+static uint64_t expect_import(const char *csv, const char *want_rep,
+                              const stow_rmm_import_stats_t *want)
+{
+    char *rep = NULL, err[256] = "";
+    stow_rmm_import_stats_t s;
+    cr_assert_eq(import(csv, &rep, err, sizeof err, &s), STOW_OK, "%s", err);
+    cr_assert_str_eq(rep, want_rep);
+    cr_assert_eq(s.allocations, want->allocations);
+    cr_assert_eq(s.frees, want->frees);
+    cr_assert_eq(s.failures, want->failures);
+    cr_assert_eq(s.zero_size, want->zero_size);
+    cr_assert_eq(s.streams, want->streams);
+    cr_assert_eq(s.still_live, want->still_live);
+    stow_trace_t *t = NULL;
+    cr_assert_eq(stow_trace_parse("rep", rep, strlen(rep), &t, err, sizeof err), STOW_OK, "%s",
+                 err);
+    uint64_t peak = t->peak_live_bytes;
+    stow_trace_free(t);
+    free(rep);
+    return peak;
+}
+
 Test(rmm_import, converts_with_dense_ids)
 {
     const char csv[] = "Thread,Time,Action,Pointer,Size,Stream\n"
@@ -36,21 +60,10 @@ Test(rmm_import, converts_with_dense_ids)
                        "1,10:00:00:000004,free,0x7f0000000000,1024,0x0\n"
                        "\n"
                        "1,10:00:00:000005,allocate,0x7f0000000000,512,0x0\n";
-    char *rep = NULL, err[256] = "";
-    stow_rmm_import_stats_t s;
-    cr_assert_eq(import(csv, &rep, err, sizeof err, &s), STOW_OK, "%s", err);
-    cr_assert_str_eq(rep, "3 4\na 0 1024 0\na 1 4096 1\nf 0\na 2 512 0\n");
-    cr_assert_eq(s.allocations, 3);
-    cr_assert_eq(s.frees, 1);
-    cr_assert_eq(s.failures, 1);
-    cr_assert_eq(s.streams, 2);
-    cr_assert_eq(s.still_live, 2);
-    stow_trace_t *t = NULL;
-    cr_assert_eq(stow_trace_parse("rep", rep, strlen(rep), &t, err, sizeof err), STOW_OK, "%s",
-                 err);
-    cr_assert_eq(t->peak_live_bytes, 5120);
-    stow_trace_free(t);
-    free(rep);
+    stow_rmm_import_stats_t want = {.allocations = 3, .frees = 1, .failures = 1, .streams = 2,
+                                    .still_live = 2};
+    cr_assert_eq(expect_import(csv, "3 4\na 0 1024 0\na 1 4096 1\nf 0\na 2 512 0\n", &want),
+                 5120);
 }
 
 /* RMM logs 0-byte allocations, with a null pointer when the resource returns
@@ -67,20 +80,10 @@ Test(rmm_import, zero_byte_allocations_are_left_out_and_counted)
                        "1,t,free,0x0,0,0x0\n"
                        "1,t,allocate,0x7f0000000000,64,0x0\n"
                        "1,t,free,0x7f0000100000,4096,0x0\n";
-    char *rep = NULL, err[256] = "";
-    stow_rmm_import_stats_t s;
-    cr_assert_eq(import(csv, &rep, err, sizeof err, &s), STOW_OK, "%s", err);
-    cr_assert_str_eq(rep, "2 3\na 0 4096 0\na 1 64 0\nf 0\n");
-    cr_assert_eq(s.allocations, 2);
-    cr_assert_eq(s.frees, 1);
-    cr_assert_eq(s.zero_size, 2);
-    cr_assert_eq(s.streams, 1); /* stream 0x9 held only a 0-byte allocation */
-    cr_assert_eq(s.still_live, 1);
-    stow_trace_t *t = NULL;
-    cr_assert_eq(stow_trace_parse("rep", rep, strlen(rep), &t, err, sizeof err), STOW_OK, "%s",
-                 err);
-    stow_trace_free(t);
-    free(rep);
+    /* One stream: 0x9 held only a 0-byte allocation. */
+    stow_rmm_import_stats_t want = {.allocations = 2, .frees = 1, .zero_size = 2, .streams = 1,
+                                    .still_live = 1};
+    cr_assert_eq(expect_import(csv, "2 3\na 0 4096 0\na 1 64 0\nf 0\n", &want), 4160);
 }
 
 static void expect_error(const char *csv, const char *want)
@@ -113,7 +116,7 @@ Test(rmm_import, errors_name_file_and_line)
                  "log.csv:3: free of 0x10 with size 64, allocated with 0");
     expect_error(HDR A0 "1,t,free,0x10,0,0\n", "log.csv:3: free of 0x10 with size 0");
     expect_error(HDR "1,t,allocate,0x10,0,0\n1,t,allocate,0x10,0,0\n",
-                 "log.csv:3: allocate of live pointer 0x10");
+                 "log.csv:3: allocate of live pointer 0x10 (a 0-byte allocation)");
     expect_error(HDR "1,t,allocate,0x0,64,0\n", "log.csv:2: allocate of pointer 0x0");
     expect_error(HDR "1,t,free,0x0,64,0\n", "log.csv:2: free of unknown pointer 0x0");
 }
