@@ -35,22 +35,36 @@ class RefusingUnpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         raise pickle.UnpicklingError(
-            "snapshot references %s.%s: refusing to load classes" % (module, name))
+            "snapshot references %r.%r: refusing to load classes" % (module, name))
 
 
 def load_snapshot(data):
-    """The snapshot dict from the pickle bytes `data`."""
-    snap = RefusingUnpickler(io.BytesIO(data)).load()
+    """The snapshot dict from the pickle bytes `data`; ValueError if it is not one."""
+    try:
+        snap = RefusingUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:  # noqa: BLE001
+        # A damaged pickle raises more than UnpicklingError (the pickle module
+        # documents AttributeError, EOFError, ImportError, IndexError, ...).
+        raise ValueError("not a readable pickle: %s: %s" % (type(exc).__name__, exc)) from exc
     if not isinstance(snap, dict) or "device_traces" not in snap:
         raise ValueError("not a memory snapshot: no 'device_traces' key")
     traces = snap["device_traces"]
     if not isinstance(traces, list):
         raise ValueError("'device_traces' is not a list")
+    for d, t in enumerate(traces):
+        if t is not None and not isinstance(t, list):
+            raise ValueError("device %d: its trace is not a list" % d)
     return snap
 
 
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _tag(frames):
-    for fr in frames or ():
+    if not isinstance(frames, (list, tuple)):
+        return None
+    for fr in frames:
         if not isinstance(fr, dict):
             continue
         fn = str(fr.get("filename", ""))
@@ -66,10 +80,11 @@ def convert(entries):
     events: list of ('a', id, size, stream) and ('f', id); tags: {id: text}.
     """
     events, tags = [], {}
-    counts = {"alloc": 0, "free": 0, "unknown_free": 0, "ignored": 0}
+    counts = {"alloc": 0, "free": 0, "unknown_free": 0, "ignored": 0, "zero_size": 0}
     streams = {}
     live = {}          # addr -> id
     pending = {}       # addr -> id, free_requested but not completed
+    zero = set()       # addresses of live 0-byte allocations: no event, nor for their frees
     completed = any(isinstance(e, dict) and e.get("action") == "free_completed"
                     for e in entries)
     next_id = 0
@@ -77,16 +92,27 @@ def convert(entries):
         if not isinstance(e, dict) or "action" not in e:
             raise ValueError("entry %d: not a trace entry" % i)
         act = e["action"]
+        if act in ("alloc", "free_requested", "free_completed") and not _is_int(e.get("addr")):
+            raise ValueError("entry %d: %s without an integer addr" % (i, act))
         if act == "alloc":
-            addr, size = e.get("addr"), e.get("size")
-            if not isinstance(addr, int) or not isinstance(size, int) or size < 0:
-                raise ValueError("entry %d: alloc without integer addr and size" % i)
+            addr, size, stream_key = e["addr"], e.get("size"), e.get("stream", 0)
+            if not _is_int(size) or not 0 <= size < 2 ** 64:
+                raise ValueError("entry %d: alloc without a size in [0, 2^64)" % i)
+            if not _is_int(stream_key):
+                raise ValueError("entry %d: alloc with a stream that is not an integer" % i)
             if addr in pending:
                 events.append(("f", pending.pop(addr)))
                 counts["free"] += 1
-            if addr in live:
+            if addr in live or addr in zero:
                 raise ValueError("entry %d: alloc of live address 0x%x" % (i, addr))
-            stream = streams.setdefault(e.get("stream", 0), len(streams))
+            if size == 0:
+                # No memory, and the .rep format has no 0-byte allocation.
+                zero.add(addr)
+                counts["zero_size"] += 1
+                continue
+            if stream_key not in streams and len(streams) == 65536:
+                raise ValueError("entry %d: more than 65536 streams" % i)
+            stream = streams.setdefault(stream_key, len(streams))
             live[addr] = next_id
             events.append(("a", next_id, size, stream))
             t = _tag(e.get("frames"))
@@ -95,7 +121,11 @@ def convert(entries):
             next_id += 1
             counts["alloc"] += 1
         elif act in ("free_requested", "free_completed"):
-            addr = e.get("addr")
+            addr = e["addr"]
+            if addr in zero:
+                if act == "free_completed" or not completed:
+                    zero.discard(addr)
+                continue
             if act == "free_completed":
                 if addr in live:
                     events.append(("f", live.pop(addr)))
@@ -158,11 +188,14 @@ def main(argv=None):
     if tags:
         with open(args.output + ".tags", "w") as f:
             for i in sorted(tags):
-                f.write("%d %s\n" % (i, tags[i].replace("\n", " ")))
+                # One line each, as the tag reader wants (no NUL either).
+                text = tags[i].replace("\r", " ").replace("\n", " ").replace("\0", " ")
+                f.write("%d %s\n" % (i, text))
     print("wrote %s: device %d, %d allocations, %d frees, %d frees of earlier "
-          "allocations skipped, %d other entries left out%s"
+          "allocations skipped, %d allocations of 0 bytes and %d other entries left out%s"
           % (args.output, dev, counts["alloc"], counts["free"], counts["unknown_free"],
-             counts["ignored"], ", tags in %s.tags" % args.output if tags else ""),
+             counts["zero_size"], counts["ignored"],
+             ", tags in %s.tags" % args.output if tags else ""),
           file=sys.stderr)
     return 0
 
