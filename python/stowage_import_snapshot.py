@@ -85,6 +85,9 @@ def convert(entries):
     live = {}          # addr -> id
     pending = {}       # addr -> id, free_requested but not completed
     zero = set()       # addresses of live 0-byte allocations: no event, nor for their frees
+    zero_requested = set()  # 0-byte allocations whose free was requested, not yet completed
+    #                         (their completion, of size 0, is absorbed even after the
+    #                         address came back)
     completed = any(isinstance(e, dict) and e.get("action") == "free_completed"
                     for e in entries)
     next_id = 0
@@ -123,8 +126,14 @@ def convert(entries):
         elif act in ("free_requested", "free_completed"):
             addr = e["addr"]
             if addr in zero:
-                if act == "free_completed" or not completed:
-                    zero.discard(addr)
+                # A 0-byte allocation holds nothing: its free ends it at once;
+                # a completion still to come is absorbed below.
+                zero.discard(addr)
+                if act == "free_requested" and completed:
+                    zero_requested.add(addr)
+                continue
+            if act == "free_completed" and addr in zero_requested and e.get("size") == 0:
+                zero_requested.discard(addr)  # the late completion of a 0-byte one
                 continue
             if act == "free_completed":
                 if addr in live:

@@ -105,6 +105,13 @@ class ImportSnapshot(unittest.TestCase):
         self.assertEqual(counts["zero_size"], 1)
         with self.assertRaisesRegex(ValueError, "entry 1: alloc of live address 0x10"):
             imp.convert([entry("alloc", 16, 0), entry("alloc", 16, 4)])
+        # Requested but not yet completed, the address comes back: no error, and the
+        # late completion is neither a free nor an unknown one.
+        events, _, counts = imp.convert([
+            entry("alloc", 16, 0), entry("free_requested", 16, 0), entry("alloc", 16, 4),
+            entry("free_completed", 16, 0), entry("free_completed", 16, 4)])
+        self.assertEqual(events, [("a", 0, 4, 0), ("f", 0)])
+        self.assertEqual((counts["zero_size"], counts["unknown_free"]), (1, 0))
 
     def test_malformed_fields_are_errors(self):
         cases = [
