@@ -94,7 +94,8 @@ static uint64_t remaps(stow_pool_t *pool)
 /* Map + unmap calls an event made, and the address an allocation got. */
 typedef struct event_note {
     uint64_t calls;
-    uintptr_t addr;
+    uintptr_t addr;     /* ALLOC: the block's address (0: failed) */
+    size_t block_bytes; /* ALLOC: the block's size, what the pool backs */
 } event_note_t;
 
 /* One replay of the whole trace, then frees what the trace leaves live.
@@ -129,6 +130,11 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int
         if (notes) {
             notes[i].calls = remaps(s->pool) - before;
             notes[i].addr = e->kind == STOW_TRACE_ALLOC ? (uintptr_t)s->ptrs[e->id] : 0;
+            size_t requested;
+            if (!notes[i].addr ||
+                stow_pool_block_size(s->pool, s->ptrs[e->id], &notes[i].block_bytes,
+                                     &requested) != STOW_OK)
+                notes[i].block_bytes = 0;
         }
     }
     uint64_t dt = now_ns() - t0;
@@ -225,10 +231,10 @@ static bool footprint_granules(const stow_trace_t *t, const event_note_t *notes,
         return false;
     for (size_t i = 0; i < n; i++) {
         const stow_trace_event_t *e = &t->events[i];
-        if (e->kind != STOW_TRACE_ALLOC || !notes[i].addr || !e->size_bytes)
+        if (e->kind != STOW_TRACE_ALLOC || !notes[i].addr || !notes[i].block_bytes)
             continue;
         spans[k].first = notes[i].addr / granule_bytes;
-        spans[k].last = (notes[i].addr + e->size_bytes - 1) / granule_bytes;
+        spans[k].last = (notes[i].addr + notes[i].block_bytes - 1) / granule_bytes;
         k++;
     }
     qsort(spans, k, sizeof *spans, cmp_span);
