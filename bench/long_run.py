@@ -30,26 +30,42 @@ import sys
 MIN_PERIOD = 50
 
 
+def lines_of(path):
+    """(line number, fields) of each line; exits naming a line that is not ASCII
+    (the format is ASCII, and str.isdigit below would take other digits, such
+    as superscripts, that int() refuses)."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                yield number, raw.decode("ascii").split()
+            except UnicodeDecodeError:
+                sys.exit(f"{path}:{number}: not ASCII text")
+
+
 def load(path):
     """Events as (kind, id, size, stream); frees have size and stream 0."""
-    events = []
-    with open(path) as f:
-        header = f.readline().split()
-        if len(header) != 2 or not all(x.isdigit() for x in header):
-            sys.exit(f"{path}:1: expected 'IDS EVENTS' (whole numbers)")
-        for number, line in enumerate(f, start=2):
-            fields = line.split()
-            if not fields:
-                continue
-            numbers = fields[1:]
-            if not all(x.isdigit() for x in numbers) or \
-                    (fields[0], len(fields)) not in (("a", 4), ("f", 2)):
-                sys.exit(f"{path}:{number}: expected 'a ID SIZE STREAM' or 'f ID' "
-                         "(whole numbers)")
-            if fields[0] == "a":
-                events.append(("a", int(numbers[0]), int(numbers[1]), int(numbers[2])))
-            else:
-                events.append(("f", int(numbers[0]), 0, 0))
+    events, header = [], None
+    for number, fields in lines_of(path):
+        if header is None:
+            header = fields
+            if len(header) != 2 or not all(x.isdigit() for x in header):
+                sys.exit(f"{path}:1: expected 'IDS EVENTS' (whole numbers)")
+            continue
+        if not fields:
+            continue
+        numbers = fields[1:]
+        if not all(x.isdigit() for x in numbers) or \
+                (fields[0], len(fields)) not in (("a", 4), ("f", 2)):
+            sys.exit(f"{path}:{number}: expected 'a ID SIZE STREAM' or 'f ID' "
+                     "(whole numbers)")
+        if fields[0] == "a":
+            if int(numbers[1]) == 0:
+                sys.exit(f"{path}:{number}: an allocation of 0 bytes")
+            events.append(("a", int(numbers[0]), int(numbers[1]), int(numbers[2])))
+        else:
+            events.append(("f", int(numbers[0]), 0, 0))
+    if header is None:
+        sys.exit(f"{path}:1: empty file, expected 'IDS EVENTS'")
     if int(header[1]) != len(events):
         sys.exit(f"{path}:1: the header says {header[1]} events, the file has {len(events)}")
     return events

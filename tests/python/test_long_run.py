@@ -97,6 +97,10 @@ class LongRun(unittest.TestCase):
             ("1 3\na 0 512 0\nf 0\nf 0\n", "t.rep:4: frees id 0, which is not live"),
             ("1 3\na 0 512 0\na 0 512 0\nf 0\n", "t.rep:3: id 0 allocated again while live"),
             ("1 3\na 0 512 0\nf 0\n", "t.rep:1: the header says 3 events, the file has 2"),
+            ("1 2\na 0 0 0\nf 0\n", "t.rep:2: an allocation of 0 bytes"),
+            ("1 2\na 0 5\u00b2 0\nf 0\n", "t.rep:2: not ASCII text"),
+            (b"1 2\na 0 512 0\nf \xff\n", "t.rep:3: not ASCII text"),
+            ("", "t.rep:1: empty file"),
         ]
         for text, message in cases:
             with self.subTest(message=message):
