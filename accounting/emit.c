@@ -153,6 +153,8 @@ size_t stow_stats_summary(const stow_stats_t *s, char *buf, size_t buf_len)
             s->num_backend_calls, s->num_device_alloc, s->num_device_free, s->num_event_records);
     put_row(&o, "Cache hits %" PRIu64 ", misses %" PRIu64 ", rejected frees %" PRIu64,
             s->num_cache_hits, s->num_cache_misses, s->num_invalid_frees);
+    put_row(&o, "Quick-list hits %" PRIu64 ", flushes %" PRIu64, s->num_quick_hits,
+            s->num_quick_flushes);
     put_rule(&o, '-');
     put_row(&o, "%-24s | %12s | %12s | %12s | %12s", "Request size class", "Requests",
             "Cache hits", "Misses", "Live (peak)");

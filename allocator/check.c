@@ -24,7 +24,7 @@ typedef struct tally {
     uint64_t allocated[STOW_POOL_KINDS], requested[STOW_POOL_KINDS], active[STOW_POOL_KINDS];
     uint64_t allocations[STOW_POOL_KINDS], active_count[STOW_POOL_KINDS];
     uint64_t split_bytes[STOW_POOL_KINDS], split_count[STOW_POOL_KINDS];
-    uint64_t free_blocks, live_blocks, pending_bytes, idle_bytes;
+    uint64_t free_blocks, live_blocks, pending_bytes, idle_bytes, quick_blocks;
 } tally_t;
 
 static void add2(uint64_t *arr, unsigned kind, uint64_t v)
@@ -63,6 +63,22 @@ static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg,
             if (stow__ptr_map_get(&pool->live, b->addr) == b)
                 return violation(why, len, "free block %#" PRIxPTR " is in the live map",
                                  b->addr);
+        } else if (b->state == BLOCK_QUICK) {
+            t->quick_blocks++;
+            if (k != STOW_POOL_SMALL || b->size_bytes > STOW_QUICK_MAX_BYTES ||
+                b->owner->quick_count[b->size_bytes / STOW_MIN_BLOCK_BYTES - 1] == 0)
+                return violation(why, len, "quick block %#" PRIxPTR " (%zu bytes) is misplaced",
+                                 b->addr, b->size_bytes);
+            if (b->counted_split_ != ((b->prev || b->next) ? 1 : 0))
+                return violation(why, len, "quick block %#" PRIxPTR ": split count off",
+                                 b->addr);
+            if (b->counted_split_) {
+                add2(t->split_bytes, k, b->size_bytes);
+                add2(t->split_count, k, 1);
+            }
+            if (stow__ptr_map_get(&pool->live, b->addr) != b)
+                return violation(why, len, "quick block %#" PRIxPTR
+                                 " missing from the live map", b->addr);
         } else {
             live++;
             t->live_blocks++;
@@ -92,6 +108,47 @@ static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg,
     if (!live && !seg->granules)
         t->idle_bytes += seg->size_bytes;
     return STOW_OK;
+}
+
+static stow_status_t compare(const char *name, unsigned k, uint64_t books, uint64_t counted,
+                             char *why, size_t len);
+
+/* Every quick list holds its size's QUICK blocks, as many as counted. */
+static stow_status_t check_quick_state(const stow_stream_state_t *o, uint64_t *listed, char *why,
+                                       size_t len)
+{
+    size_t on_lists = 0;
+    for (size_t i = 0; i < STOW_QUICK_LISTS; i++) {
+        size_t n = 0;
+        for (const stow_block_t *b = o->quick[i]; b; b = b->right, n++)
+            if (b->state != BLOCK_QUICK || b->owner != o ||
+                b->size_bytes != (i + 1) * STOW_MIN_BLOCK_BYTES)
+                return violation(why, len, "quick list %zu holds block %#" PRIxPTR
+                                 " of %zu bytes", i, b->addr, b->size_bytes);
+        if (n != o->quick_count[i])
+            return violation(why, len, "quick list %zu: counted %u, holds %zu", i,
+                             (unsigned)o->quick_count[i], n);
+        on_lists += n;
+    }
+    if (on_lists != o->quick_blocks)
+        return violation(why, len, "quick lists: counted %zu, hold %zu", o->quick_blocks,
+                         on_lists);
+    *listed += on_lists;
+    return STOW_OK;
+}
+
+static stow_status_t check_quick_lists(stow_pool_t *pool, uint64_t in_segments, char *why,
+                                       size_t len)
+{
+    uint64_t listed = 0;
+    stow_status_t st = check_quick_state(pool->any, &listed, why, len);
+    for (size_t i = 0; st == STOW_OK && i < pool->stream_count; i++)
+        st = check_quick_state(pool->streams[i], &listed, why, len);
+    if (st != STOW_OK)
+        return st;
+    if ((st = compare("quick blocks listed", 0, listed, in_segments, why, len)))
+        return st;
+    return compare("quick blocks", 0, pool->quick_blocks, in_segments, why, len);
 }
 
 static stow_status_t compare(const char *name, unsigned k, uint64_t books, uint64_t counted,
@@ -146,7 +203,8 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
                       why, len)) ||
         (st = compare("idle_segment_bytes", 0, pool->acct.idle_segment_bytes, t.idle_bytes, why,
                       len)) ||
-        (st = compare("live map entries", 0, pool->live.count, t.live_blocks, why, len)))
+        (st = compare("live map entries", 0, pool->live.count, t.live_blocks + t.quick_blocks,
+                      why, len)))
         return st;
     uint64_t indexed = pool->any->free[STOW_POOL_SMALL].block_count +
                        pool->any->free[STOW_POOL_LARGE].block_count;
@@ -154,6 +212,8 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
         indexed += pool->streams[i]->free[STOW_POOL_SMALL].block_count +
                    pool->streams[i]->free[STOW_POOL_LARGE].block_count;
     if ((st = compare("free blocks indexed", 0, indexed, t.free_blocks, why, len)))
+        return st;
+    if ((st = check_quick_lists(pool, t.quick_blocks, why, len)) != STOW_OK)
         return st;
     if (!pool->largest_free_dirty) {
         uint64_t cached = pool->largest_free_cache;

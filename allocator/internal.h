@@ -70,6 +70,21 @@ void *stow__ptr_map_remove(stow_ptr_map_t *map, uintptr_t key);
 stow_ptr_slot_t *stow__ptr_map_find(const stow_ptr_map_t *map, uintptr_t key);
 void stow__ptr_map_remove_slot(stow_ptr_map_t *map, stow_ptr_slot_t *slot);
 
+/* ---- quick.c ---- */
+/* Keeps b (ALLOCATED, just freed by the user: its allocation figures already
+ * dropped) whole on a quick list of `owner`, and in the live map, so that a
+ * second free of it is refused and its reuse needs no map insertion; false,
+ * with nothing changed, when b is not a candidate or the list is full. */
+bool stow__quick_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
+/* A QUICK block of exactly `rounded` bytes usable on ss (ss's own lists, then
+ * `any`'s), off its list, FREE, in no index but still in the live map; NULL if
+ * none. */
+stow_block_t *stow__quick_pop(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded);
+/* Frees every QUICK block the normal way (out of the live map, coalesced,
+ * indexed): before the pool grows, releases memory, or retries after
+ * out-of-memory. */
+void stow__quick_flush(stow_pool_t *pool);
+
 /* ---- size_class.c ---- */
 /* Rounds a request to its block size; STOW_EOVERFLOW near SIZE_MAX. */
 stow_status_t stow__round_size(const stow_config_t *config, size_t size_bytes, size_t *out);
@@ -193,6 +208,8 @@ struct stow_pool {
     uint64_t live_bytes_high_water;    /* since creation or the last empty_cache */
     uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */
     size_t placed_extra;               /* extra_granules of the placement being made */
+    unsigned quick_depth;            /* blocks per quick list; 0: no quick lists (quick.c) */
+    uint64_t quick_blocks;           /* QUICK blocks of every stream */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];
@@ -232,7 +249,23 @@ void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b);
 void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t **link);
 /* Frees a block for good: coalesces and indexes it under `owner`. */
 void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
-uint64_t stow__pool_largest_free(stow_pool_t *pool);
+/* Recomputes the largest free block after an index lost it (slow path). */
+void stow__pool_recompute_largest_free(stow_pool_t *pool);
+/* The largest block one request could get from the cache. Inline: every
+ * allocation and free reads it, and the cached value is almost always valid. */
+static inline uint64_t stow__pool_largest_free(stow_pool_t *pool)
+{
+    if (STOW_UNLIKELY(pool->largest_free_dirty))
+        stow__pool_recompute_largest_free(pool);
+    if (pool->vmm) {
+        /* Physical memory is fungible: one request can use every cached byte
+         * (remapped as needed), within a free virtual block. */
+        uint64_t s = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current -
+                     stow__acct_active_bytes(&pool->acct, STOW_POOL_ALL);
+        return pool->largest_free_cache < s ? pool->largest_free_cache : s;
+    }
+    return pool->largest_free_cache;
+}
 stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st);
 
 /* ---- segment.c ---- */

@@ -28,6 +28,7 @@ void stow_config_default(stow_config_t *config)
     config->memory_fraction = 1.0;
     config->release_idle_on_grow = true;
     config->vmm_slack = 0.0095;
+    config->quick_depth = 4;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)
@@ -57,6 +58,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'per_process_memory_fraction': must be in (0, 1]");
     if (!(c->vmm_slack >= 0.0 && c->vmm_slack <= 1.0))
         return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
+    if (c->quick_depth > STOW_QUICK_DEPTH_MAX)
+        return fail(err, err_len, "key 'quick_depth': at most %u", STOW_QUICK_DEPTH_MAX);
     if (c->record_events > STOW_RECORD_EVENTS_MAX)
         return fail(err, err_len, "key 'record_events': at most %zu events", STOW_RECORD_EVENTS_MAX);
     for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
@@ -243,6 +246,14 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         if (!parse_double(v, &f) || !(f >= 0.0 && f <= 1.0))
             return fail(err, err_len, "key 'vmm_slack': '%s' is not a number in [0, 1]", v);
         c->vmm_slack = f;
+        return STOW_OK;
+    }
+    if (!strcmp(key, "quick_depth")) {
+        unsigned long long n;
+        if (!parse_ulong(v, &n) || n > STOW_QUICK_DEPTH_MAX)
+            return fail(err, err_len, "key 'quick_depth': '%s' is not a count up to %u", v,
+                        STOW_QUICK_DEPTH_MAX);
+        c->quick_depth = (unsigned)n;
         return STOW_OK;
     }
     if (!strcmp(key, "release_idle_on_grow")) {

@@ -3,14 +3,16 @@
  *
  * A pool owns segments (one backend reservation each). A segment is cut into
  * blocks that tile it exactly, linked in address order. A block is FREE (in
- * exactly one free index), ALLOCATED (in the live map) or PENDING (freed by the
- * user, in the live map, waiting for events on the streams it was used on).
+ * exactly one free index), ALLOCATED (in the live map), PENDING (freed by the
+ * user, in the live map, waiting for events on the streams it was used on) or
+ * QUICK (freed by the user, on exactly one quick list, allocator/quick.c).
  *
  * Invariants (checked by stow__pool_check, STOW_DEBUG >= 3, and by the tests):
  *   sum(block sizes of a segment) == segment size; blocks are contiguous
  *   no two adjacent FREE blocks have the same owner (they would have merged)
  *   segment->live_blocks == number of its ALLOCATED + PENDING blocks
- *   allocated_bytes + pending_bytes + free-index bytes == reserved_bytes
+ *   allocated_bytes + pending_bytes + free-index bytes + quick bytes == reserved_bytes
+ *   a QUICK block is a small-pool block of at most STOW_QUICK_MAX_BYTES
  */
 #ifndef STOWAGE_ALLOCATOR_TYPES_H
 #define STOWAGE_ALLOCATOR_TYPES_H
@@ -41,12 +43,27 @@
 #define STOW_EXACT_LISTS 4096
 #define STOW_EXACT_MAX_BYTES ((size_t)STOW_EXACT_LISTS * STOW_MIN_BLOCK_BYTES)
 #define STOW_EXACT_WORDS (STOW_EXACT_LISTS / 64)
+/* Quick lists (allocator/quick.c) keep blocks of at most 64 KiB, one list per
+ * size. Larger kept blocks strand enough of a 2 MiB small segment to change
+ * the layout for good: with 1 MiB, resnet50_train replayed back to back still
+ * grew its small pool in the fourth and fifth replays (no growth from the
+ * third without quick lists, nor with 64 KiB), and vit_train kept 60 MiB more
+ * (docs/design.md, quick lists). */
+#define STOW_QUICK_MAX_BYTES ((size_t)64 << 10)
+#define STOW_QUICK_LISTS (STOW_QUICK_MAX_BYTES / STOW_MIN_BLOCK_BYTES)
 
 typedef struct stow_block stow_block_t;
 typedef struct stow_segment stow_segment_t;
 typedef struct stow_stream_state stow_stream_state_t;
 
-typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED = 1, BLOCK_PENDING = 2 } stow_block_state_t;
+/* QUICK: freed by the user, kept whole on its stream's quick list for the next
+ * request of its size (allocator/quick.c); neither coalesced nor indexed. */
+typedef enum {
+    BLOCK_FREE = 0,
+    BLOCK_ALLOCATED = 1,
+    BLOCK_PENDING = 2,
+    BLOCK_QUICK = 3
+} stow_block_state_t;
 
 /* Streams named by stow_record_stream, and the events recorded on them at free. */
 typedef struct stow_stream_uses {
@@ -67,7 +84,7 @@ struct stow_block {
     stow_segment_t *segment;
     stow_stream_state_t *owner;   /* FREE: the index holding it; else the allocation stream */
     stow_block_t *left, *right;   /* FREE: treap children, or exact-list prev / next;
-                                     PENDING: pending-list links */
+                                     PENDING: pending-list links; QUICK: right = next */
     stow_stream_uses_t *uses;     /* record_stream users, or NULL */
     uint64_t free_seq;            /* FREE: owner's free sequence number at insertion */
     uint32_t priority;            /* treap heap priority (hash of addr) */
@@ -141,6 +158,12 @@ struct stow_stream_state {
     stow_event_t clear_event;     /* in flight: covers blocks with free_seq <= clear_upto */
     uint64_t clear_upto_seq;
     bool is_any;
+    /* Quick lists (allocator/quick.c): [x - 1] holds small-pool blocks of
+     * x * 512 bytes freed on this stream, most recent first, at most the
+     * pool's quick_depth each. */
+    stow_block_t *quick[STOW_QUICK_LISTS];
+    uint8_t quick_count[STOW_QUICK_LISTS];
+    size_t quick_blocks;          /* on all of this stream's quick lists */
 };
 
 typedef struct stow_ptr_slot {

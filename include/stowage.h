@@ -93,7 +93,16 @@ typedef struct stow_config {
                                       granules instead of taking more, as a fraction of that
                                       mark (the allowance is rounded down to whole granules);
                                       default 0.0095; key "vmm_slack" */
+    unsigned quick_depth;          /* policy classic: how many freed small blocks (<= 64 KiB)
+                                      of each size a stream keeps whole, unmerged, for the
+                                      next request of that size; all are merged before the
+                                      pool grows or releases memory; 0 = off; at most
+                                      STOW_QUICK_DEPTH_MAX; default 4; key "quick_depth"
+                                      (docs/design.md, quick lists) */
 } stow_config_t;
+
+/* The longest quick list (stow_config_t.quick_depth). */
+#define STOW_QUICK_DEPTH_MAX 255u
 
 /* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */
 #define STOW_RECORD_EVENTS_MAX ((size_t)1 << 24)
@@ -106,7 +115,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
  * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, record_events,
- * scrub_on_free (true|false),
+ * scrub_on_free (true|false), quick_depth,
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.

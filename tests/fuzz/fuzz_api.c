@@ -6,7 +6,8 @@
  * record_stream, empty_cache, stats/summary/JSON, peak resets, scopes, several
  * streams, manual event completion, fault injection (stow_sim_fail_nth /
  * stow_sim_fail_random on every backend call kind) and capacity changes, on
- * the classic pool or (a configuration bit) the page-mapped one.
+ * the classic pool (quick lists at their default depth, or a configuration bit
+ * picks 0-8) or (a configuration bit) the page-mapped one.
  *
  * A shadow model of the live (ptr, block, requested) set is compared with
  * stow_pool_stats after every call; stow_pool_check must pass; a returned
@@ -441,6 +442,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (conf & 8)
         cfg.memory_fraction = (1 + fz_u8(&in) % 100) / 100.0;
     cfg.release_idle_on_grow = !(conf & 16);
+    if (conf & 128) /* quick lists: off, or short enough to fill and flush often */
+        cfg.quick_depth = fz_u8(&in) % 9;
     if (conf & 64) { /* page-mapped segments: granules, remapping, placement */
         cfg.policy = STOW_POLICY_VMM;
         /* At most 1 GiB: the "unlimited" 64 TiB device would let one request

@@ -103,7 +103,11 @@ Test(pool, create_rejects_bad_backend_and_config)
 
 Test(pool, small_blocks_share_a_segment_and_coalesce)
 {
-    make_pool(0, NULL);
+    /* Merging at free, without quick lists (tests/unit/test_quick.c has them). */
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.quick_depth = 0;
+    make_pool(0, &cfg);
     void *a = alloc_ok(1000), *b = alloc_ok(512), *c = alloc_ok(3000);
     /* Best fit from one 2 MiB segment: consecutive addresses. */
     cr_assert_eq((char *)b - (char *)a, 1024);
