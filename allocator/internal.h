@@ -284,10 +284,36 @@ void stow__segment_install(stow_pool_t *pool, stow_segment_t *seg, stow_block_t 
                            stow_stream_state_t *ss, uintptr_t base, size_t size, unsigned kind);
 
 /* ---- vmm.c ---- */
+/* The granule of a page-mapped range holding addr (the granularity is a power
+ * of two: a shift). */
+static inline size_t stow__granule_of(const stow_pool_t *pool, const stow_segment_t *seg,
+                                      uintptr_t addr)
+{
+    return (size_t)(addr - seg->base) >> __builtin_ctzll(pool->granularity_bytes);
+}
+/* stow__vmm_back and _unback beyond their fast paths. */
+stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes);
+void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b);
 /* Maps physical granules under [b->addr, b->addr + size_bytes) (b is a FREE
  * block about to be handed out with that size). STOW_ENOMEM when the device and
- * the unused granules cannot provide them; nothing changes on error. */
-stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes);
+ * the unused granules cannot provide them; nothing changes on error. Inline
+ * fast path: most small blocks lie inside one granule that a live block
+ * already holds (an edge count above 0 means mapped and not unused), and a
+ * call into the general function cost more than the work. */
+static inline stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes)
+{
+    stow_segment_t *seg = b->segment;
+    size_t first = stow__granule_of(pool, seg, b->addr);
+    if (first == stow__granule_of(pool, seg, b->addr + size_bytes - 1) &&
+        seg->granules[first].edges) {
+        seg->granules[first].edges++;
+        pool->live_bytes += size_bytes;
+        if (pool->live_bytes > pool->live_bytes_high_water)
+            pool->live_bytes_high_water = pool->live_bytes;
+        return STOW_OK;
+    }
+    return stow__vmm_back_span(pool, b, size_bytes);
+}
 /* Where a page-mapped pool puts a request of `rounded` bytes that best fit
  * placed at free block b (indexed, usable by ss). Big requests whose best-fit
  * span needs granules mapped go where the fewest need mapping instead: any
@@ -296,8 +322,23 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
  * Sets pool->placed_extra. Needs two reserved block records. */
 stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
                               stow_block_t *b);
-/* The block (ALLOCATED or PENDING) stops holding its granules. */
-void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b);
+/* The block (ALLOCATED or PENDING) stops holding its granules. Inline fast
+ * path: a block inside one granule that another live block still holds (its
+ * edge count stays above 0) changes no run and no idle figure. */
+static inline void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
+{
+    stow_segment_t *seg = b->segment;
+    size_t first = stow__granule_of(pool, seg, b->addr);
+    if (first == stow__granule_of(pool, seg, b->addr + b->size_bytes - 1) &&
+        seg->granules[first].edges > 1) {
+        seg->granules[first].edges--;
+        pool->live_bytes -= b->size_bytes;
+        pool->extra_granules_live -= b->extra_granules;
+        b->extra_granules = 0;
+        return;
+    }
+    stow__vmm_unback_span(pool, b);
+}
 stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                              size_t rounded, stow_block_t **out);
 /* Unmaps unused granules and releases free handles (caller synchronized). */

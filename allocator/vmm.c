@@ -192,8 +192,7 @@ static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned
 
 static size_t granule_index(const stow_pool_t *pool, const stow_segment_t *seg, uintptr_t addr)
 {
-    /* A power of two (backend_valid): a shift, not a 64-bit division. */
-    return (size_t)(addr - seg->base) >> __builtin_ctzll(pool->granularity_bytes);
+    return stow__granule_of(pool, seg, addr); /* a power of two (backend_valid): a shift */
 }
 
 /* Granules [first, end) overlapped by [addr, addr + size). */
@@ -357,7 +356,7 @@ static void release_span(stow_pool_t *pool, stow_segment_t *seg, size_t first, s
     }
 }
 
-stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes)
+stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes)
 {
     stow_segment_t *seg = b->segment;
     size_t first, end;
@@ -365,14 +364,8 @@ stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_byt
     uint64_t bytes_after = pool->live_bytes + size_bytes;
     uint64_t bytes_high_water =
         bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
-    if (end - first == 1 && seg->granules[first].edges) {
-        /* Most small blocks: inside one granule that a live block already
-         * holds (an edge count above 0 means mapped and not unused). */
-        seg->granules[first].edges++;
-        pool->live_bytes = bytes_after;
-        pool->live_bytes_high_water = bytes_high_water;
-        return STOW_OK;
-    }
+    /* (A block inside one granule that a live block holds took the inline
+     * fast path, stow__vmm_back.) */
     /* The block counts at its edges, and the span's unused granules leave their
      * runs (so that obtain_handle below cannot take them): a few bitmap words
      * and run entries, not a pass over the granules. A block over mapped
@@ -581,7 +574,7 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     return stow__pool_split_free_at(pool, p.block, p.addr - p.block->addr);
 }
 
-void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
+void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b)
 {
     stow_segment_t *seg = b->segment;
     size_t first, end;
