@@ -46,8 +46,8 @@
 /* Quick lists (allocator/quick.c) keep blocks of at most 64 KiB, one list per
  * size. Larger kept blocks strand enough of a 2 MiB small segment to change
  * the layout for good: with 1 MiB, resnet50_train replayed back to back still
- * grew its small pool in the fourth and fifth replays (no growth from the
- * third without quick lists, nor with 64 KiB), and vit_train kept 60 MiB more
+ * grew its small pool in the fourth and fifth replays (none from the fourth
+ * without quick lists, nor with 64 KiB), and vit_train kept 60 MiB more
  * (docs/design.md, quick lists). */
 #define STOW_QUICK_MAX_BYTES ((size_t)64 << 10)
 #define STOW_QUICK_LISTS (STOW_QUICK_MAX_BYTES / STOW_MIN_BLOCK_BYTES)
