@@ -23,7 +23,8 @@
 extern "C" {
 #endif
 
-#define STOW_STATS_VERSION 1u
+/* 2: num_quick_hits and num_quick_flushes added (the layout of stow_stats_t changed). */
+#define STOW_STATS_VERSION 2u
 
 /* One figure over time. allocated/freed are cumulative increases/decreases
  * (PyTorch's naming), so current == allocated - freed. */
