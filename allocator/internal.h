@@ -331,6 +331,7 @@ static inline void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
     size_t first = stow__granule_of(pool, seg, b->addr);
     if (first == stow__granule_of(pool, seg, b->addr + b->size_bytes - 1) &&
         seg->granules[first].edges > 1) {
+        stow_assert_internal(pool->live_bytes >= b->size_bytes);
         seg->granules[first].edges--;
         pool->live_bytes -= b->size_bytes;
         pool->extra_granules_live -= b->extra_granules;

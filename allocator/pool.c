@@ -342,8 +342,9 @@ stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_
 /* Hands out b (FREE, in no index, cut to its final size, in the live map)
  * for a request; cannot fail. Inlined into both callers: a call's register
  * saves cost a fifth of it on the quick-list path. */
-static inline __attribute__((always_inline)) void hand_out(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
-                     size_t requested, bool hit)
+static inline __attribute__((always_inline)) void hand_out(stow_pool_t *pool, stow_block_t *b,
+                                                           stow_stream_state_t *ss,
+                                                           size_t requested, bool hit)
 {
     stow_segment_t *seg = b->segment;
     if (seg->live_blocks++ == 0 && !seg->granules)
