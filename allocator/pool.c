@@ -422,10 +422,11 @@ static uint64_t now_ns(void)
  * try once more (the block may differ then). */
 static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *ss,
                                        unsigned kind, size_t rounded, size_t requested,
-                                       stow_block_t **b)
+                                       stow_block_t **b, bool *first_try)
 {
     size_t final = should_split(pool, *b, rounded) ? rounded : (*b)->size_bytes;
     stow_status_t st = stow__vmm_back(pool, *b, final);
+    *first_try = st == STOW_OK; /* backing touches granules only, no free index */
     if (st == STOW_OK)
         return st;
     /* The block stays free: merge it back with what placement may have carved
@@ -516,16 +517,22 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             return st;
         }
     }
+    stow_block_t *fit = b;
+    bool first_try = true;
     if (pool->vmm && hit)
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
-    if (pool->vmm && (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
+    if (pool->vmm &&
+        (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b, &first_try)) != STOW_OK) {
         pool->placed_extra = 0;
         stow__unlock(&pool->lock);
         return st;
     }
-    /* The link found above is still b's unless the slow path or the
-     * page-mapped placement and backing changed an index since. */
-    take_block(pool, b, hit && !pool->vmm ? link : NULL, ss, rounded, size_bytes, cached);
+    /* The link found above is still b's unless the slow path, a placement
+     * elsewhere (a cut changes the index, a block at its start does not, but
+     * the link is another block's) or the backing's retry changed an index
+     * since. */
+    take_block(pool, b, hit && b == fit && first_try ? link : NULL, ss, rounded, size_bytes,
+               cached);
     if (pool->vmm) {
         b->extra_granules = (uint32_t)pool->placed_extra;
         pool->extra_granules_live += pool->placed_extra;
