@@ -249,6 +249,28 @@ void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b);
 void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t **link);
 /* Frees a block for good: coalesces and indexes it under `owner`. */
 void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
+/* A cached block (FREE in an index, or QUICK) counts in inactive_split while
+ * it does not cover its whole segment: noted as it becomes cached (add), and
+ * taken back as it stops being so. */
+static inline void stow__pool_count_split(stow_pool_t *pool, stow_block_t *b, bool add)
+{
+    if (add)
+        b->counted_split_ = (b->prev || b->next) ? 1 : 0;
+    if (b->counted_split_)
+        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, add);
+    if (!add)
+        b->counted_split_ = 0;
+}
+/* A live (ALLOCATED or PENDING) block of seg stopped being live: a segment
+ * left with none is idle from now (classic segments count in idle bytes). */
+static inline void stow__segment_block_left(stow_pool_t *pool, stow_segment_t *seg)
+{
+    if (--seg->live_blocks == 0) {
+        if (!seg->granules)
+            pool->acct.idle_segment_bytes += seg->size_bytes;
+        seg->idle_since_op = pool->op_count;
+    }
+}
 /* Recomputes the largest free block after an index lost it (slow path). */
 void stow__pool_recompute_largest_free(stow_pool_t *pool);
 /* The largest block one request could get from the cache. Inline: every
@@ -285,7 +307,7 @@ void stow__segment_install(stow_pool_t *pool, stow_segment_t *seg, stow_block_t 
 
 /* ---- vmm.c ---- */
 /* The granule of a page-mapped range holding addr (the granularity is a power
- * of two: a shift). */
+ * of two, backend_valid checks it: a shift). */
 static inline size_t stow__granule_of(const stow_pool_t *pool, const stow_segment_t *seg,
                                       uintptr_t addr)
 {

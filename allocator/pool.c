@@ -19,9 +19,7 @@ unsigned stow_version(void) { return STOW_VERSION_HEX; }
 void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b)
 {
     stow__free_index_insert(&b->owner->free[b->pool_kind], b);
-    b->counted_split_ = (b->prev || b->next) ? 1 : 0;
-    if (b->counted_split_)
-        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, true);
+    stow__pool_count_split(pool, b, true);
     if (!pool->largest_free_dirty && b->size_bytes > pool->largest_free_cache)
         pool->largest_free_cache = b->size_bytes;
 }
@@ -33,9 +31,7 @@ void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t
         stow__free_index_remove_at(idx, b, link);
     else
         stow__free_index_remove(idx, b);
-    if (b->counted_split_)
-        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, false);
-    b->counted_split_ = 0;
+    stow__pool_count_split(pool, b, false);
     if (b->size_bytes >= pool->largest_free_cache)
         pool->largest_free_dirty = true;
 }
@@ -109,11 +105,7 @@ void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_
         }
         if (seg->granules)
             stow__vmm_unback(pool, b);
-        if (--seg->live_blocks == 0) {
-            if (!seg->granules)
-                pool->acct.idle_segment_bytes += seg->size_bytes;
-            seg->idle_since_op = pool->op_count;
-        }
+        stow__segment_block_left(pool, seg);
     }
     b->state = BLOCK_FREE;
     b->owner = pool->has_events ? owner : pool->any;

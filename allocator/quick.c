@@ -39,16 +39,6 @@
 
 static size_t quick_slot(size_t size_bytes) { return size_bytes / STOW_MIN_BLOCK_BYTES - 1; }
 
-static void count_split(stow_pool_t *pool, stow_block_t *b, bool add)
-{
-    if (add)
-        b->counted_split_ = (b->prev || b->next) ? 1 : 0;
-    if (b->counted_split_)
-        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, add);
-    if (!add)
-        b->counted_split_ = 0;
-}
-
 bool stow__quick_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner)
 {
     if (b->pool_kind != STOW_POOL_SMALL || b->size_bytes > STOW_QUICK_MAX_BYTES)
@@ -57,11 +47,7 @@ bool stow__quick_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o
     size_t i = quick_slot(b->size_bytes);
     if (o->quick_count[i] >= pool->quick_depth)
         return false;
-    stow_segment_t *seg = b->segment;
-    if (--seg->live_blocks == 0) {
-        pool->acct.idle_segment_bytes += seg->size_bytes;
-        seg->idle_since_op = pool->op_count;
-    }
+    stow__segment_block_left(pool, b->segment);
     b->state = BLOCK_QUICK;
     b->owner = o;
     b->right = o->quick[i];
@@ -69,7 +55,7 @@ bool stow__quick_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o
     o->quick_count[i]++;
     o->quick_blocks++;
     pool->quick_blocks++;
-    count_split(pool, b, true);
+    stow__pool_count_split(pool, b, true);
     return true;
 }
 
@@ -84,7 +70,7 @@ static inline __attribute__((always_inline)) stow_block_t *take_from(stow_pool_t
     pool->quick_blocks--;
     b->right = NULL;
     b->state = BLOCK_FREE;
-    count_split(pool, b, false);
+    stow__pool_count_split(pool, b, false);
     return b;
 }
 

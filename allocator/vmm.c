@@ -190,17 +190,12 @@ static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned
     return STOW_OK;
 }
 
-static size_t granule_index(const stow_pool_t *pool, const stow_segment_t *seg, uintptr_t addr)
-{
-    return stow__granule_of(pool, seg, addr); /* a power of two (backend_valid): a shift */
-}
-
 /* Granules [first, end) overlapped by [addr, addr + size). */
 static void granule_span(const stow_pool_t *pool, const stow_segment_t *seg, uintptr_t addr,
                          size_t size, size_t *first, size_t *end)
 {
-    *first = granule_index(pool, seg, addr);
-    *end = granule_index(pool, seg, addr + size - 1) + 1;
+    *first = stow__granule_of(pool, seg, addr);
+    *end = stow__granule_of(pool, seg, addr + size - 1) + 1;
 }
 
 /* A granule's address: entries do not store it, so that a new range's array
