@@ -28,7 +28,7 @@ void stow_config_default(stow_config_t *config)
     config->memory_fraction = 1.0;
     config->release_idle_on_grow = true;
     config->vmm_slack = 0.0095;
-    config->quick_depth = 4;
+    config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)

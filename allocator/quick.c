@@ -15,13 +15,14 @@
  * reason.
  *
  * What it costs: a QUICK block is cached memory that is not merged with its
- * neighbours, so a request of another size cannot use it. Hence the lists are
- * short (quick_depth blocks per size and stream, 4 by default, 0 = off), hold
- * only blocks of at most STOW_QUICK_MAX_BYTES (types.h says why), and are
- * flushed (every block freed the normal way) before the pool would take more
- * memory from the device, and before empty_cache and an out-of-memory retry
- * release memory: the pool never grows, and never reports out of memory,
- * while a QUICK block could have served the request once merged.
+ * neighbours, so a request of another size cannot use it. Hence the lists
+ * hold at most quick_depth blocks per size and stream
+ * (STOW_QUICK_DEPTH_DEFAULT by default, 0 = off), only blocks of at most
+ * STOW_QUICK_MAX_BYTES (types.h says why), and are flushed (every block freed
+ * the normal way) before the pool would take more memory from the device, and
+ * before empty_cache and an out-of-memory retry release memory: the pool never
+ * grows, and never reports out of memory, while a QUICK block could have
+ * served the request once merged.
  *
  * Scope: the small pool of classic pools only (its blocks are always cut to
  * exactly their rounded size, so a list per size is an exact fit); not with

@@ -63,11 +63,12 @@ static void free_ok(void *p)
     check();
 }
 
-Test(quick, default_depth_is_four_and_the_key_sets_it)
+Test(quick, default_depth_and_the_key_sets_it)
 {
     stow_config_t c;
     stow_config_default(&c);
-    cr_assert_eq(c.quick_depth, 4);
+    cr_assert_eq(c.quick_depth, STOW_QUICK_DEPTH_DEFAULT);
+    cr_assert_eq(STOW_QUICK_DEPTH_DEFAULT, 64u);
     char err[128];
     cr_assert_eq(stow_config_parse(&c, "quick_depth:0", err, sizeof err), STOW_OK, "%s", err);
     cr_assert_eq(c.quick_depth, 0);
