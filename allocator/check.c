@@ -175,6 +175,11 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
         for (unsigned k = 0; k < STOW_POOL_KINDS; k++)
             t.reserved[k] = s->reserved_bytes[k].current;
         t.idle_bytes = pool->acct.idle_segment_bytes;
+        /* Free blocks count, their bytes not: the bytes are the physical
+         * memory beside live data, from the figures vmm_check just recounted. */
+        uint64_t beside_live = t.reserved[STOW_POOL_ALL] - t.idle_bytes - pool->live_bytes;
+        t.split_bytes[STOW_POOL_ALL] = t.split_bytes[STOW_POOL_LARGE] = beside_live;
+        t.split_bytes[STOW_POOL_SMALL] = 0;
     }
     for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {
         if ((st = compare("reserved_bytes", k, s->reserved_bytes[k].current, t.reserved[k], why,

@@ -251,13 +251,16 @@ void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t
 void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
 /* A cached block (FREE in an index, or QUICK) counts in inactive_split while
  * it does not cover its whole segment: noted as it becomes cached (add), and
- * taken back as it stops being so. */
+ * taken back as it stops being so. In a page-mapped pool such a block is
+ * address space, not memory: it counts, but its bytes do not
+ * (inactive_split_bytes is the physical memory beside live data there, kept
+ * by vmm.c). */
 static inline void stow__pool_count_split(stow_pool_t *pool, stow_block_t *b, bool add)
 {
     if (add)
         b->counted_split_ = (b->prev || b->next) ? 1 : 0;
     if (b->counted_split_)
-        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, add);
+        stow__acct_inactive_split(&pool->acct, b->pool_kind, pool->vmm ? 0 : b->size_bytes, add);
     if (!add)
         b->counted_split_ = 0;
 }
@@ -332,6 +335,8 @@ static inline stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, s
         pool->live_bytes += size_bytes;
         if (pool->live_bytes > pool->live_bytes_high_water)
             pool->live_bytes_high_water = pool->live_bytes;
+        /* Held memory beside live data shrinks by what the block now covers. */
+        stow__stat2_sub(pool->acct.s.inactive_split_bytes, STOW_POOL_LARGE, size_bytes);
         return STOW_OK;
     }
     return stow__vmm_back_span(pool, b, size_bytes);
@@ -356,6 +361,7 @@ static inline void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
         stow_assert_internal(pool->live_bytes >= b->size_bytes);
         seg->granules[first].edges--;
         pool->live_bytes -= b->size_bytes;
+        stow__stat2_add(pool->acct.s.inactive_split_bytes, STOW_POOL_LARGE, b->size_bytes);
         pool->extra_granules_live -= b->extra_granules;
         b->extra_granules = 0;
         return;

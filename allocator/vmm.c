@@ -167,11 +167,18 @@ static void unused_take_within(stow_pool_t *pool, stow_segment_t *seg, size_t fr
     }
 }
 
-/* Idle physical memory: unused mapped granules and unmapped handles. */
+/* Idle physical memory: unused mapped granules and unmapped handles. And what
+ * the pool holds but can neither use for another request size nor release:
+ * the free bytes of granules that also hold live data (reserved - live -
+ * idle), its inactive_split_bytes (the fast paths of stow__vmm_back and
+ * _unback move it by the block's bytes themselves). */
 static void update_idle(stow_pool_t *pool)
 {
     pool->acct.idle_segment_bytes =
         (uint64_t)(pool->unused_count + pool->free_handle_count) * pool->granularity_bytes;
+    uint64_t held = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
+    stow__stat2_set(pool->acct.s.inactive_split_bytes, STOW_POOL_LARGE,
+                    held - pool->live_bytes - pool->acct.idle_segment_bytes);
 }
 
 static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned kind)

@@ -145,6 +145,45 @@ Test(vmm, small_requests_fill_partly_used_granules)
     finish();
 }
 
+/* Non-releasable memory of a page-mapped pool is physical: the free bytes of
+ * granules that also hold live data, not the free virtual address space of
+ * the range (which once read 64 GiB on a pool holding 5.65). Free blocks
+ * between live blocks still count (inactive_split). */
+Test(vmm, inactive_split_bytes_are_memory_beside_live_data)
+{
+    make_vmm(0, false);
+    void *big = alloc_ok(3 * MIB); /* granules 0-1: 1 MiB of granule 1 beside it */
+    stow_stats_t s = stats();
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].current, 1 * MIB);
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_LARGE].current, 1 * MIB);
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_SMALL].current, 0);
+    void *small = alloc_ok(256 * KIB); /* in granule 1, right after big */
+    s = stats();
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].current, 768 * KIB);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 2 * G);
+    /* Then a hole between live blocks. */
+    void *mid = alloc_ok(4 * MIB);   /* 3.25 MiB to 7.25: granules 1-3 */
+    void *after = alloc_ok(1 * MIB); /* 7.25 to 8.25: granules 3-4 */
+    s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 5 * G);
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].current, 1 * MIB + 768 * KIB);
+    cr_assert_eq(stow_pool_free(pool, mid), STOW_OK);
+    s = stats();
+    cr_assert_eq(s.inactive_split[STOW_POOL_ALL].current, 2, "the hole and the top of the range");
+    /* Granule 2 alone lies wholly in the hole (idle now); granule 1 holds big
+     * and small, granule 3 holds after: 10 MiB held - 4.25 live - 2 idle. */
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].current, 3 * MIB + 768 * KIB);
+    check();
+    cr_assert_eq(stow_pool_free(pool, after), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, small), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, big), STOW_OK);
+    s = stats();
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].current, 0, "no live data");
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_ALL].peak, 3 * MIB + 768 * KIB);
+    cr_assert_eq(s.inactive_split[STOW_POOL_ALL].current, 0, "one free block: the whole range");
+    finish();
+}
+
 /* max_split_size_mb does not apply to page-mapped pools: under it, no request
  * below the limit could take the free end of the range, and each would get a
  * range of its own. */
