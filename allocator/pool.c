@@ -474,17 +474,8 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     if (STOW_UNLIKELY(pool->pending != NULL))
         stow__stream_process_pending(pool);
     stow_stream_state_t *ss = stow__stream_get(pool, stream);
-    /* Room in the live map and for block records first (at most three: a new
-     * segment's, another on the retry path, a split remainder; or a placement
-     * cut and a split remainder), so nothing can fail after the block is
-     * taken: a page-mapped block is backed for exactly the size it has once
-     * split. */
-    if (STOW_UNLIKELY(!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK ||
-                      stow__block_reserve(&pool->blocks, 3) != STOW_OK)) {
-        stow__unlock(&pool->lock);
-        return STOW_EHOSTMEM;
-    }
-    if (kind == STOW_POOL_SMALL) {
+    if (kind == STOW_POOL_SMALL && STOW_LIKELY(ss != NULL)) {
+        /* A kept block is still in the live map and needs no new record. */
         stow_block_t *q = stow__quick_pop(pool, ss, rounded);
         if (q) {
             pool->acct.s.num_quick_hits++;
@@ -498,6 +489,16 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             stow__unlock(&pool->lock);
             return STOW_OK;
         }
+    }
+    /* Room in the live map and for block records first (at most three: a new
+     * segment's, another on the retry path, a split remainder; or a placement
+     * cut and a split remainder), so nothing can fail after the block is
+     * taken: a page-mapped block is backed for exactly the size it has once
+     * split. */
+    if (STOW_UNLIKELY(!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK ||
+                      stow__block_reserve(&pool->blocks, 3) != STOW_OK)) {
+        stow__unlock(&pool->lock);
+        return STOW_EHOSTMEM;
     }
     stow_block_t **link = NULL;
     stow_block_t *b = find_fit_at(pool, ss, kind, rounded, &link);
