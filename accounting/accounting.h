@@ -42,6 +42,11 @@ typedef struct stow_accounting {
      * comparison is two integer multiplies instead of a division:
      * fragmentation_peak == 1 - peak_largest / peak_free. */
     uint64_t frag_peak_largest, frag_peak_free;
+    /* While the largest free block is frag_bound_largest bytes, fragmentation
+     * passes its peak only with more than frag_bound_free free bytes
+     * (floor(largest x peak_free / peak_largest)): one comparison per event
+     * while the largest free block stays the same, as it mostly does. */
+    uint64_t frag_bound_largest, frag_bound_free;
     unsigned scope_depth;
     stow_scope_frame_t scope[STOW_SCOPE_MAX_DEPTH];
 } stow_accounting_t;
@@ -230,6 +235,9 @@ __extension__ typedef unsigned __int128 stow_u128_t;
 void stow__acct_init(stow_accounting_t *a);
 void stow__acct_fragmentation_peak_moved(stow_accounting_t *a);
 
+/* accounting/stats.c: frag_bound_* for a largest free block of that size. */
+void stow__acct_fragmentation_bound(stow_accounting_t *a, uint64_t largest_free_bytes);
+
 /* Records a new fragmentation peak if 1 - largest/free exceeds it (after
  * every allocation and free; the current value itself is computed only in
  * snapshots). largest_free is the largest cached block. */
@@ -237,9 +245,10 @@ static inline void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t 
 {
     uint64_t free_bytes =
         a->s.reserved_bytes[STOW_POOL_ALL].current - stow__acct_active_bytes(a, STOW_POOL_ALL);
-    /* 1 - L/F > 1 - Lp/Fp  <=>  L * Fp < Lp * F   (F > 0) */
-    if (free_bytes && (stow_u128_t)largest_free_bytes * a->frag_peak_free <
-                          (stow_u128_t)a->frag_peak_largest * free_bytes) {
+    /* 1 - L/F > 1 - Lp/Fp  <=>  L * Fp < Lp * F  <=>  F > floor(L * Fp / Lp) */
+    if (__builtin_expect(largest_free_bytes != a->frag_bound_largest, 0))
+        stow__acct_fragmentation_bound(a, largest_free_bytes);
+    if (free_bytes > a->frag_bound_free) {
         a->frag_peak_largest = largest_free_bytes;
         a->frag_peak_free = free_bytes;
         stow__acct_fragmentation_peak_moved(a);

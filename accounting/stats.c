@@ -13,6 +13,7 @@ void stow__acct_init(stow_accounting_t *a)
     a->s.size = (uint32_t)sizeof(stow_stats_t);
     a->s.version = STOW_STATS_VERSION;
     a->frag_peak_largest = a->frag_peak_free = 1; /* fragmentation 0 */
+    a->frag_bound_largest = a->frag_bound_free = 1;
 }
 
 static uint64_t free_reserved_bytes(const stow_accounting_t *a)
@@ -60,6 +61,20 @@ static double fragmentation_of(uint64_t free_bytes, uint64_t largest_free_bytes)
 void stow__acct_fragmentation_peak_moved(stow_accounting_t *a)
 {
     a->s.fragmentation_peak = fragmentation_of(a->frag_peak_free, a->frag_peak_largest);
+    stow__acct_fragmentation_bound(a, a->frag_peak_largest);
+}
+
+void stow__acct_fragmentation_bound(stow_accounting_t *a, uint64_t largest_free_bytes)
+{
+    a->frag_bound_largest = largest_free_bytes;
+    if (!a->frag_peak_largest) {
+        /* The peak is fragmentation 1 (free bytes, none in a block a request
+         * could take): nothing passes it. */
+        a->frag_bound_free = UINT64_MAX;
+        return;
+    }
+    stow_u128_t bound = (stow_u128_t)largest_free_bytes * a->frag_peak_free / a->frag_peak_largest;
+    a->frag_bound_free = bound > UINT64_MAX ? UINT64_MAX : (uint64_t)bound;
 }
 
 static void fragmentation_peak_reset(stow_accounting_t *a, uint64_t largest_free_bytes)
