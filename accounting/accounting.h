@@ -38,9 +38,8 @@ typedef struct stow_accounting {
     uint64_t active_total_offset_blocks[STOW_POOL_KINDS];
     uint64_t idle_segment_bytes;   /* segments with live_blocks == 0 */
     bool reserved_peak_moved;      /* a new reserved peak since the last waste snapshot */
-    /* The fragmentation peak as the fraction it came from, so that the per-event
-     * comparison is two integer multiplies instead of a division:
-     * fragmentation_peak == 1 - peak_largest / peak_free. */
+    /* The fragmentation peak as the fraction it came from, compared exactly in
+     * integers: fragmentation_peak == 1 - peak_largest / peak_free. */
     uint64_t frag_peak_largest, frag_peak_free;
     /* While the largest free block is frag_bound_largest bytes, fragmentation
      * passes its peak only with more than frag_bound_free free bytes
