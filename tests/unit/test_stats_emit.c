@@ -556,3 +556,40 @@ Test(stats_emit, stats_header_and_null_arguments, .init = pool_setup)
     cr_assert_str_empty(b);
     pool_teardown_check();
 }
+
+/* fragmentation_peak is the highest fragmentation any allocation or free left
+ * behind (the pool checks it against a bound per largest free block, not the
+ * fraction itself: this replays 3000 random calls and compares after each). */
+Test(stats_emit, fragmentation_peak_is_the_highest_value_seen, .init = pool_setup)
+{
+    void *live[64] = {0};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    double highest = 0.0;
+    for (int i = 0; i < 3000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t slot = (size_t)(x % 64);
+        if (live[slot]) {
+            free_ok(live[slot]);
+            live[slot] = NULL;
+        } else {
+            /* 512 B to 12 MiB, small and large pools alike */
+            size_t size = (size_t)512 << ((x >> 8) % 15);
+            live[slot] = alloc_ok(size + (size_t)((x >> 20) % 4096));
+        }
+        stow_stats_t s = stats();
+        if (s.fragmentation > highest)
+            highest = s.fragmentation;
+        cr_assert(s.fragmentation_peak >= highest - 1e-12 && s.fragmentation_peak <= highest + 1e-12,
+                  "call %d: peak %.17g, highest seen %.17g", i, s.fragmentation_peak, highest);
+        if (i == 1500) {
+            stow_stats_reset_peak(pool);
+            highest = stats().fragmentation;
+        }
+    }
+    for (size_t k = 0; k < 64; k++)
+        if (live[k])
+            free_ok(live[k]);
+    pool_teardown_check();
+}
