@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "stowage.h"
 #include "stowage/sim.h"
@@ -17,6 +18,17 @@ const char *ts_shared_trace(const char *name, char *buf, size_t len);
 /* jemalloc-backed host memory for host-backed simulated devices. */
 void *ts_host_alloc(size_t size_bytes, size_t alignment_bytes, void *arg);
 void ts_host_free(void *ptr, size_t size_bytes, void *arg);
+
+/* Marsaglia's xorshift64: the next state (and value) of a test's random
+ * sequence; *state must start non-zero. Deterministic, so a failure repeats. */
+static inline uint64_t ts_xorshift(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
 
 /* A simulated device with the given capacity (0 = unlimited). */
 stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_events);

@@ -13,6 +13,7 @@
 
 #include "models/pytorch_model.h"
 #include "stowage/trace.h"
+#include "test_support.h"
 
 #define KIB ((size_t)1024)
 #define MIB ((size_t)1048576)
@@ -401,9 +402,7 @@ Test(pytorch_model, random_operations_keep_invariants) {
         uint64_t live[256];
         int n = 0;
         for (int i = 0; i < 1500; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            ts_xorshift(&x);
             unsigned r = (unsigned)(x % 100);
             if (r < 55 && n < 256) {
                 size_t size = (size_t)(x >> 20) % ((x & 8) ? 40 * MIB : MIB);

@@ -566,9 +566,7 @@ Test(stats_emit, fragmentation_peak_is_the_highest_value_seen, .init = pool_setu
     uint64_t x = 0x9E3779B97F4A7C15ull;
     double highest = 0.0;
     for (int i = 0; i < 3000; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        ts_xorshift(&x);
         size_t slot = (size_t)(x % 64);
         if (live[slot]) {
             free_ok(live[slot]);
