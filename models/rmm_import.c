@@ -196,6 +196,11 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
             st = fail(err, err_len, name, lineno, "bad size '%s'", f[4]);
             break;
         }
+        if (size > STOW_TRACE_MAX_SIZE_BYTES) {
+            /* The trace it writes could not hold it (the parser refuses it). */
+            st = fail(err, err_len, name, lineno, "size %s is absurd (more than 2^62)", f[4]);
+            break;
+        }
         if (!parse_u64(f[5], 0, &stream)) {
             st = fail(err, err_len, name, lineno, "bad stream '%s'", f[5]);
             break;

@@ -99,8 +99,9 @@ def convert(entries):
             raise ValueError("entry %d: %s without an integer addr" % (i, act))
         if act == "alloc":
             addr, size, stream_key = e["addr"], e.get("size"), e.get("stream", 0)
-            if not _is_int(size) or not 0 <= size < 2 ** 64:
-                raise ValueError("entry %d: alloc without a size in [0, 2^64)" % i)
+            # 2^62: the largest size a .rep trace holds (STOW_TRACE_MAX_SIZE_BYTES).
+            if not _is_int(size) or not 0 <= size <= 2 ** 62:
+                raise ValueError("entry %d: alloc without a size in [0, 2^62]" % i)
             if not _is_int(stream_key):
                 raise ValueError("entry %d: alloc with a stream that is not an integer" % i)
             if addr in pending:

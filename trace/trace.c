@@ -17,9 +17,6 @@
 /* Ids are stored as uint32_t and streams as uint16_t in each event. */
 #define TRACE_MAX_IDS ((uint64_t)UINT32_MAX)
 #define TRACE_MAX_STREAMS 65536u
-/* A size above 2^62 bytes cannot be a real device allocation; rejecting it
- * keeps every later sum of sizes far from overflow. */
-#define TRACE_MAX_SIZE_BYTES ((uint64_t)1 << 62)
 
 typedef struct parser {
     const char *name;
@@ -181,7 +178,7 @@ static stow_status_t parse_event(parser_t *p, const char *b, const char *e, stow
             return parse_error(p, "allocation must be 'a <id> <size> <stream>'");
         if (size == 0)
             return parse_error(p, "allocation %llu has size 0", (unsigned long long)id);
-        if (size > TRACE_MAX_SIZE_BYTES)
+        if (size > STOW_TRACE_MAX_SIZE_BYTES)
             return parse_error(p, "allocation %llu: size %llu is absurd (more than 2^62)",
                                (unsigned long long)id, (unsigned long long)size);
         if (stream >= TRACE_MAX_STREAMS)

@@ -23,6 +23,11 @@ extern "C" {
 
 typedef enum { STOW_TRACE_ALLOC = 'a', STOW_TRACE_FREE = 'f' } stow_trace_kind_t;
 
+/* The largest allocation a trace may hold, 2^62 bytes: a size above it cannot
+ * be a real device allocation, and rejecting it keeps every sum of sizes far
+ * from overflow. The parser and the importers refuse larger sizes. */
+#define STOW_TRACE_MAX_SIZE_BYTES ((uint64_t)1 << 62)
+
 typedef struct stow_trace_event {
     uint64_t size_bytes; /* requested bytes (ALLOC); the allocation's size (FREE) */
     uint32_t id;         /* allocation id, < id_count */

@@ -104,6 +104,9 @@ Test(rmm_import, errors_name_file_and_line)
     expect_error(HDR "1,t,allocate,0x10,64\n", "log.csv:2: expected 6 fields, got 5");
     expect_error(HDR A0 "1,t,allocate,zz,64,0\n", "log.csv:3: bad pointer 'zz'");
     expect_error(HDR "1,t,allocate,0x10,-5,0\n", "log.csv:2: bad size '-5'");
+    /* Above 2^62 the trace it wrote would not parse (found by fuzz_rmm). */
+    expect_error(HDR "1,t,allocate,0x10,4611686018427387905,0\n",
+                 "log.csv:2: size 4611686018427387905 is absurd (more than 2^62)");
     expect_error(HDR "1,t,allocate,0x10,64,s1\n", "log.csv:2: bad stream 's1'");
     expect_error(HDR "1,t,reallocate,0x10,64,0\n", "log.csv:2: unknown action 'reallocate'");
     expect_error(HDR A0 A0, "log.csv:3: allocate of live pointer 0x10");
