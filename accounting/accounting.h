@@ -44,8 +44,14 @@ typedef struct stow_accounting {
     /* While the largest free block is frag_bound_largest bytes, fragmentation
      * passes its peak only with more than frag_bound_free free bytes
      * (floor(largest x peak_free / peak_largest)): one comparison per event
-     * while the largest free block stays the same, as it mostly does. */
+     * while the largest free block stays the same, as it mostly does in a
+     * classic pool. When it changes, the fractions are compared as 128-bit
+     * products, and the bound (a 128-bit division) is recomputed only once
+     * the same new size is seen twice in a row: in a page-mapped pool the
+     * largest free block is the free top of a range and changes on most
+     * events (gpt2_train: 1.3 divisions per event before). */
     uint64_t frag_bound_largest, frag_bound_free;
+    uint64_t frag_last_largest; /* largest free block at the previous check */
     unsigned scope_depth;
     stow_scope_frame_t scope[STOW_SCOPE_MAX_DEPTH];
 } stow_accounting_t;
@@ -245,9 +251,17 @@ static inline void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t 
     uint64_t free_bytes =
         a->s.reserved_bytes[STOW_POOL_ALL].current - stow__acct_active_bytes(a, STOW_POOL_ALL);
     /* 1 - L/F > 1 - Lp/Fp  <=>  L * Fp < Lp * F  <=>  F > floor(L * Fp / Lp) */
-    if (__builtin_expect(largest_free_bytes != a->frag_bound_largest, 0))
-        stow__acct_fragmentation_bound(a, largest_free_bytes);
-    if (free_bytes > a->frag_bound_free) {
+    bool passes;
+    if (__builtin_expect(largest_free_bytes == a->frag_bound_largest, 1)) {
+        passes = free_bytes > a->frag_bound_free;
+    } else {
+        passes = (stow_u128_t)largest_free_bytes * a->frag_peak_free <
+                 (stow_u128_t)a->frag_peak_largest * free_bytes;
+        if (largest_free_bytes == a->frag_last_largest)
+            stow__acct_fragmentation_bound(a, largest_free_bytes);
+        a->frag_last_largest = largest_free_bytes;
+    }
+    if (passes) {
         a->frag_peak_largest = largest_free_bytes;
         a->frag_peak_free = free_bytes;
         stow__acct_fragmentation_peak_moved(a);
