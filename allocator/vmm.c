@@ -34,18 +34,31 @@ static void bit_put(uint64_t *bits, size_t i, bool value)
         bits[i / 64] &= ~bit;
 }
 
-/* Sets (value) or clears bits [from, end), a word at a time. */
+/* Sets (value) or clears bits [from, end): masks for the first and last
+ * words, whole-word stores between them (a freed big block's span is tens of
+ * words, and this runs when it is freed and when it is backed again). */
 static void bits_fill(uint64_t *bits, size_t from, size_t end, bool value)
 {
-    while (from < end) {
-        size_t lo = from % 64, n = end - from < 64 - lo ? end - from : 64 - lo;
-        uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << lo;
-        if (value)
-            bits[from / 64] |= mask;
-        else
-            bits[from / 64] &= ~mask;
-        from += n;
-    }
+    if (from >= end)
+        return;
+    size_t w = from / 64, w_last = (end - 1) / 64;
+    uint64_t first_mask = ~(uint64_t)0 << (from % 64);
+    uint64_t last_mask = ~(uint64_t)0 >> (63 - (end - 1) % 64);
+    if (w == w_last)
+        first_mask &= last_mask;
+    if (value)
+        bits[w] |= first_mask;
+    else
+        bits[w] &= ~first_mask;
+    if (w == w_last)
+        return;
+    uint64_t whole = value ? ~(uint64_t)0 : 0;
+    while (++w < w_last)
+        bits[w] = whole;
+    if (value)
+        bits[w_last] |= last_mask;
+    else
+        bits[w_last] &= ~last_mask;
 }
 
 /* First i in [from, end) whose bit is `value`, or end. */
