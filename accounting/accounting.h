@@ -209,17 +209,25 @@ static inline void stow__acct_segment_remove(stow_accounting_t *a, unsigned kind
 }
 
 /* A free block entered (+) or left (-) a free index while not covering its
- * whole segment: PyTorch's "inactive split". */
+ * whole segment: PyTorch's "inactive split" (the count alone). */
+static inline void stow__acct_inactive_split_count(stow_accounting_t *a, unsigned kind, bool add)
+{
+    if (add)
+        stow__stat2_add(a->s.inactive_split, kind, 1);
+    else
+        stow__stat2_sub(a->s.inactive_split, kind, 1);
+}
+
+/* The same, with its bytes (classic pools; a page-mapped pool keeps the bytes
+ * figure itself: the physical memory beside live data, vmm.c). */
 static inline void stow__acct_inactive_split(stow_accounting_t *a, unsigned kind, uint64_t bytes,
                                              bool add)
 {
-    if (add) {
+    if (add)
         stow__stat2_add(a->s.inactive_split_bytes, kind, bytes);
-        stow__stat2_add(a->s.inactive_split, kind, 1);
-    } else {
+    else
         stow__stat2_sub(a->s.inactive_split_bytes, kind, bytes);
-        stow__stat2_sub(a->s.inactive_split, kind, 1);
-    }
+    stow__acct_inactive_split_count(a, kind, add);
 }
 
 /* Moves a stat pair (all and kind) to `bytes` now: the change is added or
