@@ -262,6 +262,10 @@ static inline void stow__acct_note_fragmentation(stow_accounting_t *a, uint64_t 
     bool passes;
     if (__builtin_expect(largest_free_bytes == a->frag_bound_largest, 1)) {
         passes = free_bytes > a->frag_bound_free;
+    } else if (largest_free_bytes >= free_bytes) {
+        /* Fragmentation 0 passes no peak: a page-mapped pool's, nearly always
+         * (its largest free block is capped at the free physical bytes). */
+        return;
     } else {
         passes = (stow_u128_t)largest_free_bytes * a->frag_peak_free <
                  (stow_u128_t)a->frag_peak_largest * free_bytes;

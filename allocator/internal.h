@@ -182,6 +182,7 @@ struct stow_pool {
     stow_config_t config;
     const stow_backend_t *backend;
     size_t granularity_bytes;
+    unsigned granularity_shift;        /* log2(granularity_bytes) (a power of two) */
     bool has_events;                 /* backend orders streams with events */
     size_t capacity_bytes;           /* device total from mem_info */
     size_t limit_bytes;              /* memory_fraction x capacity */
@@ -316,7 +317,7 @@ void stow__segment_install(stow_pool_t *pool, stow_segment_t *seg, stow_block_t 
 static inline size_t stow__granule_of(const stow_pool_t *pool, const stow_segment_t *seg,
                                       uintptr_t addr)
 {
-    return (size_t)(addr - seg->base) >> __builtin_ctzll(pool->granularity_bytes);
+    return (size_t)(addr - seg->base) >> pool->granularity_shift;
 }
 /* stow__vmm_back and _unback beyond their fast paths. */
 stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes);

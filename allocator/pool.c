@@ -178,6 +178,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->config = cfg;
     pool->backend = backend;
     pool->granularity_bytes = backend->granularity_bytes;
+    pool->granularity_shift = (unsigned)__builtin_ctzll(backend->granularity_bytes);
     pool->has_events = backend->event_record && backend->event_query && backend->event_destroy;
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
     /* Quick lists need a small pool (page-mapped pools have none) and cannot
