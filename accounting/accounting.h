@@ -48,8 +48,8 @@ typedef struct stow_accounting {
      * classic pool. When it changes, the fractions are compared as 128-bit
      * products, and the bound (a 128-bit division) is recomputed only once
      * the same new size is seen twice in a row: in a page-mapped pool the
-     * largest free block is the free top of a range and changes on most
-     * events (gpt2_train: 1.3 divisions per event before). */
+     * largest free block is capped at the free physical bytes and changes on
+     * most events (gpt2_train: 1.3 divisions per event before). */
     uint64_t frag_bound_largest, frag_bound_free;
     uint64_t frag_last_largest; /* largest free block at the previous check */
     unsigned scope_depth;
