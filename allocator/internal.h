@@ -260,10 +260,12 @@ static inline void stow__pool_count_split(stow_pool_t *pool, stow_block_t *b, bo
 {
     if (add)
         b->counted_split_ = (b->prev || b->next) ? 1 : 0;
-    if (b->counted_split_ && pool->vmm)
-        stow__acct_inactive_split_count(&pool->acct, b->pool_kind, add);
-    else if (b->counted_split_)
-        stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, add);
+    if (b->counted_split_) {
+        if (pool->vmm)
+            stow__acct_inactive_split_count(&pool->acct, b->pool_kind, add);
+        else
+            stow__acct_inactive_split(&pool->acct, b->pool_kind, b->size_bytes, add);
+    }
     if (!add)
         b->counted_split_ = 0;
 }
