@@ -65,8 +65,9 @@ static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg,
                                  b->addr);
         } else if (b->state == BLOCK_QUICK) {
             t->quick_blocks++;
-            if (k != STOW_POOL_SMALL || b->size_bytes > STOW_QUICK_MAX_BYTES ||
-                b->owner->quick_count[b->size_bytes / STOW_MIN_BLOCK_BYTES - 1] == 0)
+            if (k != STOW_POOL_SMALL || b->size_bytes > STOW_SMALL_REQUEST_BYTES ||
+                (b->size_bytes <= STOW_QUICK_MAX_BYTES &&
+                 b->owner->quick_count[b->size_bytes / STOW_MIN_BLOCK_BYTES - 1] == 0))
                 return violation(why, len, "quick block %#" PRIxPTR " (%zu bytes) is misplaced",
                                  b->addr, b->size_bytes);
             if (b->counted_split_ != ((b->prev || b->next) ? 1 : 0))
@@ -114,8 +115,8 @@ static stow_status_t compare(const char *name, unsigned k, uint64_t books, uint6
                              char *why, size_t len);
 
 /* Every quick list holds its size's QUICK blocks, as many as counted. */
-static stow_status_t check_quick_state(const stow_stream_state_t *o, uint64_t *listed, char *why,
-                                       size_t len)
+static stow_status_t check_quick_state(const stow_pool_t *pool, const stow_stream_state_t *o,
+                                       uint64_t *listed, char *why, size_t len)
 {
     size_t on_lists = 0;
     for (size_t i = 0; i < STOW_QUICK_LISTS; i++) {
@@ -130,6 +131,18 @@ static stow_status_t check_quick_state(const stow_stream_state_t *o, uint64_t *l
                              (unsigned)o->quick_count[i], n);
         on_lists += n;
     }
+    for (unsigned j = 0; j < STOW_MID_SLOTS; j++) {
+        const stow_block_t *b = o->mid[j];
+        if (!b != !o->mid_size[j] || (b && (j >= pool->quick_mid_slots ||
+                                           b->state != BLOCK_QUICK || b->owner != o ||
+                                           b->size_bytes != o->mid_size[j] ||
+                                           b->size_bytes <= STOW_QUICK_MAX_BYTES)))
+            return violation(why, len, "mid slot %u holds %#" PRIxPTR " (%zu bytes)", j,
+                             b ? b->addr : (uintptr_t)0, o->mid_size[j]);
+        on_lists += b != NULL;
+    }
+    if (o->mid_next >= (pool->quick_mid_slots ? pool->quick_mid_slots : 1))
+        return violation(why, len, "mid ring position %u", o->mid_next);
     if (on_lists != o->quick_blocks)
         return violation(why, len, "quick lists: counted %zu, hold %zu", o->quick_blocks,
                          on_lists);
@@ -141,9 +154,9 @@ static stow_status_t check_quick_lists(stow_pool_t *pool, uint64_t in_segments, 
                                        size_t len)
 {
     uint64_t listed = 0;
-    stow_status_t st = check_quick_state(pool->any, &listed, why, len);
+    stow_status_t st = check_quick_state(pool, pool->any, &listed, why, len);
     for (size_t i = 0; st == STOW_OK && i < pool->stream_count; i++)
-        st = check_quick_state(pool->streams[i], &listed, why, len);
+        st = check_quick_state(pool, pool->streams[i], &listed, why, len);
     if (st != STOW_OK)
         return st;
     if ((st = compare("quick blocks listed", 0, listed, in_segments, why, len)))

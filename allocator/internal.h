@@ -84,6 +84,9 @@ stow_block_t *stow__quick_pop(stow_pool_t *pool, stow_stream_state_t *ss, size_t
  * indexed): before the pool grows, releases memory, or retries after
  * out-of-memory. */
 void stow__quick_flush(stow_pool_t *pool);
+/* Frees the mid rings' blocks the normal way (merged and indexed), and only
+ * those; true when there were any. Counted in num_quick_flushes. */
+bool stow__quick_flush_mid(stow_pool_t *pool);
 
 /* ---- size_class.c ---- */
 /* Rounds a request to its block size; STOW_EOVERFLOW near SIZE_MAX. */
@@ -210,6 +213,8 @@ struct stow_pool {
     uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */
     size_t placed_extra;               /* extra_granules of the placement being made */
     unsigned quick_depth;            /* blocks per quick list; 0: no quick lists (quick.c) */
+    unsigned quick_mid_slots;        /* slots of each stream's mid ring used; 0: none (quick.c) */
+    bool quick_on;                   /* either of the two */
     uint64_t quick_blocks;           /* QUICK blocks of every stream */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;

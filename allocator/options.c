@@ -29,6 +29,7 @@ void stow_config_default(stow_config_t *config)
     config->release_idle_on_grow = true;
     config->vmm_slack = 0.0095;
     config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
+    config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)
@@ -60,6 +61,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
     if (c->quick_depth > STOW_QUICK_DEPTH_MAX)
         return fail(err, err_len, "key 'quick_depth': at most %u", STOW_QUICK_DEPTH_MAX);
+    if (c->quick_mid_slots > STOW_QUICK_MID_SLOTS_MAX)
+        return fail(err, err_len, "key 'quick_mid_slots': at most %u", STOW_QUICK_MID_SLOTS_MAX);
     if (c->record_events > STOW_RECORD_EVENTS_MAX)
         return fail(err, err_len, "key 'record_events': at most %zu events", STOW_RECORD_EVENTS_MAX);
     for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
@@ -254,6 +257,14 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
             return fail(err, err_len, "key 'quick_depth': '%s' is not a count up to %u", v,
                         STOW_QUICK_DEPTH_MAX);
         c->quick_depth = (unsigned)n;
+        return STOW_OK;
+    }
+    if (!strcmp(key, "quick_mid_slots")) {
+        unsigned long long n;
+        if (!parse_ulong(v, &n) || n > STOW_QUICK_MID_SLOTS_MAX)
+            return fail(err, err_len, "key 'quick_mid_slots': '%s' is not a count up to %u", v,
+                        STOW_QUICK_MID_SLOTS_MAX);
+        c->quick_mid_slots = (unsigned)n;
         return STOW_OK;
     }
     if (!strcmp(key, "release_idle_on_grow")) {

@@ -184,6 +184,8 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     /* Quick lists need a small pool (page-mapped pools have none) and cannot
      * hold blocks that must be scrubbed before reuse. */
     pool->quick_depth = (pool->vmm || cfg.scrub_on_free) ? 0 : cfg.quick_depth;
+    pool->quick_mid_slots = (pool->vmm || cfg.scrub_on_free) ? 0 : cfg.quick_mid_slots;
+    pool->quick_on = pool->quick_depth || pool->quick_mid_slots;
     pool->capacity_bytes = total_bytes;
     pool->limit_bytes = limit_for(cfg.memory_fraction, total_bytes);
     stow__acct_init(&pool->acct);
@@ -376,7 +378,12 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
                                 bool *cached)
 {
     *cached = true;
-    /* Before growing: blocks kept whole on quick lists, merged, may fit. */
+    /* Before growing: blocks kept whole, merged, may fit. The mid rings go
+     * first: at most a few blocks, and what most often stands in the way
+     * (larger blocks); the quick lists, which the next small requests would
+     * hit, stay as they are when that is enough. */
+    if (stow__quick_flush_mid(pool) && (*out = find_fit(pool, ss, kind, rounded)) != NULL)
+        return STOW_OK;
     if (pool->quick_blocks) {
         stow__quick_flush(pool);
         if ((*out = find_fit(pool, ss, kind, rounded)) != NULL)
@@ -563,7 +570,7 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
     stow__record(pool, STOW_REC_FREE, b->addr, b->size_bytes, b->owner->index, b->tag);
     if (STOW_UNLIKELY(b->uses != NULL && pool->has_events)) {
         stow__stream_defer_free(pool, b);
-    } else if (!pool->quick_depth || !stow__quick_push(pool, b, b->owner)) {
+    } else if (!pool->quick_on || !stow__quick_push(pool, b, b->owner)) {
         stow__ptr_map_remove_slot(&pool->live, slot);
         stow__pool_make_free(pool, b, b->owner);
     }

@@ -24,6 +24,18 @@
  * grows, and never reports out of memory, while a QUICK block could have
  * served the request once merged.
  *
+ * The mid ring: blocks of more than STOW_QUICK_MAX_BYTES (up to the small
+ * pool's 1 MiB) pin too much of a 2 MiB segment to be kept per size, but an
+ * inference loop frees and requests them again just as often (gpt2_generate:
+ * 14% of its requests, 64 KiB-1 MiB). Each stream keeps the last
+ * quick_mid_slots of them (at most STOW_MID_SLOTS, 8 MiB), whatever their
+ * sizes, in a ring: a new one replaces the oldest, which is freed the normal
+ * way then; a request takes the newest of exactly its rounded size. Before
+ * the pool grows, the rings alone are flushed first, and the quick lists only
+ * if that was not enough: the rings are few blocks and the larger ones, the
+ * lists are what the next small requests would hit. docs/design.md (quick
+ * lists) has what it saves and costs.
+ *
  * Scope: the small pool of classic pools only (its blocks are always cut to
  * exactly their rounded size, so a list per size is an exact fit); not with
  * scrub_on_free (a freed block must be scrubbed before reuse) and not for
@@ -40,23 +52,48 @@
 
 static size_t quick_slot(size_t size_bytes) { return size_bytes / STOW_MIN_BLOCK_BYTES - 1; }
 
+/* Keeps b (QUICK, still in the live map) in o's mid ring; the block it
+ * replaces, the oldest, is freed the normal way. */
+static void mid_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o)
+{
+    unsigned j = o->mid_next;
+    o->mid_next = j + 1 < pool->quick_mid_slots ? j + 1 : 0;
+    stow_block_t *oldest = o->mid[j];
+    o->mid[j] = b;
+    o->mid_size[j] = b->size_bytes;
+    if (oldest) {
+        o->quick_blocks--;
+        pool->quick_blocks--;
+        oldest->state = BLOCK_FREE;
+        stow__pool_count_split(pool, oldest, false);
+        (void)stow__ptr_map_remove(&pool->live, oldest->addr);
+        stow__pool_make_free(pool, oldest, o);
+    }
+}
+
 bool stow__quick_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner)
 {
-    if (b->pool_kind != STOW_POOL_SMALL || b->size_bytes > STOW_QUICK_MAX_BYTES)
+    if (b->pool_kind != STOW_POOL_SMALL)
         return false;
     stow_stream_state_t *o = pool->has_events ? owner : pool->any;
-    size_t i = quick_slot(b->size_bytes);
-    if (o->quick_count[i] >= pool->quick_depth)
+    bool mid = b->size_bytes > STOW_QUICK_MAX_BYTES;
+    size_t i = mid ? 0 : quick_slot(b->size_bytes);
+    if (mid ? !pool->quick_mid_slots : o->quick_count[i] >= pool->quick_depth)
         return false;
     stow__segment_block_left(pool, b->segment);
     b->state = BLOCK_QUICK;
     b->owner = o;
-    b->right = o->quick[i];
-    o->quick[i] = b;
-    o->quick_count[i]++;
     o->quick_blocks++;
     pool->quick_blocks++;
     stow__pool_count_split(pool, b, true);
+    if (mid) {
+        b->right = NULL;
+        mid_push(pool, b, o);
+    } else {
+        b->right = o->quick[i];
+        o->quick[i] = b;
+        o->quick_count[i]++;
+    }
     return true;
 }
 
@@ -75,10 +112,40 @@ static inline __attribute__((always_inline)) stow_block_t *take_from(stow_pool_t
     return b;
 }
 
+/* The newest block of exactly `rounded` bytes in o's mid ring, taken out. */
+static stow_block_t *mid_take(stow_pool_t *pool, stow_stream_state_t *o, size_t rounded)
+{
+    unsigned slots = pool->quick_mid_slots, j = o->mid_next;
+    for (unsigned n = 0; n < slots; n++) {
+        j = j ? j - 1 : slots - 1;
+        if (o->mid_size[j] == rounded) {
+            stow_block_t *b = o->mid[j];
+            o->mid[j] = NULL;
+            o->mid_size[j] = 0;
+            o->quick_blocks--;
+            pool->quick_blocks--;
+            b->state = BLOCK_FREE;
+            stow__pool_count_split(pool, b, false);
+            return b;
+        }
+    }
+    return NULL;
+}
+
+static stow_block_t *mid_pop(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded)
+{
+    stow_block_t *b = ss->quick_blocks ? mid_take(pool, ss, rounded) : NULL;
+    if (!b && ss != pool->any && pool->any->quick_blocks)
+        b = mid_take(pool, pool->any, rounded);
+    return b;
+}
+
 stow_block_t *stow__quick_pop(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded)
 {
-    if (!pool->quick_blocks || rounded > STOW_QUICK_MAX_BYTES)
+    if (!pool->quick_blocks)
         return NULL;
+    if (rounded > STOW_QUICK_MAX_BYTES)
+        return mid_pop(pool, ss, rounded);
     size_t i = quick_slot(rounded);
     if (ss->quick[i])
         return take_from(pool, ss, i);
@@ -87,16 +154,41 @@ stow_block_t *stow__quick_pop(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     return NULL;
 }
 
+static void flush_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o)
+{
+    (void)stow__ptr_map_remove(&pool->live, b->addr);
+    /* Already not live (push dropped live_blocks): make_free only merges and
+     * indexes a FREE block. */
+    stow__pool_make_free(pool, b, o);
+}
+
+static size_t flush_mid_state(stow_pool_t *pool, stow_stream_state_t *o)
+{
+    size_t flushed = 0;
+    for (unsigned j = 0; o->quick_blocks && j < STOW_MID_SLOTS; j++)
+        for (; o->mid_size[j]; flushed++)
+            flush_block(pool, mid_take(pool, o, o->mid_size[j]), o);
+    return flushed;
+}
+
 static void flush_state(stow_pool_t *pool, stow_stream_state_t *o)
 {
     for (size_t i = 0; o->quick_blocks && i < STOW_QUICK_LISTS; i++)
-        while (o->quick[i]) {
-            stow_block_t *b = take_from(pool, o, i);
-            (void)stow__ptr_map_remove(&pool->live, b->addr);
-            /* Already not live (push dropped live_blocks): make_free only
-             * merges and indexes a FREE block. */
-            stow__pool_make_free(pool, b, o);
-        }
+        while (o->quick[i])
+            flush_block(pool, take_from(pool, o, i), o);
+    (void)flush_mid_state(pool, o);
+}
+
+bool stow__quick_flush_mid(stow_pool_t *pool)
+{
+    if (!pool->quick_blocks || !pool->quick_mid_slots)
+        return false;
+    size_t flushed = flush_mid_state(pool, pool->any);
+    for (size_t i = 0; i < pool->stream_count; i++)
+        flushed += flush_mid_state(pool, pool->streams[i]);
+    if (flushed)
+        pool->acct.s.num_quick_flushes++;
+    return flushed != 0;
 }
 
 void stow__quick_flush(stow_pool_t *pool)

@@ -5,14 +5,16 @@
  * blocks that tile it exactly, linked in address order. A block is FREE (in
  * exactly one free index), ALLOCATED (in the live map), PENDING (freed by the
  * user, in the live map, waiting for events on the streams it was used on) or
- * QUICK (freed by the user, on exactly one quick list, allocator/quick.c).
+ * QUICK (freed by the user, on exactly one quick list or mid ring slot,
+ * allocator/quick.c).
  *
  * Invariants (checked by stow__pool_check, STOW_DEBUG >= 3, and by the tests):
  *   sum(block sizes of a segment) == segment size; blocks are contiguous
  *   no two adjacent FREE blocks have the same owner (they would have merged)
  *   segment->live_blocks == number of its ALLOCATED + PENDING blocks
  *   allocated_bytes + pending_bytes + free-index bytes + quick bytes == reserved_bytes
- *   a QUICK block is a small-pool block of at most STOW_QUICK_MAX_BYTES
+ *   a QUICK block is a small-pool block, on its size's quick list when of at
+ *   most STOW_QUICK_MAX_BYTES, else in a slot of its owner's mid ring
  */
 #ifndef STOWAGE_ALLOCATOR_TYPES_H
 #define STOWAGE_ALLOCATOR_TYPES_H
@@ -48,16 +50,22 @@
  * the layout for good: with 1 MiB, resnet50_train replayed back to back still
  * grew its small pool in the fourth and fifth replays (none from the fourth
  * without quick lists, nor with 64 KiB), and vit_train kept 60 MiB more
- * (docs/design.md, quick lists). */
+ * (docs/design.md, quick lists). Larger small-pool blocks go to the mid
+ * ring below instead. */
 #define STOW_QUICK_MAX_BYTES ((size_t)64 << 10)
 #define STOW_QUICK_LISTS (STOW_QUICK_MAX_BYTES / STOW_MIN_BLOCK_BYTES)
+/* The mid ring (allocator/quick.c) keeps the last few small-pool blocks of
+ * more than STOW_QUICK_MAX_BYTES freed on a stream, whatever their sizes: a
+ * bound on the bytes kept (at most 8 MiB per stream), not a list per size. */
+#define STOW_MID_SLOTS STOW_QUICK_MID_SLOTS_MAX
 
 typedef struct stow_block stow_block_t;
 typedef struct stow_segment stow_segment_t;
 typedef struct stow_stream_state stow_stream_state_t;
 
-/* QUICK: freed by the user, kept whole on its stream's quick list for the next
- * request of its size (allocator/quick.c); neither coalesced nor indexed. */
+/* QUICK: freed by the user, kept whole on its stream's quick list or mid ring
+ * for the next request of its size (allocator/quick.c); neither coalesced nor
+ * indexed. */
 typedef enum {
     BLOCK_FREE = 0,
     BLOCK_ALLOCATED = 1,
@@ -163,7 +171,14 @@ struct stow_stream_state {
      * pool's quick_depth each. */
     stow_block_t *quick[STOW_QUICK_LISTS];
     uint8_t quick_count[STOW_QUICK_LISTS];
-    size_t quick_blocks;          /* on all of this stream's quick lists */
+    size_t quick_blocks;          /* on all of this stream's quick lists and mid slots */
+    /* Mid cache (allocator/quick.c): a ring of the last STOW_MID_SLOTS
+     * small-pool blocks of more than STOW_QUICK_MAX_BYTES freed on this
+     * stream; mid_size[j] is mid[j]'s size, 0 when the slot is empty (the
+     * search reads sizes only). mid_next is the slot the next one takes. */
+    stow_block_t *mid[STOW_MID_SLOTS];
+    size_t mid_size[STOW_MID_SLOTS];
+    unsigned mid_next;
 };
 
 typedef struct stow_ptr_slot {

@@ -100,6 +100,13 @@ typedef struct stow_config {
                                       STOW_QUICK_DEPTH_MAX; default
                                       STOW_QUICK_DEPTH_DEFAULT; key "quick_depth"
                                       (docs/design.md, quick lists) */
+    unsigned quick_mid_slots;      /* policy classic: how many freed small blocks of more than
+                                      64 KiB (up to 1 MiB, of any sizes) a stream keeps whole
+                                      for the next request of their size; the oldest is merged
+                                      when another comes, all before the pool grows or
+                                      releases memory; 0 = off; at most
+                                      STOW_QUICK_MID_SLOTS_MAX (the default); key
+                                      "quick_mid_slots" (docs/design.md, quick lists) */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
@@ -110,6 +117,9 @@ typedef struct stow_config {
  * replayed back to back on one pool make no backend call and no flush from
  * their fourth replay on (docs/design.md, quick lists). */
 #define STOW_QUICK_DEPTH_DEFAULT 64u
+/* The most (and default) stow_config_t.quick_mid_slots: at most 8 MiB kept per
+ * stream (docs/design.md, quick lists). */
+#define STOW_QUICK_MID_SLOTS_MAX 8u
 
 /* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */
 #define STOW_RECORD_EVENTS_MAX ((size_t)1 << 24)
@@ -122,7 +132,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
  * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, record_events,
- * scrub_on_free (true|false), quick_depth,
+ * scrub_on_free (true|false), quick_depth, quick_mid_slots,
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.

@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_quick.c: quick lists (allocator/quick.c): small blocks kept
- * whole between a free and the next request of their size; their books, the
- * flush before growing, releasing or retrying, stream safety, the limits, and
- * bad frees of a kept block.
+ * whole between a free and the next request of their size (lists of up to
+ * 64 KiB, and the mid ring above that); their books, the flush before
+ * growing, releasing or retrying, stream safety, the limits, and bad frees of
+ * a kept block.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -17,14 +18,20 @@
 static stow_backend_t *sim;
 static stow_pool_t *pool;
 
-static void make(size_t capacity, bool manual_events, unsigned depth)
+static void make_mid(size_t capacity, bool manual_events, unsigned depth, unsigned mid_slots)
 {
     sim = ts_sim(capacity, false, manual_events);
     cr_assert_not_null(sim);
     stow_config_t c;
     stow_config_default(&c);
     c.quick_depth = depth;
+    c.quick_mid_slots = mid_slots;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+static void make(size_t capacity, bool manual_events, unsigned depth)
+{
+    make_mid(capacity, manual_events, depth, STOW_QUICK_MID_SLOTS_MAX);
 }
 
 static void check(void)
@@ -78,10 +85,24 @@ Test(quick, default_depth_and_the_key_sets_it)
     cr_assert(strstr(err, "quick_depth"), "%s", err);
     cr_assert_eq(stow_config_parse(&c, "quick_depth:-1", err, sizeof err), STOW_EINVAL);
     cr_assert_eq(c.quick_depth, 255, "a refused value changes nothing");
+
+    cr_assert_eq(c.quick_mid_slots, STOW_QUICK_MID_SLOTS_MAX);
+    cr_assert_eq(STOW_QUICK_MID_SLOTS_MAX, 8u);
+    cr_assert_eq(stow_config_parse(&c, "quick_mid_slots:0", err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(c.quick_mid_slots, 0);
+    cr_assert_eq(stow_config_parse(&c, "quick_mid_slots:3", err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(c.quick_mid_slots, 3);
+    cr_assert_eq(stow_config_parse(&c, "quick_mid_slots:9", err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "quick_mid_slots"), "%s", err);
+    cr_assert_eq(c.quick_mid_slots, 3, "a refused value changes nothing");
+
     /* A config built by hand is validated at pool creation. */
-    c.quick_depth = 1000;
     sim = ts_sim(0, false, false);
     stow_pool_t *p = NULL;
+    c.quick_mid_slots = 9;
+    cr_assert_eq(stow_pool_create(&c, sim, &p), STOW_EINVAL);
+    c.quick_mid_slots = 8;
+    c.quick_depth = 1000;
     cr_assert_eq(stow_pool_create(&c, sim, &p), STOW_EINVAL);
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
@@ -174,16 +195,68 @@ Test(quick, depth_bounds_each_list_and_zero_turns_them_off)
     finish();
 }
 
-Test(quick, blocks_over_64_kib_and_page_mapped_pools_do_not_use_them)
+Test(quick, a_block_over_64_kib_comes_back_from_the_mid_ring)
 {
     make(0, false, 4);
     void *m = alloc_on(NULL, 64 * KIB + 1), *guard = alloc_on(NULL, 512);
     free_ok(m);
-    cr_assert_eq(stats().inactive_split[STOW_POOL_SMALL].current, 2, "merged at once");
+    stow_stats_t s = stats();
+    cr_assert_eq(s.inactive_split[STOW_POOL_SMALL].current, 2, "m, kept, and the tail");
+    cr_assert_eq(s.inactive_split_bytes[STOW_POOL_SMALL].current, 2 * MIB - 512);
+    cr_assert_eq(s.largest_free_block_bytes, 2 * MIB - (64 * KIB + 512) - 512,
+                 "the tail: a kept block is in no index");
+    void *other = alloc_on(NULL, 128 * KIB);
+    cr_assert_neq(other, m, "another size does not take it");
+    cr_assert_eq(alloc_on(NULL, 64 * KIB + 300), m, "one of its rounded size does");
+    cr_assert_eq(stats().num_quick_hits, 1);
+    free_ok(m);
+    free_ok(other);
+    free_ok(guard);
+    finish();
+
+    /* With no slots the block merges at once. */
+    make_mid(0, false, 4, 0);
+    m = alloc_on(NULL, 64 * KIB + 1);
+    guard = alloc_on(NULL, 512);
+    free_ok(m);
+    s = stats();
+    cr_assert_eq(s.inactive_split[STOW_POOL_SMALL].current, 2, "m, merged, and the tail");
+    cr_assert_eq(s.largest_free_block_bytes, 2 * MIB - (64 * KIB + 512) - 512);
     cr_assert_eq(alloc_on(NULL, 64 * KIB + 1), m);
+    cr_assert_eq(stats().num_quick_hits, 0);
     free_ok(m);
     free_ok(guard);
-    cr_assert_eq(stats().num_quick_hits, 0);
+    finish();
+}
+
+Test(quick, the_mid_ring_keeps_the_newest_and_merges_the_oldest)
+{
+    make(0, false, 4);
+    enum { N = STOW_QUICK_MID_SLOTS_MAX + 1 };
+    void *p[N];
+    for (int i = 0; i < N; i++)
+        p[i] = alloc_on(NULL, 96 * KIB);
+    void *guard = alloc_on(NULL, 512); /* keeps p[N - 1] off the segment's tail */
+    for (int i = 0; i < N; i++)
+        free_ok(p[i]);
+    /* p[0] was merged and indexed when p[N - 1] took its slot. */
+    stow_stats_t s = stats();
+    cr_assert_eq(s.inactive_split[STOW_POOL_SMALL].current, N + 1, "eight kept, p[0], the tail");
+    cr_assert_eq(s.num_quick_hits, 0);
+    for (int i = N - 1; i >= 1; i--)
+        cr_assert_eq(alloc_on(NULL, 96 * KIB), p[i], "newest first: %d", i);
+    cr_assert_eq(stats().num_quick_hits, N - 1);
+    cr_assert_eq(alloc_on(NULL, 96 * KIB), p[0], "then best fit: the merged one");
+    cr_assert_eq(stats().num_quick_hits, N - 1);
+    for (int i = 0; i < N; i++)
+        free_ok(p[i]);
+    free_ok(guard);
+    finish();
+}
+
+Test(quick, large_blocks_and_page_mapped_pools_are_not_kept)
+{
+    make(0, false, 4);
     void *a = alloc_on(NULL, 4 * MIB), *b = alloc_on(NULL, 4 * MIB);
     free_ok(a);
     cr_assert_eq(alloc_on(NULL, 4 * MIB), a);
@@ -210,8 +283,10 @@ Test(quick, empty_cache_flushes_and_releases_everything)
 {
     make(0, false, 4);
     void *a = alloc_on(NULL, 4 * KIB), *b = alloc_on(NULL, 64 * KIB);
+    void *m = alloc_on(NULL, 200 * KIB);
     free_ok(a);
     free_ok(b);
+    free_ok(m);
     stow_stats_t s = stats();
     cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 2 * MIB, "kept blocks hold the segment");
     cr_assert_eq(stow_empty_cache(pool), STOW_OK);
@@ -244,6 +319,46 @@ Test(quick, the_pool_merges_kept_blocks_before_it_grows)
     cr_assert_eq(s.num_quick_flushes, 1);
     cr_assert_eq(s.num_device_alloc, 1);
     free_ok(big);
+    finish();
+}
+
+Test(quick, the_pool_merges_the_mid_ring_before_it_grows)
+{
+    make(0, false, 4);
+    /* Eight 256 KiB blocks fill one 2 MiB small segment; all eight stay kept. */
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        p[i] = alloc_on(NULL, 256 * KIB);
+    for (int i = 0; i < 8; i++)
+        free_ok(p[i]);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.largest_free_block_bytes, 0);
+    cr_assert_eq(s.inactive_split[STOW_POOL_SMALL].current, 8);
+    void *big = alloc_on(NULL, 1 * MIB);
+    cr_assert_eq(big, p[0], "merged instead of growing");
+    s = stats();
+    cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1);
+    cr_assert_eq(s.num_quick_flushes, 1);
+    cr_assert_eq(s.num_device_alloc, 1);
+    free_ok(big);
+    finish();
+}
+
+Test(quick, a_mid_block_freed_on_one_stream_is_not_reused_on_another)
+{
+    make(0, true, 4);
+    void *x = alloc_on(S2, 4 * KIB); /* S2's own segment, with room left */
+    void *a = alloc_on(S1, 300 * KIB), *keep = alloc_on(S1, 4 * KIB);
+    free_ok(a);
+    void *b = alloc_on(S2, 300 * KIB);
+    cr_assert_eq((char *)b, (char *)x + 4 * KIB, "S1's work may still use a");
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_quick_hits, 0);
+    cr_assert_eq(s.num_quick_flushes, 0);
+    cr_assert_eq(alloc_on(S1, 300 * KIB), a, "S1 itself reuses it at once");
+    cr_assert_eq(stats().num_quick_hits, 1);
+    for (void **q = (void *[]){a, keep, b, x, NULL}; *q; q++)
+        free_ok(*q);
     finish();
 }
 
