@@ -11,7 +11,14 @@
 #                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process)
 #   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, a few steps each with
 #                PyTorch native, native expandable_segments, Stowage classic (vmm when available)
-# The table printed last summarises results/*.json.
+#   6 unseen     bench/gpu/record_unseen.py: workloads the PyTorch models were never tuned on
+#                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
+#                trace and max reserved) and again with expandable_segments (max reserved), into
+#                $OUT/unseen; compared on the CPU machine with
+#                `python3 bench/model_check.py DIR/unseen` (issue 3: models within 1%)
+# The table printed last summarises results/*.json. Everything is packed at the end into
+# $OUT/gpu_results.tar.gz (logs/, results/, unseen/): the device tool brings back at most 8
+# files from $OUT; status.txt stays beside it.
 set -u
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
@@ -25,8 +32,21 @@ T0=$(date +%s)
 STATUS="$OUT/status.txt"
 : > "$STATUS"
 
+# The whole run must end inside one device call (600 s at most) with time left to pack the
+# results: a part gets at most what is left of BUDGET_S, and none starts with under 20 s left.
+BUDGET_S="${BUDGET_S:-540}"
+# PARTS: which of the six parts run (say "6" alone for the unseen workloads in a second call).
+PARTS="${PARTS:-1 2 3 4 5 6}"
+SECTION=0
 part() { # part NAME TIMEOUT_S CMD...
     local name="$1" t="$2"; shift 2
+    case " $PARTS " in *" $SECTION "*) ;; *) return 0 ;; esac
+    local left=$(( BUDGET_S - ($(date +%s) - T0) ))
+    if [ "$left" -lt 20 ]; then
+        printf '%-28s %-14s %4ss\n' "$name" "SKIP(budget)" 0 | tee -a "$STATUS"
+        return 0
+    fi
+    [ "$t" -gt "$left" ] && t=$left
     local s=$(date +%s)
     timeout --kill-after=10 "$t" "$@" > "$OUT/logs/$name.log" 2>&1
     local rc=$?
@@ -48,6 +68,7 @@ part() { # part NAME TIMEOUT_S CMD...
 cat "$OUT/logs/env.log"
 
 # ---- 1 build ----
+SECTION=1
 build_lib() {
     local tests=OFF tools=OFF
     pkg-config --exists jemalloc && tools=ON
@@ -76,6 +97,7 @@ part replay_cuda_build 60 gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude bench/gpu/rep
     -o "$BUILD/replay_cuda" -L"$BUILD" -Wl,-rpath,"$BUILD" -lstowage -lpthread
 
 # ---- 2 Criterion GPU tests ----
+SECTION=2
 if [ -x "$BUILD/test_cuda" ]; then
     part ctest_cuda 150 "$BUILD/test_cuda" --verbose --jobs 1
     part ctest_torch_entry 60 "$BUILD/test_torch_entry"
@@ -84,9 +106,11 @@ else
 fi
 
 # ---- 3 PyTorch on Stowage: functional GPU checks ----
+SECTION=3
 part gputests 150 "$PY" bench/gpu/gpu_tests.py --out "$OUT/results/gputests.json"
 
 # ---- 4 replay: ns/event ----
+SECTION=4
 if [ -x "$BUILD/replay_cuda" ]; then
     part replay_cuda 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda.json" \
         "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
@@ -96,6 +120,7 @@ part replay_torch 180 "$PY" bench/gpu/replay_torch.py --out "$OUT/results/replay
     "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
 
 # ---- 5 training runs (each its own process) ----
+SECTION=5
 for model in gpt2 resnet50; do
     for mode in native expandable stowage stowage_vmm; do
         part "train_${model}_${mode}" 110 "$PY" bench/gpu/train.py --model "$model" --mode "$mode" \
@@ -103,7 +128,22 @@ for model in gpt2 resnet50; do
     done
 done
 
+# ---- 6 workloads the PyTorch models were not tuned on (compared on the CPU machine) ----
+SECTION=6
+UNSEEN="${UNSEEN:-gpt2_medium_train bert_train convnext_train gpt2_generate_batches}"
+mkdir -p "$OUT/unseen"
+for w in $UNSEEN; do
+    for mode in native expandable; do
+        part "unseen_${w}_${mode}" 120 "$PY" bench/gpu/record_unseen.py "$w" "$mode" "$OUT/unseen"
+    done
+done
+
 echo
 echo "== summary ($(( $(date +%s) - T0 ))s total; logs in $OUT/logs)"
 cat "$STATUS"
 "$PY" bench/gpu/report.py "$OUT/results" 2>&1 || echo "(report failed)"
+echo "unseen workloads: bring $OUT/gpu_results.tar.gz back, unpack it and run"
+echo "    python3 bench/model_check.py unseen"
+tar -C "$OUT" -czf "$OUT/gpu_results.tar.gz" logs results unseen &&
+    rm -rf "$OUT/logs" "$OUT/results" "$OUT/unseen"
+ls -la "$OUT"
