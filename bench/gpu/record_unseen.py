@@ -38,43 +38,34 @@ def _train(model, batches, steps, optimizer):
         optimizer.zero_grad(set_to_none=True)
 
 
-def gpt2_medium_train():
-    """GPT-2 medium (24 layers, 1024 wide), batch 2 x 1024 tokens, AdamW."""
+def _lm_train(model, vocab, batch, tokens, steps=4):
+    """A language model trained on random tokens (labels = inputs), AdamW."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-    m = GPT2LMHeadModel(GPT2Config(n_embd=1024, n_layer=24, n_head=16)).cuda()
+    m = model.cuda()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
 
-    def batch(_):
-        x = torch.randint(0, 50257, (2, 1024), device="cuda")
+    def batches(_):
+        x = torch.randint(0, vocab, (batch, tokens), device="cuda")
         return x, x
-    _train(lambda x, y: m(input_ids=x, labels=y).loss, batch, 4, opt)
+    _train(lambda x, y: m(input_ids=x, labels=y).loss, batches, steps, opt)
+
+
+def gpt2_medium_train():
+    """GPT-2 medium (24 layers, 1024 wide), batch 2 x 1024 tokens, AdamW."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    _lm_train(GPT2LMHeadModel(GPT2Config(n_embd=1024, n_layer=24, n_head=16)), 50257, 2, 1024)
 
 
 def gpt2_short_train():
     """GPT-2 small at batch 16 x 256 tokens (the shared trace is 8 x 1024), AdamW."""
-    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
-    m = GPT2LMHeadModel(GPT2Config()).cuda()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-
-    def batch(_):
-        x = torch.randint(0, 50257, (16, 256), device="cuda")
-        return x, x
-    _train(lambda x, y: m(input_ids=x, labels=y).loss, batch, 4, opt)
+    _lm_train(GPT2LMHeadModel(GPT2Config()), 50257, 16, 256)
 
 
 def bert_train():
     """BERT-base masked LM from its config, batch 16 x 256 tokens, AdamW."""
-    import torch
     from transformers import BertConfig, BertForMaskedLM
-    m = BertForMaskedLM(BertConfig()).cuda()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-
-    def batch(_):
-        x = torch.randint(0, 30522, (16, 256), device="cuda")
-        return x, x
-    _train(lambda x, y: m(input_ids=x, labels=y).loss, batch, 4, opt)
+    _lm_train(BertForMaskedLM(BertConfig()), 30522, 16, 256)
 
 
 def convnext_train():
