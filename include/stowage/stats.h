@@ -75,8 +75,8 @@ typedef enum {
     X(num_idle_releases, "cached segments released to make room (not by empty_cache)")   \
     X(num_scrubs, "blocks zeroed at free (scrub_on_free)")                                \
     X(num_scrub_failures, "scrubs the backend refused (block still freed)")    \
-    X(num_quick_hits, "allocations served from a quick list (classic small pool)")   \
-    X(num_quick_flushes, "quick lists flushed before growing or releasing memory")
+    X(num_quick_hits, "allocations served from a quick list or mid ring (classic small pool)") \
+    X(num_quick_flushes, "quick lists (or mid rings alone) flushed before growing or releasing")
 
 /* Where the reserved bytes went at the moment reserved_bytes reached its peak.
  * requested + rounding + split_remainder + idle_cached + pending == reserved. */
