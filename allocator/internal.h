@@ -72,13 +72,15 @@ void stow__ptr_map_remove_slot(stow_ptr_map_t *map, stow_ptr_slot_t *slot);
 
 /* ---- quick.c ---- */
 /* Keeps b (ALLOCATED, just freed by the user: its allocation figures already
- * dropped) whole on a quick list of `owner`, and in the live map, so that a
- * second free of it is refused and its reuse needs no map insertion; false,
- * with nothing changed, when b is not a candidate or the list is full. */
+ * dropped) whole on a quick list of `owner` (over 64 KiB: in its mid ring,
+ * whose oldest block is then freed the normal way), and in the live map, so
+ * that a second free of it is refused and its reuse needs no map insertion;
+ * false, with nothing changed, when b is not a candidate or the list is full
+ * (or there is no ring). */
 bool stow__quick_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
-/* A QUICK block of exactly `rounded` bytes usable on ss (ss's own lists, then
- * `any`'s), off its list, FREE, in no index but still in the live map; NULL if
- * none. */
+/* A QUICK block of exactly `rounded` bytes usable on ss (ss's own list or
+ * ring, then `any`'s), off it, FREE, in no index but still in the live map;
+ * NULL if none. */
 stow_block_t *stow__quick_pop(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded);
 /* Frees every QUICK block the normal way (out of the live map, coalesced,
  * indexed): before the pool grows, releases memory, or retries after

@@ -172,10 +172,11 @@ struct stow_stream_state {
     stow_block_t *quick[STOW_QUICK_LISTS];
     uint8_t quick_count[STOW_QUICK_LISTS];
     size_t quick_blocks;          /* on all of this stream's quick lists and mid slots */
-    /* Mid cache (allocator/quick.c): a ring of the last STOW_MID_SLOTS
-     * small-pool blocks of more than STOW_QUICK_MAX_BYTES freed on this
-     * stream; mid_size[j] is mid[j]'s size, 0 when the slot is empty (the
-     * search reads sizes only). mid_next is the slot the next one takes. */
+    /* Mid ring (allocator/quick.c): the last pool->quick_mid_slots (at most
+     * STOW_MID_SLOTS) small-pool blocks of more than STOW_QUICK_MAX_BYTES
+     * freed on this stream; mid_size[j] is mid[j]'s size, 0 when the slot is
+     * empty (the search reads sizes only). mid_next is the slot the next one
+     * takes, and holds the oldest block when it is not empty. */
     stow_block_t *mid[STOW_MID_SLOTS];
     size_t mid_size[STOW_MID_SLOTS];
     unsigned mid_next;
