@@ -102,7 +102,7 @@ if [ -x "$BUILD/test_cuda" ]; then
     part ctest_cuda 150 "$BUILD/test_cuda" --verbose --jobs 1
     part ctest_torch_entry 60 "$BUILD/test_torch_entry"
 else
-    echo "ctest_cuda                   SKIP (no Criterion)" | tee -a "$STATUS"
+    case " $PARTS " in *" 2 "*) echo "ctest_cuda                   SKIP (no Criterion)" | tee -a "$STATUS" ;; esac
 fi
 
 # ---- 3 PyTorch on Stowage: functional GPU checks ----
