@@ -216,7 +216,7 @@ struct stow_pool {
     size_t placed_extra;               /* extra_granules of the placement being made */
     unsigned quick_depth;            /* blocks per quick list; 0: no quick lists (quick.c) */
     unsigned quick_mid_slots;        /* slots of each stream's mid ring used; 0: none (quick.c) */
-    bool quick_on;                   /* either of the two */
+    bool quick_on;                   /* either of the two: one load on every free, not two */
     uint64_t quick_blocks;           /* QUICK blocks of every stream */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;

@@ -123,6 +123,17 @@ static stow_status_t parse_mb(const char *key, const char *v, size_t *out, char 
     return STOW_OK;
 }
 
+/* A count from 0 to max (quick_depth, quick_mid_slots). */
+static stow_status_t parse_count(const char *key, const char *v, unsigned max, unsigned *out,
+                                 char *err, size_t err_len)
+{
+    unsigned long long n;
+    if (!parse_ulong(v, &n) || n > max)
+        return fail(err, err_len, "key '%s': '%s' is not a count up to %u", key, v, max);
+    *out = (unsigned)n;
+    return STOW_OK;
+}
+
 static void trim(char **s)
 {
     while (isspace((unsigned char)**s))
@@ -251,22 +262,10 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         c->vmm_slack = f;
         return STOW_OK;
     }
-    if (!strcmp(key, "quick_depth")) {
-        unsigned long long n;
-        if (!parse_ulong(v, &n) || n > STOW_QUICK_DEPTH_MAX)
-            return fail(err, err_len, "key 'quick_depth': '%s' is not a count up to %u", v,
-                        STOW_QUICK_DEPTH_MAX);
-        c->quick_depth = (unsigned)n;
-        return STOW_OK;
-    }
-    if (!strcmp(key, "quick_mid_slots")) {
-        unsigned long long n;
-        if (!parse_ulong(v, &n) || n > STOW_QUICK_MID_SLOTS_MAX)
-            return fail(err, err_len, "key 'quick_mid_slots': '%s' is not a count up to %u", v,
-                        STOW_QUICK_MID_SLOTS_MAX);
-        c->quick_mid_slots = (unsigned)n;
-        return STOW_OK;
-    }
+    if (!strcmp(key, "quick_depth"))
+        return parse_count(key, v, STOW_QUICK_DEPTH_MAX, &c->quick_depth, err, err_len);
+    if (!strcmp(key, "quick_mid_slots"))
+        return parse_count(key, v, STOW_QUICK_MID_SLOTS_MAX, &c->quick_mid_slots, err, err_len);
     if (!strcmp(key, "release_idle_on_grow")) {
         if (!parse_bool(v, &c->release_idle_on_grow))
             return fail(err, err_len, "key 'release_idle_on_grow': '%s' is not true or false",

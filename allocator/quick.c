@@ -52,23 +52,49 @@
 
 static size_t quick_slot(size_t size_bytes) { return size_bytes / STOW_MIN_BLOCK_BYTES - 1; }
 
+/* b, just off one of o's lists or ring slots, is no longer QUICK: FREE, out
+ * of the quick counts and of the split books (it is in no index yet). */
+static inline __attribute__((always_inline)) stow_block_t *unquick(stow_pool_t *pool,
+                                                                    stow_stream_state_t *o,
+                                                                    stow_block_t *b)
+{
+    o->quick_blocks--;
+    pool->quick_blocks--;
+    b->right = NULL;
+    b->state = BLOCK_FREE;
+    stow__pool_count_split(pool, b, false);
+    return b;
+}
+
+/* Frees a block just taken off a list or ring the normal way: out of the live
+ * map, merged and indexed. */
+static void flush_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o)
+{
+    (void)stow__ptr_map_remove(&pool->live, b->addr);
+    /* Already not live (push dropped live_blocks): make_free only merges and
+     * indexes a FREE block. */
+    stow__pool_make_free(pool, b, o);
+}
+
+/* Ring slot j's block, taken out (the slot must hold one). */
+static stow_block_t *mid_take_slot(stow_pool_t *pool, stow_stream_state_t *o, unsigned j)
+{
+    stow_block_t *b = o->mid[j];
+    o->mid[j] = NULL;
+    o->mid_size[j] = 0;
+    return unquick(pool, o, b);
+}
+
 /* Keeps b (QUICK, still in the live map) in o's mid ring; the block it
  * replaces, the oldest, is freed the normal way. */
 static void mid_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o)
 {
     unsigned j = o->mid_next;
     o->mid_next = j + 1 < pool->quick_mid_slots ? j + 1 : 0;
-    stow_block_t *oldest = o->mid[j];
+    if (o->mid[j])
+        flush_block(pool, mid_take_slot(pool, o, j), o);
     o->mid[j] = b;
     o->mid_size[j] = b->size_bytes;
-    if (oldest) {
-        o->quick_blocks--;
-        pool->quick_blocks--;
-        oldest->state = BLOCK_FREE;
-        stow__pool_count_split(pool, oldest, false);
-        (void)stow__ptr_map_remove(&pool->live, oldest->addr);
-        stow__pool_make_free(pool, oldest, o);
-    }
 }
 
 bool stow__quick_push(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner)
@@ -104,12 +130,7 @@ static inline __attribute__((always_inline)) stow_block_t *take_from(stow_pool_t
     stow_block_t *b = o->quick[i];
     o->quick[i] = b->right;
     o->quick_count[i]--;
-    o->quick_blocks--;
-    pool->quick_blocks--;
-    b->right = NULL;
-    b->state = BLOCK_FREE;
-    stow__pool_count_split(pool, b, false);
-    return b;
+    return unquick(pool, o, b);
 }
 
 /* The newest block of exactly `rounded` bytes in o's mid ring, taken out. */
@@ -118,16 +139,8 @@ static stow_block_t *mid_take(stow_pool_t *pool, stow_stream_state_t *o, size_t 
     unsigned slots = pool->quick_mid_slots, j = o->mid_next;
     for (unsigned n = 0; n < slots; n++) {
         j = j ? j - 1 : slots - 1;
-        if (o->mid_size[j] == rounded) {
-            stow_block_t *b = o->mid[j];
-            o->mid[j] = NULL;
-            o->mid_size[j] = 0;
-            o->quick_blocks--;
-            pool->quick_blocks--;
-            b->state = BLOCK_FREE;
-            stow__pool_count_split(pool, b, false);
-            return b;
-        }
+        if (o->mid_size[j] == rounded)
+            return mid_take_slot(pool, o, j);
     }
     return NULL;
 }
@@ -154,18 +167,12 @@ stow_block_t *stow__quick_pop(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     return NULL;
 }
 
-static void flush_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o)
-{
-    (void)stow__ptr_map_remove(&pool->live, b->addr);
-    /* Already not live (push dropped live_blocks): make_free only merges and
-     * indexes a FREE block. */
-    stow__pool_make_free(pool, b, o);
-}
-
+/* Slot by slot, and for each size the newest block first (the order in
+ * which blocks merge decides which equal-sized block best fit finds first). */
 static size_t flush_mid_state(stow_pool_t *pool, stow_stream_state_t *o)
 {
     size_t flushed = 0;
-    for (unsigned j = 0; o->quick_blocks && j < STOW_MID_SLOTS; j++)
+    for (unsigned j = 0; o->quick_blocks && j < pool->quick_mid_slots; j++)
         for (; o->mid_size[j]; flushed++)
             flush_block(pool, mid_take(pool, o, o->mid_size[j]), o);
     return flushed;
