@@ -1,4 +1,5 @@
-"""Runs a project script on an input file in a fresh directory (shared by the script tests)."""
+"""Runs a project script on an input file in a fresh directory, and finds the stowage CLI
+(shared by the script tests)."""
 
 import os
 import subprocess
@@ -16,3 +17,13 @@ def run_on_file(script, name, data, argv, read):
             f.write(data)
         p = subprocess.run([sys.executable, script] + argv(d, src), capture_output=True, text=True)
         return p, read(d)
+
+
+def stowage_cli():
+    """build/stowage beside STOWAGE_LIB (set by ctest), else the repository's build/; None if
+    neither is built."""
+    lib = os.environ.get("STOWAGE_LIB")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    candidates = [os.path.join(os.path.dirname(lib), "stowage")] if lib else []
+    candidates.append(os.path.join(root, "build", "stowage"))
+    return next((c for c in candidates if os.access(c, os.X_OK)), None)

@@ -15,17 +15,14 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, HERE)
+
+from script_runner import stowage_cli  # noqa: E402
+
 SCRIPT = os.path.join(ROOT, "bench", "model_check.py")
 TRACE = os.path.join(ROOT, "bench", "traces", "resnet50_train.rep")
 NATIVE_BYTES = 6824132608      # PyTorch native max_memory_reserved on this trace
 EXPANDABLE_BYTES = 6098518016  # with expandable_segments:True
-
-
-def stowage_cli():
-    lib = os.environ.get("STOWAGE_LIB")
-    candidates = [os.path.join(os.path.dirname(lib), "stowage")] if lib else []
-    candidates.append(os.path.join(ROOT, "build", "stowage"))
-    return next((c for c in candidates if os.access(c, os.X_OK)), None)
 
 
 @unittest.skipIf(stowage_cli() is None, "no stowage CLI built")

@@ -7,22 +7,20 @@ a replay file does not, and the replay's stowage trace parser reads what it writ
 import importlib.util
 import os
 import subprocess
+import sys
 import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, HERE)
+
+from script_runner import stowage_cli  # noqa: E402
+
 spec = importlib.util.spec_from_file_location(
     "record_unseen", os.path.join(ROOT, "bench", "gpu", "record_unseen.py"))
 record_unseen = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(record_unseen)  # torch is imported only when a workload runs
-
-
-def stowage_cli():
-    lib = os.environ.get("STOWAGE_LIB")
-    candidates = [os.path.join(os.path.dirname(lib), "stowage")] if lib else []
-    candidates.append(os.path.join(ROOT, "build", "stowage"))
-    return next((c for c in candidates if os.access(c, os.X_OK)), None)
 
 
 EVENTS = [
