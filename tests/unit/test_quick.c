@@ -298,20 +298,22 @@ Test(quick, empty_cache_flushes_and_releases_everything)
     finish();
 }
 
-Test(quick, the_pool_merges_kept_blocks_before_it_grows)
+/* Fills one 2 MiB small segment with n blocks of block_bytes and frees them
+ * all: every one is kept (nothing left in the index). A 1 MiB request then
+ * fits the segment only once they merged: no new segment. */
+static void kept_blocks_merge_before_growing(unsigned depth, size_t block_bytes, int n)
 {
-    make(0, false, 32);
-    /* Fill one 2 MiB small segment with 64 KiB blocks and free them all: all
-     * 32 are kept, and no free block is left in the index. */
+    make(0, false, depth);
     void *p[32];
-    for (int i = 0; i < 32; i++)
-        p[i] = alloc_on(NULL, 64 * KIB);
-    for (int i = 0; i < 32; i++)
+    cr_assert_leq(n, 32);
+    for (int i = 0; i < n; i++)
+        p[i] = alloc_on(NULL, block_bytes);
+    for (int i = 0; i < n; i++)
         free_ok(p[i]);
     stow_stats_t s = stats();
     cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1);
     cr_assert_eq(s.largest_free_block_bytes, 0);
-    /* 1 MiB fits the segment only once the kept blocks merged: no new segment. */
+    cr_assert_eq(s.inactive_split[STOW_POOL_SMALL].current, (uint64_t)n, "all kept");
     void *big = alloc_on(NULL, 1 * MIB);
     cr_assert_eq(big, p[0]);
     s = stats();
@@ -322,44 +324,14 @@ Test(quick, the_pool_merges_kept_blocks_before_it_grows)
     finish();
 }
 
-Test(quick, the_pool_merges_the_mid_ring_before_it_grows)
+Test(quick, the_pool_merges_kept_blocks_before_it_grows)
 {
-    make(0, false, 4);
-    /* Eight 256 KiB blocks fill one 2 MiB small segment; all eight stay kept. */
-    void *p[8];
-    for (int i = 0; i < 8; i++)
-        p[i] = alloc_on(NULL, 256 * KIB);
-    for (int i = 0; i < 8; i++)
-        free_ok(p[i]);
-    stow_stats_t s = stats();
-    cr_assert_eq(s.largest_free_block_bytes, 0);
-    cr_assert_eq(s.inactive_split[STOW_POOL_SMALL].current, 8);
-    void *big = alloc_on(NULL, 1 * MIB);
-    cr_assert_eq(big, p[0], "merged instead of growing");
-    s = stats();
-    cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1);
-    cr_assert_eq(s.num_quick_flushes, 1);
-    cr_assert_eq(s.num_device_alloc, 1);
-    free_ok(big);
-    finish();
+    kept_blocks_merge_before_growing(32, 64 * KIB, 32); /* quick lists */
 }
 
-Test(quick, a_mid_block_freed_on_one_stream_is_not_reused_on_another)
+Test(quick, the_pool_merges_the_mid_ring_before_it_grows)
 {
-    make(0, true, 4);
-    void *x = alloc_on(S2, 4 * KIB); /* S2's own segment, with room left */
-    void *a = alloc_on(S1, 300 * KIB), *keep = alloc_on(S1, 4 * KIB);
-    free_ok(a);
-    void *b = alloc_on(S2, 300 * KIB);
-    cr_assert_eq((char *)b, (char *)x + 4 * KIB, "S1's work may still use a");
-    stow_stats_t s = stats();
-    cr_assert_eq(s.num_quick_hits, 0);
-    cr_assert_eq(s.num_quick_flushes, 0);
-    cr_assert_eq(alloc_on(S1, 300 * KIB), a, "S1 itself reuses it at once");
-    cr_assert_eq(stats().num_quick_hits, 1);
-    for (void **q = (void *[]){a, keep, b, x, NULL}; *q; q++)
-        free_ok(*q);
-    finish();
+    kept_blocks_merge_before_growing(4, 256 * KIB, 8); /* the mid ring alone */
 }
 
 Test(quick, out_of_memory_retry_flushes_first)
@@ -385,24 +357,31 @@ Test(quick, out_of_memory_retry_flushes_first)
     finish();
 }
 
-Test(quick, a_block_freed_on_one_stream_is_not_reused_on_another)
+/* A block freed on S1 is kept for S1: S1's work may still use it, so S2 gets
+ * its own memory, from its index; S1 itself reuses it at once. */
+static void freed_on_one_stream_not_reused_on_another(size_t block_bytes)
 {
     make(0, true, 4);
     void *x = alloc_on(S2, 4 * KIB); /* S2's own segment, with room left */
-    void *a = alloc_on(S1, 4 * KIB);
+    void *a = alloc_on(S1, block_bytes);
     void *keep = alloc_on(S1, 4 * KIB);
     free_ok(a);
-    /* S1's work may still use a: S2 gets its own memory, from its index. */
-    void *b = alloc_on(S2, 4 * KIB);
-    cr_assert_eq((char *)b, (char *)x + 4 * KIB);
+    void *b = alloc_on(S2, block_bytes);
+    cr_assert_eq((char *)b, (char *)x + 4 * KIB, "S1's work may still use a");
     stow_stats_t s = stats();
     cr_assert_eq(s.num_quick_hits, 0);
     cr_assert_eq(s.num_quick_flushes, 0);
-    cr_assert_eq(alloc_on(S1, 4 * KIB), a, "S1 itself reuses it at once");
+    cr_assert_eq(alloc_on(S1, block_bytes), a, "S1 itself reuses it at once");
     cr_assert_eq(stats().num_quick_hits, 1);
     for (void **p = (void *[]){a, keep, b, x, NULL}; *p; p++)
         free_ok(*p);
     finish();
+}
+
+Test(quick, a_block_freed_on_one_stream_is_not_reused_on_another)
+{
+    freed_on_one_stream_not_reused_on_another(4 * KIB);   /* a quick list */
+    freed_on_one_stream_not_reused_on_another(300 * KIB); /* the mid ring */
 }
 
 Test(quick, scrub_on_free_blocks_are_not_kept)
