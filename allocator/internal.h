@@ -412,7 +412,8 @@ stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b);
 /* Turns PENDING blocks whose events completed into FREE blocks. */
 void stow__stream_process_pending(stow_pool_t *pool);
 /* Moves blocks freed on other streams into `any` once a clearance event
- * recorded after their free completed; returns whether any moved. */
+ * recorded after their free completed; returns whether any moved. Used on a
+ * miss only with reuse_other_streams_on_miss. */
 bool stow__stream_clear_others(stow_pool_t *pool, stow_stream_state_t *except);
 /* After a device synchronize: everything free is clear for every stream. */
 void stow__stream_clear_all_synchronized(stow_pool_t *pool);

@@ -370,8 +370,8 @@ static void take_block(stow_pool_t *pool, stow_block_t *b, stow_block_t **link,
     hand_out(pool, b, ss, requested, hit);
 }
 
-/* No block in the index fits: merge what quick lists keep, clear other
- * streams' frees, then grow. *cached: the block came from cached memory (a
+/* No block in the index fits: merge what quick lists keep, (with
+ * reuse_other_streams_on_miss) clear other streams' frees, then grow. *cached: the block came from cached memory (a
  * cache hit in the books), not from the backend. */
 static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                                 size_t rounded, size_t requested, stow_block_t **out,
@@ -389,9 +389,15 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
         if ((*out = find_fit(pool, ss, kind, rounded)) != NULL)
             return STOW_OK;
     }
-    /* Blocks freed on other streams become usable once their work completed. */
-    if (pool->stream_count > 1 && stow__stream_clear_others(pool, ss) &&
-        (*out = find_fit(pool, ss, kind, rounded)) != NULL)
+    /* Blocks freed on other streams, once their work completed, only with
+     * reuse_other_streams_on_miss; otherwise the out-of-memory retry alone
+     * hands them over. Taken on every miss, they went to the lists all streams
+     * share, where best fit mixed one workload's blocks into the other's:
+     * two training traces on two streams reserved 3-17% more at their peak and
+     * needed a larger device than PyTorch's allocator on 18 of 20 such mixes
+     * (7 without; docs/design.md, streams). */
+    if (pool->config.reuse_other_streams_on_miss && pool->stream_count > 1 &&
+        stow__stream_clear_others(pool, ss) && (*out = find_fit(pool, ss, kind, rounded)) != NULL)
         return STOW_OK;
     *cached = false;
     stow_status_t st = pool->vmm ? stow__vmm_grow(pool, ss, kind, rounded, out)

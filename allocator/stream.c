@@ -3,11 +3,14 @@
  *
  * A block freed on stream S goes back to S's free lists and is reusable by S
  * at once (S's later work is ordered after its earlier work). Another stream T
- * may reuse it only after an event recorded on S after the free completed:
- * when T misses, the pool records one "clearance" event per other stream,
- * covering every block freed there so far, and moves those blocks to the
- * shared `any` lists once the event is seen complete. One event per stream
- * per miss, not per free: the common single-stream case records none.
+ * may reuse it only once S's work up to the free completed: after a device
+ * synchronize (the out-of-memory retry, empty_cache:
+ * stow__stream_clear_all_synchronized) or, with reuse_other_streams_on_miss,
+ * when T misses: the pool then records one "clearance" event per other
+ * stream, covering every block freed there so far, and moves those blocks to
+ * the shared `any` lists once the event is seen complete. One event per
+ * stream per miss, not per free: the common single-stream case records none.
+ * Why that is not the default: docs/design.md, streams.
  *
  * stow_record_stream adds users: at free, one event is recorded on each user
  * stream and the block stays PENDING (off every free list) until all of them

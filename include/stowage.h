@@ -107,6 +107,15 @@ typedef struct stow_config {
                                       releases memory; 0 = off; at most
                                       STOW_QUICK_MID_SLOTS_MAX (the default); key
                                       "quick_mid_slots" (docs/design.md, quick lists) */
+    bool reuse_other_streams_on_miss; /* default false: a stream whose request fits none of
+                                      its own free blocks (nor those every stream may use)
+                                      grows the pool; other streams' completed frees become
+                                      usable only when memory is short (the out-of-memory
+                                      retry) or at empty_cache. true: they are cleared
+                                      (an event per stream) before the pool grows; two
+                                      workloads on two streams then reserved 3-17% more
+                                      (docs/design.md, streams); key
+                                      "reuse_other_streams_on_miss" */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
@@ -133,6 +142,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
  * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, record_events,
  * scrub_on_free (true|false), quick_depth, quick_mid_slots,
+ * reuse_other_streams_on_miss (true|false),
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.
@@ -185,8 +195,11 @@ STOW_API STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t 
 
 /*
  * Frees a block returned by stow_pool_alloc. It is reusable at once on the
- * stream it was allocated on; by other streams only after an event recorded
- * after this free (on every stream named by stow_record_stream) has completed.
+ * stream it was allocated on; by other streams only once the device has done
+ * everything queued before this free (on every stream named by
+ * stow_record_stream too): when memory is short (the out-of-memory retry
+ * synchronizes), at stow_empty_cache, or with reuse_other_streams_on_miss after
+ * an event recorded past this free has completed.
  * A pointer this pool did not hand out, an interior pointer, or a second free
  * returns STOW_ENOTOWNED and changes nothing.
  * Thread safety: safe. Errors: STOW_ENOTOWNED, STOW_EINVAL (NULL), STOW_EBACKEND.

@@ -442,6 +442,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (conf & 8)
         cfg.memory_fraction = (1 + fz_u8(&in) % 100) / 100.0;
     cfg.release_idle_on_grow = !(conf & 16);
+    cfg.reuse_other_streams_on_miss = (setup >> 4) & 1;
     if (conf & 128) { /* quick lists and mid ring: off, or short enough to fill and flush often */
         cfg.quick_depth = fz_u8(&in) % 9;
         cfg.quick_mid_slots = fz_u8(&in) % (STOW_QUICK_MID_SLOTS_MAX + 1);

@@ -92,6 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size && (data[0] & 1)) {
         c.memory_fraction = 0.5;
         c.release_idle_on_grow = false;
+        c.reuse_other_streams_on_miss = true;
     }
     before = c;
     char err[96];

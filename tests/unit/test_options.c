@@ -57,6 +57,7 @@ Test(options, defaults)
     cr_assert(c.garbage_collection_threshold == 0.0);
     cr_assert(c.memory_fraction == 1.0);
     cr_assert(c.release_idle_on_grow);
+    cr_assert(!c.reuse_other_streams_on_miss);
     char err[64];
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_OK);
 }
@@ -97,6 +98,11 @@ Test(options, every_key)
     cr_assert(!c.release_idle_on_grow);
     parse_ok(&c, "release_idle_on_grow:1");
     cr_assert(c.release_idle_on_grow);
+    parse_ok(&c, "reuse_other_streams_on_miss:true");
+    cr_assert(c.reuse_other_streams_on_miss);
+    cr_assert(c.release_idle_on_grow, "the other flag untouched");
+    parse_ok(&c, "reuse_other_streams_on_miss:0");
+    cr_assert(!c.reuse_other_streams_on_miss);
     parse_ok(&c, "policy:vmm");
     cr_assert_eq(c.policy, STOW_POLICY_VMM);
     parse_ok(&c, "policy:classic");
@@ -259,6 +265,7 @@ Test(options, bad_enums_and_bools)
     parse_bad("policy:", "policy");
     parse_bad("expandable_segments:yes", "expandable_segments");
     parse_bad("release_idle_on_grow:2", "release_idle_on_grow");
+    parse_bad("reuse_other_streams_on_miss:maybe", "reuse_other_streams_on_miss");
 }
 
 Test(options, bad_divisions)

@@ -14,7 +14,7 @@
 static stow_backend_t *sim;
 static stow_pool_t *pool;
 
-static void setup(void)
+static void setup_with(bool reuse_other_streams_on_miss)
 {
     sim = ts_sim(0, false, true);
     cr_assert_not_null(sim);
@@ -22,8 +22,14 @@ static void setup(void)
     stow_config_t c;
     stow_config_default(&c);
     c.release_idle_on_grow = false;
+    c.reuse_other_streams_on_miss = reuse_other_streams_on_miss;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
 }
+
+static void setup(void) { setup_with(false); }
+
+/* Other streams' completed frees cleared (an event each) before the pool grows. */
+static void setup_on_miss(void) { setup_with(true); }
 
 static void finish(void)
 {
@@ -61,7 +67,7 @@ Test(stream, same_stream_reuses_at_once, .init = setup)
     finish();
 }
 
-Test(stream, other_stream_waits_for_the_clearance_event, .init = setup)
+Test(stream, other_stream_waits_for_the_clearance_event, .init = setup_on_miss)
 {
     void *a = alloc_on(S1, 16 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
@@ -82,7 +88,28 @@ Test(stream, other_stream_waits_for_the_clearance_event, .init = setup)
     finish();
 }
 
-Test(stream, blocks_freed_after_the_event_stay_private, .init = setup)
+Test(stream, by_default_a_miss_grows_rather_than_take_another_streams_frees, .init = setup)
+{
+    void *a = alloc_on(S1, 16 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    stow_sim_complete_stream(sim, S1);
+    /* S1's work is done, but S2's miss grows the pool: no clearance event. */
+    void *b = alloc_on(S2, 16 * MIB);
+    cr_assert_neq(b, a);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_event_records, 0, "no clearance event on a miss");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 32 * MIB);
+    /* S1 still reuses its own free block at once. */
+    void *c = alloc_on(S1, 16 * MIB);
+    cr_assert_eq(c, a);
+    check();
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    finish();
+}
+
+Test(stream, blocks_freed_after_the_event_stay_private, .init = setup_on_miss)
 {
     void *a = alloc_on(S1, 16 * MIB);
     void *a2 = alloc_on(S1, 24 * MIB);
