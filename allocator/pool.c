@@ -370,9 +370,10 @@ static void take_block(stow_pool_t *pool, stow_block_t *b, stow_block_t **link,
     hand_out(pool, b, ss, requested, hit);
 }
 
-/* No block in the index fits: merge what quick lists keep, (with
- * reuse_other_streams_on_miss) clear other streams' frees, then grow. *cached: the block came from cached memory (a
- * cache hit in the books), not from the backend. */
+/* No block in the index fits: merge what quick lists keep, clear other
+ * streams' frees (with reuse_other_streams_on_miss), then grow. *cached: the
+ * block came from cached memory (a cache hit in the books), not from the
+ * backend. */
 static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                                 size_t rounded, size_t requested, stow_block_t **out,
                                 bool *cached)
