@@ -29,6 +29,12 @@ class TraceError(Exception):
     pass
 
 
+# The trace format's limits (docs/trace_format.md), which the mixed trace must keep too.
+MAX_SIZE_BYTES = 1 << 62
+MAX_STREAMS = 1 << 16
+MAX_IDS = 1 << 32
+
+
 def load(path):
     """(id_count, events) of the trace file at path (parse)."""
     try:
@@ -62,6 +68,10 @@ def parse(path, text):
             raise TraceError(f"{path}:{number}: expected 'a ID SIZE STREAM' or 'f ID'")
         if event[1] >= id_count:
             raise TraceError(f"{path}:{number}: id {event[1]} not below the header's {id_count}")
+        if event[0] == "a" and not 0 < event[2] <= MAX_SIZE_BYTES:
+            raise TraceError(f"{path}:{number}: size {event[2]} is not in [1, 2^62]")
+        if event[0] == "a" and event[3] >= MAX_STREAMS:
+            raise TraceError(f"{path}:{number}: stream index {event[3]} too large")
         events.append(event)
     if len(events) != event_count:
         raise TraceError(f"{path}:1: header says {event_count} events, the file has {len(events)}")
@@ -75,6 +85,10 @@ def mix(a, b, chunk, separate):
     stream_shift = 0
     if separate:
         stream_shift = 1 + max((e[3] for e in ev_a if e[0] == "a"), default=0)
+    top_stream = max((e[3] for e in ev_b if e[0] == "a"), default=0) + stream_shift
+    if ids_a + ids_b > MAX_IDS or top_stream >= MAX_STREAMS:
+        raise TraceError(f"mixed_traces: the two traces together have {ids_a + ids_b} ids and "
+                         f"stream index {top_stream}: more than a trace may hold")
     turns = max(1, max(len(ev_a), len(ev_b)) // chunk)
     out, i, j = [], 0, 0
     for k in range(1, turns + 1):

@@ -58,6 +58,12 @@ class Mix(unittest.TestCase):
         self.assertEqual(events, [("a", 0, 1000, 0), ("a", 1, 2000, 0), ("f", 0), ("f", 1),
                                   ("a", 2, 5000, 1), ("f", 2)])
 
+    def test_a_mix_beyond_the_format_is_refused(self):
+        top = mixed_traces.parse("b", "1 2\na 0 5000 65535\nf 0\n")
+        with self.assertRaisesRegex(mixed_traces.TraceError, "stream index 131071"):
+            mixed_traces.mix(top, top, 1, True)
+        mixed_traces.mix(top, top, 1, False)  # the same streams: within the format
+
     def test_separate_streams_move_past_the_first_traces(self):
         _, events = mixed_traces.mix(mixed_traces.parse("b", B), mixed_traces.parse("a", A),
                                      1, True)
@@ -95,7 +101,10 @@ class Script(unittest.TestCase):
     def test_header_count_and_ids_are_checked(self):
         for text, why in (("1 3\na 0 5000 1\nf 0\n", "header says 3 events, the file has 2"),
                           ("1 2\na 1 5000 1\nf 1\n", "id 1 not below the header's 1"),
-                          ("", "empty trace")):
+                          ("", "empty trace"),
+                          ("1 2\na 0 0 1\nf 0\n", "size 0 is not in [1, 2^62]"),
+                          ("1 2\na 0 4611686018427387905 1\nf 0\n", "is not in [1, 2^62]"),
+                          ("1 2\na 0 5000 65536\nf 0\n", "stream index 65536 too large")):
             p, _ = run({"a.rep": A, "b.rep": text})
             self.assertEqual(p.returncode, 2, text)
             self.assertIn(why, p.stderr)
