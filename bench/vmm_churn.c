@@ -9,7 +9,9 @@
  * count equal to that of the replay two before: a fixed point or a two-step
  * cycle, seen at least twice), and the host cost of vmm relative to classic
  * (median of the per-replay ratios of replays 3..N: same process, same trace,
- * back to back).
+ * back to back). It also prints the classic pool's backend calls (segment
+ * reserves and releases) replay by replay and its peak reserved / peak live:
+ * whether the classic pool settles under the same settings.
  *
  * With --parts P it also prints the map + unmap calls of the first replay (a
  * fresh pool, as in a real run) in P equal slices of its events: for a trace of
@@ -82,6 +84,13 @@ static stow_stream_t stream_of(uint32_t index)
 {
     /* Distinct non-NULL handles, as the replay engine gives them. */
     return (stow_stream_t)(uintptr_t)(index + 1u);
+}
+
+static uint64_t backend_calls(stow_pool_t *pool)
+{
+    stow_stats_t st;
+    (void)stow_pool_stats(pool, &st);
+    return st.num_backend_calls;
 }
 
 static uint64_t remaps(stow_pool_t *pool)
@@ -301,19 +310,28 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     double churn[MAX_REPLAYS], ratio[MAX_REPLAYS];
-    uint64_t count[MAX_REPLAYS], part_remaps[MAX_PARTS];
+    uint64_t count[MAX_REPLAYS], classic_calls[MAX_REPLAYS], part_remaps[MAX_PARTS];
     uint64_t failures = 0;
     printf("%-26s map+unmap / 1000 events by replay:", base);
     for (int r = 0; r < replays; r++) {
-        uint64_t before = remaps(vmm.pool);
+        uint64_t before = remaps(vmm.pool), classic_before = backend_calls(classic.pool);
         uint64_t vmm_ns = replay(&vmm, t, &failures, r == 0 ? parts : 0, part_remaps, NULL);
         uint64_t classic_ns = replay(&classic, t, &failures, 0, NULL, NULL);
         count[r] = remaps(vmm.pool) - before;
+        classic_calls[r] = backend_calls(classic.pool) - classic_before;
         churn[r] = 1000.0 * (double)count[r] / (double)t->event_count;
         ratio[r] = (double)vmm_ns / (double)classic_ns;
         printf(" %.1f", churn[r]);
     }
     printf("\n");
+    /* The classic pool beside it: does it settle (no cudaMalloc / cudaFree)? */
+    printf("%-26s classic backend calls by replay:", base);
+    for (int r = 0; r < replays; r++)
+        printf(" %llu", (unsigned long long)classic_calls[r]);
+    stow_stats_t cst;
+    (void)stow_pool_stats(classic.pool, &cst);
+    printf("  (reserved/live %.4f)\n",
+           (double)cst.reserved_bytes[STOW_POOL_ALL].peak / (double)t->peak_live_bytes);
     if (parts > 0) {
         printf("%-26s first replay, map+unmap by 1/%d of its events:", base, parts);
         for (int k = 0; k < parts; k++)
