@@ -8,10 +8,11 @@
 #      capacity, backend calls, ns/event (median over runs of each run's median
 #      of R warm repeats), OOMs;
 #   2. classic ns/event / jemalloc ns/event per trace, per run (same process,
-#      same trace) and their median (the goal's reference), and the median of
-#      classic / jemalloc-decay (jemalloc with its default decay, for context);
+#      same trace) and their median (the goal's reference), the median of
+#      classic / jemalloc-decay (jemalloc with its default decay, for context),
+#      and the median of vmm / classic (issue 4's host-cost goal);
 #   3. the PyTorch models against the real figures of ../shared/traces/README.md;
-#   4. the three goals, met or not.
+#   4. the goals, met or not.
 # Usage: bench/replay_all.sh [RUNS=3] [REPEATS=7]   (from the repository root,
 # after building: cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build)
 set -euo pipefail
@@ -62,16 +63,21 @@ for key in order:
           f"{fmt(j['backend_calls'])} | {ns:.1f} | {j['ooms']} |")
 
 print()
-print("| trace | classic / jemalloc ns/event, per run | median | classic / jemalloc-decay, median |")
-print("|---|---|---:|---:|")
-ratios_ok = True
+print("| trace | classic / jemalloc ns/event, per run | median | classic / jemalloc-decay, median "
+      "| vmm / classic, median |")
+print("|---|---|---:|---:|---:|")
+ratios_ok = vmm_ok = True
 for t in traces:
     c, je, jd = rows[(t, "classic")], rows[(t, "jemalloc")], rows[(t, "jemalloc-decay")]
     rs = [a["ns_per_event"] / b["ns_per_event"] for a, b in zip(c, je)]
     med = statistics.median(rs)
     ratios_ok &= med <= 0.25
     med_decay = statistics.median(a["ns_per_event"] / b["ns_per_event"] for a, b in zip(c, jd))
-    print(f"| {t} | {', '.join(f'{x:.3f}' for x in rs)} | {med:.3f} | {med_decay:.3f} |")
+    med_vmm = statistics.median(a["ns_per_event"] / b["ns_per_event"]
+                                for a, b in zip(rows[(t, "vmm")], c))
+    vmm_ok &= med_vmm <= 1.5
+    print(f"| {t} | {', '.join(f'{x:.3f}' for x in rs)} | {med:.3f} | {med_decay:.3f} "
+          f"| {med_vmm:.2f} |")
 
 real = {}
 for line in open(readme):
@@ -104,4 +110,6 @@ print(f"- goal: classic min capacity <= pytorch min capacity on every trace: "
       f"{'met' if mc_ok else 'MISSED'}")
 print(f"- goal: classic ns/event <= 0.25 x jemalloc ns/event (median ratio) on every trace: "
       f"{'met' if ratios_ok else 'MISSED'}")
+print(f"- goal (issue 4): vmm ns/event <= 1.5 x classic ns/event (median ratio, same runs) on "
+      f"every trace: {'met' if vmm_ok else 'MISSED'}")
 EOF
