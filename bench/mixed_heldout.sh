@@ -13,7 +13,8 @@
 # Extra arguments go to the replays as settings (--conf ...).
 # Usage: bench/mixed_heldout.sh [--conf KEY:VALUE,...]   (from the repository
 # root, after building; PAIRS=A+B,... restricts the pairs; the default 40
-# traces take about 20 minutes on 2 cores, most of it the gpt2_generate pairs)
+# traces took 24 s on 2 cores in the fourteenth session; about 20 minutes were
+# noted on the VM of the thirteenth)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
