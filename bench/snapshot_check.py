@@ -197,10 +197,10 @@ def lay_out(rep, segs):
         size, stream, _ = segs[base]
         if size == SMALL_SEGMENT:
             whole[base] = [rep.alloc(SMALL_REQUEST, stream), rep.alloc(SMALL_REQUEST, stream)]
-        elif size >= 10 << 20 or size == 20 << 20:
-            whole[base] = [rep.alloc(size, stream)]
+        elif size >= 10 << 20:
+            whole[base] = [rep.alloc(size, stream)]  # 20 MiB for 1-10 MiB requests, else exact
         else:
-            raise Unusable("a segment of %d bytes (PyTorch makes 2 MiB, 20 MiB or >= 10 MiB)"
+            raise Unusable("a segment of %d bytes (PyTorch makes 2 MiB or at least 10 MiB)"
                            % size)
     live, later = {}, []
     for base in sorted(segs):
@@ -298,7 +298,7 @@ class Ties:
         for n, a in runs:
             bysize.setdefault(n, set()).add((rank, a))
 
-    def alloc(self, addr, request, stream):
+    def alloc(self, addr, request):
         base = find_segment(self.segs, addr)
         if base is None:
             return
@@ -397,7 +397,7 @@ def build(snap, device, entries):
             if addr in ids or addr in live:
                 raise Unusable("an alloc of a live address %#x" % addr)
             ids[addr] = rep.alloc(size, e.get("stream", 0))
-            ties.alloc(addr, size, e.get("stream", 0))
+            ties.alloc(addr, size)
         elif act == free_kind and size > 0:
             if addr in ids:
                 rep.free(ids.pop(addr))
@@ -405,9 +405,9 @@ def build(snap, device, entries):
                 rep.free(live.pop(addr))
             ties.free(addr)
     facts = dict(start=start, stop=stop, entries=len(entries), prefix_segments=prefix_segments,
-                 prefix_lines=prefix_lines, reserved0=reserved0, real_peak=reserved0 + peak_growth, real_mallocs=mallocs,
-                 ties=ties.ties, not_best=ties.not_best + ties.not_lowest, placed=ties.placed,
-                 policy="pytorch")
+                 prefix_lines=prefix_lines, reserved0=reserved0,
+                 real_peak=reserved0 + peak_growth, real_mallocs=mallocs, ties=ties.ties,
+                 not_best=ties.not_best + ties.not_lowest, placed=ties.placed, policy="pytorch")
     return rep, facts
 
 
