@@ -32,30 +32,4 @@ while read -r t; do
         --policy pytorch-expandable --min-capacity --repeats 1 --json "$@" "$t"
 done <"$out/list.txt" >"$out/replay.jsonl"
 
-python3 - "$out/replay.jsonl" <<'EOF'
-import json, os, sys
-
-rows = {}
-for line in open(sys.argv[1]):
-    j = json.loads(line)
-    name = os.path.basename(j["trace"])[:-4]
-    live = j["peak_live_bytes"]
-    rows.setdefault(name, {})[j["policy"]] = (j["peak_reserved_bytes"] / live,
-                                              j["min_capacity_bytes"] / live)
-policies = ["classic", "vmm", "pytorch", "pytorch-expandable"]
-print("| trace | " + " | ".join(f"{p} reserved / min" for p in policies) + " |")
-print("|---|" + "---:|" * len(policies))
-above_model, vmm_over = [], []
-for name, r in rows.items():
-    print(f"| {name} | " + " | ".join(f"{r[p][0]:.4f} / {r[p][1]:.4f}" for p in policies) + " |")
-    ratio = r["classic"][1] / r["pytorch"][1]
-    if ratio > 1:
-        above_model.append(f"{name} {100 * (ratio - 1):+.1f}%")
-    if max(r["vmm"]) > 1.01:
-        vmm_over.append(f"{name} {max(r['vmm']):.4f}")
-print()
-print(f"traces: {len(rows)}")
-print(f"classic minimum capacity above the pytorch model's: {len(above_model)}: "
-      + ", ".join(above_model))
-print(f"vmm above 1.01 x live (reserved or minimum): {len(vmm_over)}: " + ", ".join(vmm_over))
-EOF
+python3 "$root/bench/heldout_table.py" "$out/replay.jsonl"

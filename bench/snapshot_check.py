@@ -89,12 +89,15 @@ def frees_used(entries):
     return "free_requested"
 
 
-def state_at(snap, device, entries, start):
+def state_at(snap, device, entries, start, requested=None):
     """Segments alive at entry `start`: {base: [size, stream, {addr: block size}]} (live blocks).
 
     The final 'segments' list, rewound through the trace: what the trace created is removed,
-    what it destroyed without creating it is added back.
+    what it destroyed without creating it is added back. `requested`, when given, receives
+    {addr: requested bytes} of the blocks.
     """
+    if requested is None:
+        requested = {}
     free_kind = frees_used(entries)
     segs = {}
     for s in snap.get("segments") or []:
@@ -113,6 +116,7 @@ def state_at(snap, device, entries, start):
             at = addr + b["size"]
             if b.get("state") in ("active_allocated", "active_pending_free"):
                 blocks[addr] = b["size"]
+                requested[addr] = b.get("requested_size") or b["size"]
         segs[base] = [size, s.get("stream", 0), blocks]
     # Rewind: walk the trace backwards, undoing each entry.
     for e in reversed(entries):
@@ -132,6 +136,7 @@ def state_at(snap, device, entries, start):
             if owner is None:
                 raise Unusable("a free at %#x outside every segment" % addr)
             segs[owner][2][addr] = round_block(e["size"])
+            requested[addr] = e["size"]
     # Forward to `start`: the opening cudaFree calls.
     for e in entries[:start]:
         if e.get("action") in RELEASES:
@@ -411,6 +416,49 @@ def build(snap, device, entries):
     return rep, facts
 
 
+def workload(snap, device, entries):
+    """The requests of a device trace as a .rep from an empty device, for any policy.
+
+    The blocks alive when recording began (rebuilt as above) are allocated first, in address
+    order, then every request of the trace follows, past any cudaFree too: what the program
+    asked for, without PyTorch's cache. Expandable traces only from an empty cache.
+    """
+    free_kind = frees_used(entries)
+    rep, ids = Rep(), {}
+    if any(e.get("action") in ("segment_map", "segment_unmap") for e in entries):
+        mapped = []
+        for e in entries:
+            if e.get("action") == "segment_map":
+                mapped = map_range(mapped, e["addr"], e["size"])
+            elif e.get("action") == "alloc" and not any(
+                    a <= e["addr"] < a + n for a, n in mapped):
+                raise Unusable("expandable segments with memory mapped before the trace began")
+    else:
+        requested = {}
+        segs = state_at(snap, device, entries, 0, requested)
+        for base in sorted(segs):
+            stream, blocks = segs[base][1], segs[base][2]
+            for addr in sorted(blocks):
+                ids[addr] = rep.alloc(requested.get(addr, blocks[addr]), stream)
+    if not any(e.get("action") == "alloc" for e in entries):
+        raise Unusable("no allocation in the trace")
+    requested_free = set()
+    for e in entries:
+        act, addr, size = e.get("action"), e.get("addr"), e.get("size", 0)
+        if act == "alloc" and size > 0:
+            if addr in ids:
+                if addr not in requested_free:
+                    raise Unusable("an alloc of a live address %#x" % addr)
+                rep.free(ids.pop(addr))  # its completion was not recorded
+            requested_free.discard(addr)
+            ids[addr] = rep.alloc(size, e.get("stream", 0))
+        elif act == free_kind and size > 0 and addr in ids:
+            rep.free(ids.pop(addr))
+        elif act == "free_requested":
+            requested_free.add(addr)
+    return rep
+
+
 def replay(stowage, path, policy):
     run = subprocess.run([stowage, "replay", "--policy", policy, "--json", path],
                          capture_output=True, text=True)
@@ -462,6 +510,8 @@ def main(argv=None):
     ap.add_argument("snapshots", nargs="+")
     ap.add_argument("--stowage", default=os.path.join(HERE, "..", "build", "stowage"))
     ap.add_argument("--write", help="keep the .rep traces in this directory")
+    ap.add_argument("--workloads", help="also write each trace's requests from an empty device "
+                    "(NAME.dN.rep) to this directory, for any policy")
     ap.add_argument("--tolerance", type=float, default=0.01)
     args = ap.parse_args(argv)
     out_dir = args.write or tempfile.mkdtemp(prefix="snapshot_check.")
@@ -488,6 +538,13 @@ def main(argv=None):
             skipped.append("%s: no trace entries (recorded without _record_memory_history)"
                            % name)
         for device, entries in traces:
+            if args.workloads:
+                try:
+                    os.makedirs(args.workloads, exist_ok=True)
+                    workload(snap, device, entries).write(
+                        os.path.join(args.workloads, "%s.d%d.rep" % (name, device)))
+                except (Unusable, KeyError, TypeError, ValueError) as why:
+                    skipped.append("%s device %d: no workload (%s)" % (name, device, why))
             try:
                 cells, verdict, err, facts = compare(args, out_dir, name, snap, device, entries)
             except Unusable as why:
