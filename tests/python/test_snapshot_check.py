@@ -182,6 +182,21 @@ class SnapshotCheck(unittest.TestCase):
         self.assertIn("not compared: s1.pickle device 0: a CUDA-graph private pool", p.stdout)
         self.assertIn("0 device traces compared", p.stdout)
 
+    def test_the_workload_starts_with_the_blocks_alive_before_recording(self):
+        out = os.path.join(self.dir, "wl")
+        path = os.path.join(self.dir, "s0.pickle")
+        with open(path, "wb") as f:
+            f.write(pickle.dumps(snapshot(*WARM)))
+        p = subprocess.run([sys.executable, SCRIPT, "--stowage", stowage_cli(),
+                            "--workloads", out, path], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with open(os.path.join(out, "s0.pickle.d0.rep")) as f:
+            self.assertEqual(f.read().split("\n"), [
+                "3 6", "a 0 %d 0" % (8 * MiB), "a 1 %d 0" % (6 * MiB), "f 1",
+                "a 2 %d 0" % (16 * MiB), "f 2", "f 0", ""])
+        os.remove(os.path.join(out, "s0.pickle.d0.rep"))
+        os.rmdir(out)
+
     def test_a_file_that_is_not_a_snapshot_is_an_error(self):
         p = self.check(None, raw=b"not a pickle")
         self.assertEqual(p.returncode, 2)
