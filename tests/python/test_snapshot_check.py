@@ -6,8 +6,11 @@ rounded to 2 MiB; best fit; a large-pool block is split when over 1 MiB would re
 model must agree with it exactly; the falsified ones claim a cudaMalloc PyTorch would not make.
 """
 
+import contextlib
+import io
 import os
 import pickle
+import random
 import subprocess
 import sys
 import tempfile
@@ -201,6 +204,64 @@ class SnapshotCheck(unittest.TestCase):
         p = self.check(None, raw=b"not a pickle")
         self.assertEqual(p.returncode, 2)
         self.assertIn("s0.pickle: not a readable pickle", p.stderr)
+
+
+@unittest.skipIf(stowage_cli() is None, "no stowage CLI built")
+class SnapshotCheckRandom(unittest.TestCase):
+    """Random and damaged snapshots: each is compared, or refused with a reason; the script
+    never stops on a Python exception."""
+
+    ACTIONS = ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+               "segment_map", "segment_unmap", "snapshot", "oom"]
+    WEIRD = [None, -1, "x", 2 ** 70, [], {}, 1.5, True, (1, 2)]
+
+    def value(self, rng, choices):
+        return rng.choice(self.WEIRD) if rng.random() < 0.05 else rng.choice(choices)
+
+    def random_snapshot(self, rng):
+        bases = [X, Y, S]
+        sizes = [512, MiB, 2 * MiB, 4 * MiB, 12 * MiB, 20 * MiB]
+        entries = []
+        for _ in range(rng.randrange(20)):
+            base = rng.choice(bases)
+            entries.append({"action": self.value(rng, self.ACTIONS),
+                            "addr": self.value(rng, [base, base + rng.choice(sizes)]),
+                            "size": self.value(rng, sizes),
+                            "stream": self.value(rng, [0, 0, 7])})
+        segments = []
+        for base in bases[:rng.randrange(4)]:
+            size = self.value(rng, [2 * MiB, 20 * MiB, 40 * MiB, 3 * MiB])
+            blocks = [{"address": base, "size": self.value(rng, sizes),
+                       "state": self.value(rng, ["active_allocated", "inactive"])}]
+            segments.append({"device": 0, "address": base, "total_size": size,
+                             "stream": 0, "segment_type": "large",
+                             "is_expandable": self.value(rng, [False, False, True]),
+                             "blocks": self.value(rng, [blocks, []])})
+        return {"segments": segments, "device_traces": [entries]}
+
+    def test_random_snapshots(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import snapshot_check
+        rng = random.Random(3)
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for case in range(400):
+                path = os.path.join(tmp, "r%d.pickle" % case)
+                with open(path, "wb") as f:
+                    f.write(pickle.dumps(self.random_snapshot(rng)))
+                paths.append(path)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                rc = snapshot_check.main(paths + ["--stowage", stowage_cli(), "--write",
+                                                  os.path.join(tmp, "reps"), "--workloads",
+                                                  os.path.join(tmp, "wl")])
+        self.assertIn(rc, (0, 1, 2))
+        text = out.getvalue()
+        compared = text.count("\n| r")
+        refused = text.count("not compared: r")
+        self.assertGreater(compared, 0, text[-2000:])
+        self.assertGreater(refused, 0)
+        self.assertNotIn("stowage replay exited", text)
 
 
 FETCH = os.path.join(HERE, "..", "..", "bench", "fetch_snapshots.py")
