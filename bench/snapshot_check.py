@@ -416,15 +416,18 @@ def build(snap, device, entries):
     return rep, facts
 
 
-def workload(snap, device, entries):
+def workload(snap, device, entries, iterations=1):
     """The requests of a device trace as a .rep from an empty device, for any policy.
 
     The blocks alive when recording began (rebuilt as above) are allocated first, in address
     order, then every request of the trace follows, past any cudaFree too: what the program
-    asked for, without PyTorch's cache. Expandable traces only from an empty cache.
+    asked for, without PyTorch's cache. Expandable traces only from an empty cache. With
+    iterations > 1 the trace's requests run that many times, as a loop would run its step: the
+    blocks alive at the start stay, and what an iteration leaves allocated is freed before the
+    next one.
     """
     free_kind = frees_used(entries)
-    rep, ids = Rep(), {}
+    rep, live = Rep(), {}
     if any(e.get("action") in ("segment_map", "segment_unmap") for e in entries):
         mapped = []
         for e in entries:
@@ -439,23 +442,29 @@ def workload(snap, device, entries):
         for base in sorted(segs):
             stream, blocks = segs[base][1], segs[base][2]
             for addr in sorted(blocks):
-                ids[addr] = rep.alloc(requested.get(addr, blocks[addr]), stream)
+                live[addr] = rep.alloc(requested.get(addr, blocks[addr]), stream)
     if not any(e.get("action") == "alloc" for e in entries):
         raise Unusable("no allocation in the trace")
-    requested_free = set()
-    for e in entries:
-        act, addr, size = e.get("action"), e.get("addr"), e.get("size", 0)
-        if act == "alloc" and size > 0:
-            if addr in ids:
-                if addr not in requested_free:
-                    raise Unusable("an alloc of a live address %#x" % addr)
-                rep.free(ids.pop(addr))  # its completion was not recorded
-            requested_free.discard(addr)
-            ids[addr] = rep.alloc(size, e.get("stream", 0))
-        elif act == free_kind and size > 0 and addr in ids:
-            rep.free(ids.pop(addr))
-        elif act == "free_requested":
-            requested_free.add(addr)
+    for it in range(iterations):
+        if it:
+            for addr in ours:
+                rep.free(live.pop(addr))
+        ours, requested_free = set(), set()
+        for e in entries:
+            act, addr, size = e.get("action"), e.get("addr"), e.get("size", 0)
+            if act == "alloc" and size > 0:
+                if addr in live:
+                    if addr not in requested_free:
+                        raise Unusable("an alloc of a live address %#x" % addr)
+                    rep.free(live.pop(addr))  # its completion was not recorded
+                requested_free.discard(addr)
+                live[addr] = rep.alloc(size, e.get("stream", 0))
+                ours.add(addr)
+            elif act == free_kind and size > 0 and addr in live and (it == 0 or addr in ours):
+                rep.free(live.pop(addr))
+                ours.discard(addr)
+            elif act == "free_requested":
+                requested_free.add(addr)
     return rep
 
 
@@ -512,6 +521,8 @@ def main(argv=None):
     ap.add_argument("--write", help="keep the .rep traces in this directory")
     ap.add_argument("--workloads", help="also write each trace's requests from an empty device "
                     "(NAME.dN.rep) to this directory, for any policy")
+    ap.add_argument("--iterations", type=int, default=1,
+                    help="in those workloads, run the trace's requests this many times")
     ap.add_argument("--tolerance", type=float, default=0.01)
     args = ap.parse_args(argv)
     out_dir = args.write or tempfile.mkdtemp(prefix="snapshot_check.")
@@ -541,7 +552,7 @@ def main(argv=None):
             if args.workloads:
                 try:
                     os.makedirs(args.workloads, exist_ok=True)
-                    workload(snap, device, entries).write(
+                    workload(snap, device, entries, args.iterations).write(
                         os.path.join(args.workloads, "%s.d%d.rep" % (name, device)))
                 except (Unusable, KeyError, TypeError, ValueError) as why:
                     skipped.append("%s device %d: no workload (%s)" % (name, device, why))
