@@ -182,6 +182,18 @@ uint64_t stow__record_clock(void);
 void stow__record_free(stow_pool_t *pool);
 
 /* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
+/* The adaptive allowance of a page-mapped pool (vmm.c, note_remap): remaps
+ * counted by windows of pool operations. */
+typedef struct stow_vmm_adapt {
+    double slack;                /* in force: config.vmm_slack, raised up to vmm_slack_max */
+    uint64_t window_start_op;    /* op_count when the current window began */
+    uint64_t window_remaps;      /* remaps in it so far */
+    uint64_t hot_ops, hot_remaps; /* over the run of consecutive hot windows */
+    unsigned hot_windows;        /* that run's length */
+    double rate_at_last_raise;   /* remaps per operation of the run that raised it; 0: none */
+    bool settled;                /* no more raises: at the cap, or one that did not help */
+} stow_vmm_adapt_t;
+
 struct stow_pool {
     stow_lock_t lock;                /* allocator/lock.h; each entry point takes it once */
     stow_config_t config;
@@ -214,6 +226,7 @@ struct stow_pool {
     uint64_t live_bytes_high_water;    /* since creation or the last empty_cache */
     uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */
     size_t placed_extra;               /* extra_granules of the placement being made */
+    stow_vmm_adapt_t adapt;            /* the slack in force and how it adapts (vmm.c) */
     unsigned quick_depth;            /* blocks per quick list; 0: no quick lists (quick.c) */
     unsigned quick_mid_slots;        /* slots of each stream's mid ring used; 0: none (quick.c) */
     bool quick_on;                   /* either of the two: one load on every free, not two */

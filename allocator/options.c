@@ -28,6 +28,7 @@ void stow_config_default(stow_config_t *config)
     config->memory_fraction = 1.0;
     config->release_idle_on_grow = true;
     config->vmm_slack = 0.0095;
+    config->vmm_slack_max = 0.05;
     config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
     config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
 }
@@ -59,6 +60,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'per_process_memory_fraction': must be in (0, 1]");
     if (!(c->vmm_slack >= 0.0 && c->vmm_slack <= 1.0))
         return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
+    if (!(c->vmm_slack_max >= 0.0 && c->vmm_slack_max <= 1.0))
+        return fail(err, err_len, "key 'vmm_slack_max': must be in [0, 1]");
     if (c->quick_depth > STOW_QUICK_DEPTH_MAX)
         return fail(err, err_len, "key 'quick_depth': at most %u", STOW_QUICK_DEPTH_MAX);
     if (c->quick_mid_slots > STOW_QUICK_MID_SLOTS_MAX)
@@ -255,11 +258,11 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         c->record_events = (size_t)n;
         return STOW_OK;
     }
-    if (!strcmp(key, "vmm_slack")) {
+    if (!strcmp(key, "vmm_slack") || !strcmp(key, "vmm_slack_max")) {
         double f;
         if (!parse_double(v, &f) || !(f >= 0.0 && f <= 1.0))
-            return fail(err, err_len, "key 'vmm_slack': '%s' is not a number in [0, 1]", v);
-        c->vmm_slack = f;
+            return fail(err, err_len, "key '%s': '%s' is not a number in [0, 1]", key, v);
+        *(!strcmp(key, "vmm_slack") ? &c->vmm_slack : &c->vmm_slack_max) = f;
         return STOW_OK;
     }
     if (!strcmp(key, "quick_depth"))

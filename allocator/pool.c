@@ -181,6 +181,8 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->granularity_shift = (unsigned)__builtin_ctzll(backend->granularity_bytes);
     pool->has_events = backend->event_record && backend->event_query && backend->event_destroy;
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
+    pool->adapt.slack = cfg.vmm_slack;
+    pool->adapt.settled = cfg.vmm_slack_max <= cfg.vmm_slack;
     /* Quick lists need a small pool (page-mapped pools have none) and cannot
      * hold blocks that must be scrubbed before reuse. */
     pool->quick_depth = (pool->vmm || cfg.scrub_on_free) ? 0 : cfg.quick_depth;

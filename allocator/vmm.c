@@ -264,7 +264,7 @@ static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
 }
 
 /* The granules the pool may hold while some mapped granule sits unused:
- * (1 + vmm_slack) times the high-water mark of live bytes, in whole granules
+ * (1 + slack) times the high-water mark of live bytes, in whole granules
  * rounded down, and never fewer than that mark needs (rounded up). Measured in
  * bytes, not in live granules, so that granules which live blocks share only
  * partly (at the edges of free holes) do not raise the allowance, and rounded
@@ -275,7 +275,7 @@ static uint64_t allowed_granules(const stow_pool_t *pool, uint64_t live_bytes_hi
 {
     uint64_t g = pool->granularity_bytes;
     uint64_t live = live_bytes_high_water / g + (live_bytes_high_water % g != 0);
-    double with_slack = (double)live_bytes_high_water * (1.0 + pool->config.vmm_slack) / (double)g;
+    double with_slack = (double)live_bytes_high_water * (1.0 + pool->adapt.slack) / (double)g;
     uint64_t allowed = (uint64_t)with_slack;
     return allowed > live ? allowed : live;
 }
@@ -290,6 +290,65 @@ static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
      * none is left, live blocks themselves need more. */
     return pool->phys_count < allowed_granules(pool, live_bytes_high_water) ||
            pool->unused_count == 0;
+}
+
+/* The adaptive allowance (docs/design.md). A pool whose steady state needs
+ * more granules over a step than its allowance (a loop whose big blocks land
+ * somewhere else each time) remaps on every step for good: about 37 us per
+ * granule on an H200, plus a device synchronize per allocation that remaps
+ * (h200-costs.md), which can cost a training step tens of milliseconds. So a
+ * pool that keeps remapping keeps more: when ADAPT_HOT_WINDOWS windows of
+ * ADAPT_WINDOW_OPS pool operations in a row each remap at least once per
+ * ADAPT_HOT_OPS_PER_REMAP operations, the slack grows by half (up to
+ * vmm_slack_max), and again after the next such run, as long as each raise
+ * cut the remap rate by ADAPT_MIN_GAIN or more; then it stays. The run is long
+ * (65,536 operations) so that a pool settling by itself is not raised: on the
+ * 225 traces of the held-out checks, a single replay never raises it. */
+#define ADAPT_WINDOW_OPS 8192
+#define ADAPT_HOT_WINDOWS 8
+#define ADAPT_HOT_OPS_PER_REMAP 64
+#define ADAPT_GROWTH 1.5
+#define ADAPT_MIN_GAIN 0.05
+#define ADAPT_MIN_SLACK 0.005
+
+/* Counts one remap and closes the window it ends, if any. */
+static void note_remap(stow_pool_t *pool)
+{
+    stow_vmm_adapt_t *a = &pool->adapt;
+    if (a->settled)
+        return;
+    uint64_t ops = pool->op_count - a->window_start_op;
+    if (ops >= ADAPT_WINDOW_OPS) {
+        if (a->window_remaps * ADAPT_HOT_OPS_PER_REMAP >= ops) {
+            a->hot_ops += ops;
+            a->hot_remaps += a->window_remaps;
+            if (++a->hot_windows == ADAPT_HOT_WINDOWS) {
+                double rate = (double)a->hot_remaps / (double)a->hot_ops;
+                if (a->rate_at_last_raise > 0 &&
+                    rate > a->rate_at_last_raise * (1.0 - ADAPT_MIN_GAIN)) {
+                    a->settled = true; /* the last raise did not help: keep it, no more */
+                } else {
+                    a->slack = a->slack * ADAPT_GROWTH;
+                    if (a->slack < ADAPT_MIN_SLACK)
+                        a->slack = ADAPT_MIN_SLACK; /* from a slack of 0 */
+                    if (a->slack >= pool->config.vmm_slack_max) {
+                        a->slack = pool->config.vmm_slack_max;
+                        a->settled = true;
+                    }
+                    a->rate_at_last_raise = rate;
+                    pool->acct.s.num_vmm_allowance_raises++;
+                }
+                a->hot_windows = 0;
+                a->hot_ops = a->hot_remaps = 0;
+            }
+        } else {
+            a->hot_windows = 0;
+            a->hot_ops = a->hot_remaps = 0;
+        }
+        a->window_start_op = pool->op_count;
+        a->window_remaps = 0;
+    }
+    a->window_remaps++;
 }
 
 /* Unmaps the oldest unused granule, the first of the oldest run (one must
@@ -347,6 +406,7 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
     unsigned from_kind;
     if (unmap_oldest_unused(pool, out, &from_kind) != STOW_OK)
         return STOW_EBACKEND;
+    note_remap(pool);
     stow__acct_reserved_move(&pool->acct, from_kind, kind, pool->granularity_bytes);
     return STOW_OK;
 }

@@ -19,8 +19,9 @@
  *
  * Then it replays once more (not counted above) and prints that replay's
  * footprint: the granules some block overlapped while live. A replay whose
- * footprint is above the allowance ((1 + vmm_slack) x the live peak) cannot
- * run without remapping. With --who K it also prints the K events of that
+ * footprint is above the allowance ((1 + vmm_slack) x the live peak, or up to
+ * 1 + vmm_slack_max once the pool raised it) cannot run without remapping.
+ * With --who K it also prints the K events of that
  * replay that made the most map + unmap calls (event index, kind, size,
  * address, calls): which blocks keep the settled pool remapping.
  *
@@ -276,10 +277,12 @@ static int extra_replay(const char *base, side_t *vmm, const stow_trace_t *t,
     int rc = 0;
     if (footprint_granules(t, notes, granule_bytes, &footprint)) {
         printf("%-26s footprint of one more replay: %llu granules = %.4f x peak live "
-               "(allowance %.4f)\n",
+               "(allowance %.4f, raised up to %.4f)\n",
                base, (unsigned long long)footprint,
                (double)(footprint * granule_bytes) / (double)t->peak_live_bytes,
-               1.0 + config->vmm_slack);
+               1.0 + config->vmm_slack,
+               1.0 + (config->vmm_slack_max > config->vmm_slack ? config->vmm_slack_max
+                                                                 : config->vmm_slack));
     } else {
         fprintf(stderr, "vmm_churn: out of host memory\n");
         rc = 1;
@@ -347,9 +350,10 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
     if (stable >= 0)
         snprintf(settled, sizeof settled, "settled from replay %d", stable + 1);
     printf("%-26s vmm reserved/live %.4f  steady churn %.1f  %s  vmm/classic host time %.3f"
-           "  failures %llu\n",
+           "  failures %llu  allowance raises %llu\n",
            base, peak_ratio, median(churn + from, replays - from), settled,
-           median(ratio + from, replays - from), (unsigned long long)failures);
+           median(ratio + from, replays - from), (unsigned long long)failures,
+           (unsigned long long)st.num_vmm_allowance_raises);
     rc = extra_replay(base, &vmm, t, config, who);
 out:
     side_close(&vmm);

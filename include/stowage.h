@@ -93,6 +93,15 @@ typedef struct stow_config {
                                       granules instead of taking more, as a fraction of that
                                       mark (the allowance is rounded down to whole granules);
                                       default 0.0095; key "vmm_slack" */
+    double vmm_slack_max;          /* policy vmm: the most that slack may grow to. A pool that
+                                      keeps remapping (at least one remap per 64 operations
+                                      over 65,536 operations: a loop whose blocks need more
+                                      granules, over a step, than the allowance) raises its
+                                      slack by half, up to this, as long as each raise cuts
+                                      the remapping by 5% or more; counted in
+                                      num_vmm_allowance_raises (docs/design.md, adaptive
+                                      allowance). Default 0.05; at or below vmm_slack: never
+                                      raised; key "vmm_slack_max" */
     unsigned quick_depth;          /* policy classic: how many freed small blocks (<= 64 KiB)
                                       of each size a stream keeps whole, unmerged, for the
                                       next request of that size; all are merged before the
@@ -140,7 +149,8 @@ STOW_API void stow_config_default(stow_config_t *config);
  * Applies `text` in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value")
  * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
- * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, record_events,
+ * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, vmm_slack_max,
+ * record_events,
  * scrub_on_free (true|false), quick_depth, quick_mid_slots,
  * reuse_other_streams_on_miss (true|false),
  * expandable_segments (True selects policy vmm). An unknown key or a bad value

@@ -23,8 +23,9 @@
 extern "C" {
 #endif
 
-/* 2: num_quick_hits and num_quick_flushes added (the layout of stow_stats_t changed). */
-#define STOW_STATS_VERSION 2u
+/* 2: num_quick_hits and num_quick_flushes added (the layout of stow_stats_t changed).
+ * 3: num_vmm_allowance_raises added. */
+#define STOW_STATS_VERSION 3u
 
 /* One figure over time. allocated/freed are cumulative increases/decreases
  * (PyTorch's naming), so current == allocated - freed. */
@@ -76,7 +77,8 @@ typedef enum {
     X(num_scrubs, "blocks zeroed at free (scrub_on_free)")                                \
     X(num_scrub_failures, "scrubs the backend refused (block still freed)")    \
     X(num_quick_hits, "allocations served from a quick list or mid ring (classic small pool)") \
-    X(num_quick_flushes, "quick lists (or mid rings alone) flushed before growing or releasing")
+    X(num_quick_flushes, "quick lists (or mid rings alone) flushed before growing or releasing") \
+    X(num_vmm_allowance_raises, "times a page-mapped pool that kept remapping raised its slack")
 
 /* Where the reserved bytes went at the moment reserved_bytes reached its peak.
  * requested + rounding + split_remainder + idle_cached + pending == reserved. */

@@ -58,6 +58,8 @@ Test(options, defaults)
     cr_assert(c.memory_fraction == 1.0);
     cr_assert(c.release_idle_on_grow);
     cr_assert(!c.reuse_other_streams_on_miss);
+    cr_assert(c.vmm_slack == 0.0095);
+    cr_assert(c.vmm_slack_max == 0.05);
     char err[64];
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_OK);
 }
@@ -103,6 +105,10 @@ Test(options, every_key)
     cr_assert(c.release_idle_on_grow, "the other flag untouched");
     parse_ok(&c, "reuse_other_streams_on_miss:0");
     cr_assert(!c.reuse_other_streams_on_miss);
+    parse_ok(&c, "vmm_slack:0.02,vmm_slack_max:0.1");
+    cr_assert(c.vmm_slack == 0.02 && c.vmm_slack_max == 0.1);
+    parse_ok(&c, "vmm_slack_max:0");
+    cr_assert(c.vmm_slack_max == 0.0 && c.vmm_slack == 0.02, "the other key untouched");
     parse_ok(&c, "policy:vmm");
     cr_assert_eq(c.policy, STOW_POLICY_VMM);
     parse_ok(&c, "policy:classic");
@@ -202,6 +208,9 @@ Test(options, unknown_key)
 {
     parse_bad("max_split_size:20", "max_split_size");
     parse_bad("bogus:1", "unknown key 'bogus'");
+    parse_bad("vmm_slack_max:1.5", "key 'vmm_slack_max'");
+    parse_bad("vmm_slack_max:-0.1", "key 'vmm_slack_max'");
+    parse_bad("vmm_slack_max:x", "key 'vmm_slack_max'");
     parse_bad("max_split_size_mb:30,bogus:1", "bogus");
 }
 
@@ -339,6 +348,10 @@ Test(options, validate_direct)
     c.policy = (stow_policy_t)7;
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
     cr_assert(strstr(err, "policy"));
+    stow_config_default(&c);
+    c.vmm_slack_max = 2.0;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "vmm_slack_max"));
 }
 
 Test(options, from_env_unset_is_noop)

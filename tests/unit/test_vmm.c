@@ -463,3 +463,132 @@ Test(vmm, failed_backing_after_a_carve_merges_back)
     stow_sim_complete_stream(sim, s2);
     finish();
 }
+
+/* ---- adaptive allowance ---- */
+
+/* One step of a loop that remaps for good at the default slack (found by a
+ * random search of step programs, docs/design.md, adaptive allowance): weights
+ * that stay, then requests of seven sizes, each entry of the program
+ * allocating its slot's size or, when that slot holds a block, freeing it. */
+static const unsigned loop_weights_mib[] = {24, 64, 24, 24, 40, 24, 64, 64, 40, 40,
+                                            24, 40, 40, 64, 64};
+static const size_t loop_slot_kib[] = {16384, 98816, 3072, 2048, 99840, 16384, 7680};
+static const unsigned char loop_program[] = {
+    2, 2, 6, 1, 6, 0, 2, 1, 0, 6, 5, 6, 2, 6, 2, 1, 1, 2, 2, 5, 6, 5, 6, 6, 2,
+    0, 6, 4, 2, 5, 3, 4, 1, 1, 1, 3, 2, 0, 6, 6, 4, 6, 2, 0, 2, 4, 5, 2, 6, 6,
+    4, 1, 3, 3, 4, 2, 3, 3, 1, 1, 2, 2, 6, 6, 0, 0, 0, 3, 5, 2, 4, 4, 5, 3};
+#define LOOP_WEIGHTS (sizeof loop_weights_mib / sizeof loop_weights_mib[0])
+#define LOOP_SLOTS (sizeof loop_slot_kib / sizeof loop_slot_kib[0])
+
+/* A vmm pool on an unlimited device with the default settings but vmm_slack_max. */
+static void make_vmm_slack_max(double slack_max)
+{
+    sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    stow_config_t c;
+    stow_config_default(&c);
+    c.policy = STOW_POLICY_VMM;
+    c.vmm_slack_max = slack_max;
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+static void *loop_alloc(size_t size)
+{
+    void *p = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, size, (stow_stream_t)1, &p), STOW_OK, "alloc %zu", size);
+    return p;
+}
+
+/* Runs the loop for `steps` steps (weights allocated first, freed last) and
+ * returns the map and unmap calls of its last `tail` steps. */
+static uint64_t run_loop(unsigned steps, unsigned tail)
+{
+    void *weights[LOOP_WEIGHTS];
+    for (size_t i = 0; i < LOOP_WEIGHTS; i++)
+        weights[i] = loop_alloc(loop_weights_mib[i] * MIB);
+    uint64_t tail_start = 0;
+    for (unsigned step = 0; step < steps; step++) {
+        if (step == steps - tail) {
+            stow_stats_t s = stats();
+            tail_start = s.num_map_calls + s.num_unmap_calls;
+        }
+        void *slot[LOOP_SLOTS] = {NULL};
+        size_t born[LOOP_SLOTS] = {0}; /* when each slot's block was allocated */
+        for (size_t k = 0; k < sizeof loop_program; k++) {
+            unsigned i = loop_program[k];
+            if (slot[i]) {
+                cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
+                slot[i] = NULL;
+            } else {
+                slot[i] = loop_alloc(loop_slot_kib[i] * KIB);
+                born[i] = k;
+            }
+        }
+        /* What the step left is freed oldest first. */
+        for (size_t k = 0; k < sizeof loop_program; k++)
+            for (size_t i = 0; i < LOOP_SLOTS; i++)
+                if (slot[i] && born[i] == k) {
+                    cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
+                    slot[i] = NULL;
+                }
+    }
+    stow_stats_t s = stats();
+    check();
+    for (size_t i = 0; i < LOOP_WEIGHTS; i++)
+        cr_assert_eq(stow_pool_free(pool, weights[i]), STOW_OK);
+    return s.num_map_calls + s.num_unmap_calls - tail_start;
+}
+
+Test(vmm, a_loop_that_keeps_remapping_raises_its_allowance_until_it_stops)
+{
+    make_vmm_slack_max(0.05); /* the default */
+    uint64_t tail_calls = run_loop(3000, 200);
+    stow_stats_t s = stats();
+    cr_assert_geq(s.num_vmm_allowance_raises, 1);
+    cr_assert_eq(tail_calls, 0, "the last 200 steps still mapped or unmapped %llu times",
+                 (unsigned long long)tail_calls);
+    /* No more than the cap: reserved within 1.05 x the live peak, plus the
+     * granule that rounding the allowance down can leave. */
+    uint64_t live_peak = s.allocated_bytes[STOW_POOL_ALL].peak;
+    cr_assert_leq(s.reserved_bytes[STOW_POOL_ALL].peak, (uint64_t)(1.05 * (double)live_peak) + G,
+                  "reserved %llu for a live peak of %llu",
+                  (unsigned long long)s.reserved_bytes[STOW_POOL_ALL].peak,
+                  (unsigned long long)live_peak);
+    finish();
+}
+
+Test(vmm, with_no_room_to_raise_the_same_loop_remaps_on_every_step)
+{
+    make_vmm_slack_max(0.0); /* at or below vmm_slack: never raised */
+    uint64_t tail_calls = run_loop(3000, 200);
+    cr_assert_eq(stats().num_vmm_allowance_raises, 0);
+    cr_assert_geq(tail_calls, 200 * 10, "the loop maps and unmaps 16 granules a step, not %llu",
+                  (unsigned long long)tail_calls);
+    finish();
+}
+
+Test(vmm, a_loop_that_remaps_now_and_then_is_not_raised)
+{
+    make_vmm_slack_max(0.05);
+    /* The loop's step once in every 31 steps; the other 30 allocate the seven
+     * sizes and free them: fewer remaps than one per 64 operations overall. */
+    uint64_t maps = 0;
+    for (int round = 0; round < 150; round++) {
+        stow_stats_t before = stats();
+        (void)run_loop(1, 1);
+        void *w = loop_alloc(64 * MIB);
+        for (int step = 0; step < 30; step++) {
+            void *p[LOOP_SLOTS];
+            for (size_t i = 0; i < LOOP_SLOTS; i++)
+                p[i] = loop_alloc(loop_slot_kib[i] * KIB);
+            for (size_t i = 0; i < LOOP_SLOTS; i++)
+                cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+        }
+        cr_assert_eq(stow_pool_free(pool, w), STOW_OK);
+        stow_stats_t after = stats();
+        maps += after.num_unmap_calls - before.num_unmap_calls;
+    }
+    cr_assert_gt(maps, 0, "the loop's steps still remap");
+    cr_assert_eq(stats().num_vmm_allowance_raises, 0);
+    finish();
+}
