@@ -447,9 +447,9 @@ def workload(snap, device, entries, iterations=1):
         raise Unusable("no allocation in the trace")
     for it in range(iterations):
         if it:
-            for addr in ours:
+            for addr in ours:  # oldest first
                 rep.free(live.pop(addr))
-        ours, requested_free = set(), set()
+        ours, requested_free = {}, set()  # ours: this iteration's live blocks, in order
         for e in entries:
             act, addr, size = e.get("action"), e.get("addr"), e.get("size", 0)
             if act == "alloc" and size > 0:
@@ -459,10 +459,10 @@ def workload(snap, device, entries, iterations=1):
                     rep.free(live.pop(addr))  # its completion was not recorded
                 requested_free.discard(addr)
                 live[addr] = rep.alloc(size, e.get("stream", 0))
-                ours.add(addr)
+                ours[addr] = None
             elif act == free_kind and size > 0 and addr in live and (it == 0 or addr in ours):
                 rep.free(live.pop(addr))
-                ours.discard(addr)
+                ours.pop(addr, None)
             elif act == "free_requested":
                 requested_free.add(addr)
     return rep
