@@ -155,6 +155,11 @@ size_t stow_stats_summary(const stow_stats_t *s, char *buf, size_t buf_len)
             s->num_cache_hits, s->num_cache_misses, s->num_invalid_frees);
     put_row(&o, "Quick-list hits %" PRIu64 ", flushes %" PRIu64, s->num_quick_hits,
             s->num_quick_flushes);
+    /* Page-mapped pools only: a map count that keeps growing in a loop is
+     * remapping (docs/design.md, adaptive allowance). */
+    if (s->num_map_calls || s->num_unmap_calls || s->num_vmm_allowance_raises)
+        put_row(&o, "Page maps %" PRIu64 ", unmaps %" PRIu64 ", allowance raises %" PRIu64,
+                s->num_map_calls, s->num_unmap_calls, s->num_vmm_allowance_raises);
     put_rule(&o, '-');
     put_row(&o, "%-24s | %12s | %12s | %12s | %12s", "Request size class", "Requests",
             "Cache hits", "Misses", "Live (peak)");

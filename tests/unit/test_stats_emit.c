@@ -341,6 +341,7 @@ Test(stats_emit, summary_snprintf_semantics_and_rows, .init = pool_setup)
                           "OOMs:", "fragmentation", "At the reserved peak"};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         cr_assert(strstr(buf, rows[i]), "summary lacks '%s':\n%s", rows[i], buf);
+    cr_assert(!strstr(buf, "Page maps"), "a classic pool maps no pages:\n%s", buf);
     cr_assert_eq(buf[n - 1], '\n');
     /* stow_summary = snapshot + summary. */
     char *buf2 = malloc(n + 1);

@@ -4,6 +4,7 @@
  * growth, capacity limits, empty_cache, faults.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "test_support.h"
@@ -512,6 +513,8 @@ static uint64_t run_loop(unsigned steps, unsigned tail)
             stow_stats_t s = stats();
             tail_start = s.num_map_calls + s.num_unmap_calls;
         }
+        if (step % 500 == 0)
+            check(); /* the invariants hold while the allowance moves */
         void *slot[LOOP_SLOTS] = {NULL};
         size_t born[LOOP_SLOTS] = {0}; /* when each slot's block was allocated */
         for (size_t k = 0; k < sizeof loop_program; k++) {
@@ -545,6 +548,11 @@ Test(vmm, a_loop_that_keeps_remapping_raises_its_allowance_until_it_stops)
     uint64_t tail_calls = run_loop(3000, 200);
     stow_stats_t s = stats();
     cr_assert_geq(s.num_vmm_allowance_raises, 1);
+    char text[8192], want[96];
+    cr_assert_lt(stow_summary(pool, text, sizeof text), sizeof text);
+    snprintf(want, sizeof want, "allowance raises %llu",
+             (unsigned long long)s.num_vmm_allowance_raises);
+    cr_assert(strstr(text, "Page maps ") && strstr(text, want), "summary:\n%s", text);
     cr_assert_eq(tail_calls, 0, "the last 200 steps still mapped or unmapped %llu times",
                  (unsigned long long)tail_calls);
     /* No more than the cap: reserved within 1.05 x the live peak, plus the
