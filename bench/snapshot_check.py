@@ -39,6 +39,7 @@ the tolerance, or another number of cudaMalloc calls) for a reason other than su
 a file is not a readable snapshot (its name and the reason on stderr), 0 otherwise.
 """
 import argparse
+import bisect
 import json
 import os
 import pickle
@@ -99,7 +100,7 @@ def state_at(snap, device, entries, start, requested=None):
     if requested is None:
         requested = {}
     free_kind = frees_used(entries)
-    segs = {}
+    segs = Segments()
     for s in snap.get("segments") or []:
         if not isinstance(s, dict) or s.get("device", device) != device:
             continue
@@ -146,10 +147,40 @@ def state_at(snap, device, entries, start, requested=None):
     return segs
 
 
+class Segments(dict):
+    """base -> [size, ...]: a dict that also keeps its bases sorted, so that the segment holding
+    an address is found in O(log n) (a snapshot may hold millions of entries and thousands of
+    segments)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bases = []
+
+    def __setitem__(self, base, seg):
+        if base not in self:
+            bisect.insort(self.bases, base)
+        super().__setitem__(base, seg)
+
+    def __delitem__(self, base):
+        super().__delitem__(base)
+        del self.bases[bisect.bisect_left(self.bases, base)]
+
+    def pop(self, base, *default):
+        if base in self:
+            seg = self[base]
+            del self[base]
+            return seg
+        if default:
+            return default[0]
+        raise KeyError(base)
+
+
 def find_segment(segs, addr):
-    """The base of the segment holding addr (segs: base -> [size, ...]), or None."""
-    for base, seg in segs.items():
-        if base <= addr < base + seg[0]:
+    """The base of the segment of segs (a Segments) holding addr, or None."""
+    i = bisect.bisect_right(segs.bases, addr) - 1
+    if i >= 0:
+        base = segs.bases[i]
+        if addr < base + segs[base][0]:
             return base
     return None
 
@@ -272,7 +303,7 @@ class Ties:
     """
 
     def __init__(self):
-        self.segs = {}     # base -> [size, stream, rank, {addr: block size}]
+        self.segs = Segments()  # base -> [size, stream, rank, {addr: block size}]
         self.runs = {}     # base -> [(size, addr)] of its free space
         self.index = {}    # (stream, small) -> {size: {(rank, addr)}}
         self.ties = self.not_best = self.not_lowest = self.placed = 0
