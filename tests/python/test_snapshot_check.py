@@ -185,49 +185,39 @@ class SnapshotCheck(unittest.TestCase):
         self.assertIn("not compared: s1.pickle device 0: a CUDA-graph private pool", p.stdout)
         self.assertIn("0 device traces compared", p.stdout)
 
-    def test_the_workload_starts_with_the_blocks_alive_before_recording(self):
+    def workload_lines(self, snap, iterations=1):
+        """The lines of the workload --workloads writes for snap's device 0."""
         out = os.path.join(self.dir, "wl")
         path = os.path.join(self.dir, "s0.pickle")
         with open(path, "wb") as f:
-            f.write(pickle.dumps(snapshot(*WARM)))
-        p = subprocess.run([sys.executable, SCRIPT, "--stowage", stowage_cli(),
-                            "--workloads", out, path], capture_output=True, text=True)
+            f.write(pickle.dumps(snap))
+        p = subprocess.run([sys.executable, SCRIPT, "--stowage", stowage_cli(), "--workloads",
+                            out, "--iterations", str(iterations), path],
+                           capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        with open(os.path.join(out, "s0.pickle.d0.rep")) as f:
-            self.assertEqual(f.read().split("\n"), [
-                "3 6", "a 0 %d 0" % (8 * MiB), "a 1 %d 0" % (6 * MiB), "f 1",
-                "a 2 %d 0" % (16 * MiB), "f 2", "f 0", ""])
-        os.remove(os.path.join(out, "s0.pickle.d0.rep"))
+        rep = os.path.join(out, "s0.pickle.d0.rep")
+        with open(rep) as f:
+            lines = f.read().split("\n")
+        os.remove(rep)
         os.rmdir(out)
+        return lines
+
+    def test_the_workload_starts_with_the_blocks_alive_before_recording(self):
+        self.assertEqual(self.workload_lines(snapshot(*WARM)), [
+            "3 6", "a 0 %d 0" % (8 * MiB), "a 1 %d 0" % (6 * MiB), "f 1",
+            "a 2 %d 0" % (16 * MiB), "f 2", "f 0", ""])
 
     def test_a_workload_as_a_loop_keeps_the_blocks_alive_before_recording(self):
-        out = os.path.join(self.dir, "wl")
-        path = os.path.join(self.dir, "s0.pickle")
-        with open(path, "wb") as f:
-            f.write(pickle.dumps(snapshot(*WARM)))
-        p = subprocess.run([sys.executable, SCRIPT, "--stowage", stowage_cli(), "--workloads",
-                            out, "--iterations", "2", path], capture_output=True, text=True)
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        with open(os.path.join(out, "s0.pickle.d0.rep")) as f:
-            # The weights (id 0) are freed in the first iteration only.
-            self.assertEqual(f.read().split("\n"), [
-                "5 10", "a 0 %d 0" % (8 * MiB), "a 1 %d 0" % (6 * MiB), "f 1",
-                "a 2 %d 0" % (16 * MiB), "f 2", "f 0", "a 3 %d 0" % (6 * MiB), "f 3",
-                "a 4 %d 0" % (16 * MiB), "f 4", ""])
-        os.remove(os.path.join(out, "s0.pickle.d0.rep"))
+        # The weights (id 0) are freed in the first iteration only.
+        self.assertEqual(self.workload_lines(snapshot(*WARM), 2), [
+            "5 10", "a 0 %d 0" % (8 * MiB), "a 1 %d 0" % (6 * MiB), "f 1",
+            "a 2 %d 0" % (16 * MiB), "f 2", "f 0", "a 3 %d 0" % (6 * MiB), "f 3",
+            "a 4 %d 0" % (16 * MiB), "f 4", ""])
         # What an iteration leaves is freed, oldest first, before the next one.
-        with open(path, "wb") as f:
-            f.write(pickle.dumps(snapshot(*FROM_EMPTY)))
-        p = subprocess.run([sys.executable, SCRIPT, "--stowage", stowage_cli(), "--workloads",
-                            out, "--iterations", "2", path], capture_output=True, text=True)
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        with open(os.path.join(out, "s0.pickle.d0.rep")) as f:
-            self.assertEqual(f.read().split("\n"), [
-                "6 10", "a 0 %d 0" % (4 * MiB), "a 1 %d 0" % (4 * MiB), "f 0",
-                "a 2 %d 0" % (2 * MiB), "f 1", "f 2", "a 3 %d 0" % (4 * MiB),
-                "a 4 %d 0" % (4 * MiB), "f 3", "a 5 %d 0" % (2 * MiB), ""])
-        os.remove(os.path.join(out, "s0.pickle.d0.rep"))
-        os.rmdir(out)
+        self.assertEqual(self.workload_lines(snapshot(*FROM_EMPTY), 2), [
+            "6 10", "a 0 %d 0" % (4 * MiB), "a 1 %d 0" % (4 * MiB), "f 0",
+            "a 2 %d 0" % (2 * MiB), "f 1", "f 2", "a 3 %d 0" % (4 * MiB),
+            "a 4 %d 0" % (4 * MiB), "f 3", "a 5 %d 0" % (2 * MiB), ""])
 
     def test_a_file_that_is_not_a_snapshot_is_an_error(self):
         p = self.check(None, raw=b"not a pickle")

@@ -16,17 +16,26 @@
 static stow_backend_t *sim;
 static stow_pool_t *pool;
 
-/* A vmm pool on a fresh simulated device; `no_slack` sets vmm_slack to 0. */
-static void make_vmm_pool(size_t capacity, bool manual_events, bool no_slack)
+/* A vmm pool on a fresh simulated device, the defaults but for vmm_slack and
+ * vmm_slack_max. */
+static void make_vmm_slacks(size_t capacity, bool manual_events, double slack, double slack_max)
 {
     sim = ts_sim(capacity, false, manual_events);
     cr_assert_not_null(sim);
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    if (no_slack)
-        c.vmm_slack = 0;
+    c.vmm_slack = slack;
+    c.vmm_slack_max = slack_max;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+/* A vmm pool on a fresh simulated device; `no_slack` sets vmm_slack to 0. */
+static void make_vmm_pool(size_t capacity, bool manual_events, bool no_slack)
+{
+    stow_config_t d;
+    stow_config_default(&d);
+    make_vmm_slacks(capacity, manual_events, no_slack ? 0 : d.vmm_slack, d.vmm_slack_max);
 }
 
 static void make_vmm(size_t capacity, bool manual_events)
@@ -484,13 +493,9 @@ static const unsigned char loop_program[] = {
 /* A vmm pool on an unlimited device with the default settings but vmm_slack_max. */
 static void make_vmm_slack_max(double slack_max)
 {
-    sim = ts_sim(0, false, false);
-    cr_assert_not_null(sim);
-    stow_config_t c;
-    stow_config_default(&c);
-    c.policy = STOW_POLICY_VMM;
-    c.vmm_slack_max = slack_max;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    stow_config_t d;
+    stow_config_default(&d);
+    make_vmm_slacks(0, false, d.vmm_slack, slack_max);
 }
 
 static void *loop_alloc(size_t size)
