@@ -40,6 +40,7 @@ a file is not a readable snapshot (its name and the reason on stderr), 0 otherwi
 """
 import argparse
 import bisect
+import gzip
 import json
 import os
 import pickle
@@ -569,7 +570,10 @@ def main(argv=None):
     for path in args.snapshots:
         try:
             with open(path, "rb") as f:
-                snap = importer.load_snapshot(f.read())
+                data = f.read()
+            if data[:2] == b"\x1f\x8b":  # gzip'ed (bench/gpu/record_unseen.py writes them so)
+                data = gzip.decompress(data)
+            snap = importer.load_snapshot(data)
         except (OSError, ValueError, pickle.UnpicklingError, EOFError) as exc:
             print("snapshot_check: %s: %s" % (path, exc), file=sys.stderr)
             bad_input = True

@@ -3,22 +3,27 @@
 usage: python3 bench/gpu/record_unseen.py WORKLOAD CONFIG OUTDIR
     WORKLOAD  one of WORKLOADS below (or "list" to print them)
     CONFIG    native: PyTorch's default allocator, with its allocation history recorded;
-              writes OUTDIR/WORKLOAD.rep (the trace format of docs/trace_format.md) and
-              OUTDIR/WORKLOAD.native.json
+              writes OUTDIR/WORKLOAD.rep (the trace format of docs/trace_format.md),
+              OUTDIR/WORKLOAD.native.json and OUTDIR/WORKLOAD.pickle.gz (the memory snapshot,
+              without stack frames or free requests: PyTorch's own cudaMalloc calls, for
+              bench/snapshot_check.py)
               expandable: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, no history;
               writes OUTDIR/WORKLOAD.expandable.json
 Each JSON holds the workload, config, torch version and PyTorch's own max_memory_reserved and
 max_memory_allocated. bench/model_check.py then replays every WORKLOAD.rep under the `pytorch` and
 `pytorch-expandable` models and compares their peak reserved bytes with these (issue 3: the
-models must hold within 1% on traces they were not tuned on).
+models must hold within 1% on traces they were not tuned on); bench/snapshot_check.py compares
+the `pytorch` model with each WORKLOAD.pickle.gz call by call.
 
 The five shared traces (../shared/traces) are GPT-2 small training at batch 8 x 1024, ResNet-50
 at 128 x 224, multiscale ResNet-50, ViT-B/16 at 64 and GPT-2 generation; the workloads here
 differ in model, shape or schedule. One workload per process: the recorded trace starts from an
 empty allocator.
 """
+import gzip
 import json
 import os
+import pickle
 import random
 import sys
 import time
@@ -147,6 +152,24 @@ def write_rep(events, path):
                 trace_peak_live_bytes=peak)
 
 
+def write_snapshot(snapshot, path):
+    """The snapshot as bench/snapshot_check.py reads it, gzip'ed, without what it does not use:
+    stack frames, times and 'free_requested' entries (the trace has 'free_completed')."""
+    entry_keys = ("action", "addr", "size", "stream")
+    traces = [[{k: e[k] for k in entry_keys if k in e} for e in (t or [])
+               if e.get("action") != "free_requested"]
+              for t in snapshot.get("device_traces") or []]
+    segments = []
+    for s in snapshot.get("segments") or []:
+        seg = {k: s[k] for k in ("device", "address", "total_size", "stream", "segment_type",
+                                 "segment_pool_id", "is_expandable") if k in s}
+        seg["blocks"] = [{k: b[k] for k in ("address", "size", "requested_size", "state")
+                          if k in b} for b in s.get("blocks") or []]
+        segments.append(seg)
+    with gzip.open(path, "wb") as f:
+        pickle.dump({"segments": segments, "device_traces": traces}, f, protocol=4)
+
+
 def main(argv):
     if len(argv) == 2 and argv[1] == "list":
         print("\n".join(WORKLOADS))
@@ -185,6 +208,10 @@ def main(argv):
                                 os.path.join(outdir, f"{name}.rep")))
         # The history ring holds max_entries events: a full ring lost the first ones.
         result["history_full"] = len(traces[torch.cuda.current_device()]) >= HISTORY_ENTRIES
+        try:  # the trace and the peaks above matter more: keep them if this fails
+            write_snapshot(snapshot, os.path.join(outdir, f"{name}.pickle.gz"))
+        except Exception as exc:  # noqa: BLE001
+            result["snapshot_error"] = repr(exc)
     with open(os.path.join(outdir, f"{name}.{config}.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"{name} {config}: max reserved {result['max_reserved_bytes']} B, "

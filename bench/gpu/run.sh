@@ -15,7 +15,8 @@
 #                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
 #                trace and max reserved) and again with expandable_segments (max reserved), into
 #                $OUT/unseen; compared on the CPU machine with
-#                `python3 bench/model_check.py DIR/unseen` (issue 3: models within 1%)
+#                `python3 bench/model_check.py DIR/unseen` (issue 3: models within 1%) and,
+#                cudaMalloc by cudaMalloc, `python3 bench/snapshot_check.py DIR/unseen/*.pickle.gz`
 # The table printed last summarises results/*.json. Everything is packed at the end into
 # $OUT/gpu_results.tar.gz (logs/, results/, unseen/): the device tool brings back at most 8
 # files from $OUT; status.txt stays beside it.
@@ -144,6 +145,7 @@ cat "$STATUS"
 "$PY" bench/gpu/report.py "$OUT/results" 2>&1 || echo "(report failed)"
 echo "unseen workloads: bring $OUT/gpu_results.tar.gz back, unpack it and run"
 echo "    python3 bench/model_check.py unseen"
+echo "    python3 bench/snapshot_check.py unseen/*.pickle.gz"
 tar -C "$OUT" -czf "$OUT/gpu_results.tar.gz" logs results unseen &&
     rm -rf "$OUT/logs" "$OUT/results" "$OUT/unseen"
 ls -la "$OUT"

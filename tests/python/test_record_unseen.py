@@ -4,8 +4,10 @@ The recording itself needs a GPU (bench/gpu/run.sh, part 6); turning PyTorch's d
 a replay file does not, and the replay's stowage trace parser reads what it writes.
 """
 
+import gzip
 import importlib.util
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -63,6 +65,37 @@ class WriteRep(unittest.TestCase):
                                capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn('"peak_live_bytes": 6656', p.stdout)
+
+    @unittest.skipIf(stowage_cli() is None, "no stowage CLI built")
+    def test_the_snapshot_is_written_for_snapshot_check(self):
+        mib = 1 << 20
+        frames = [{"filename": "train.py", "line": 3, "name": "step"}]
+        entries = [
+            {"action": "segment_alloc", "addr": 0x10000000, "size": 20 * mib, "stream": 0},
+            {"action": "alloc", "addr": 0x10000000, "size": 4 * mib, "stream": 0,
+             "frames": frames, "time_us": 5},
+            {"action": "alloc", "addr": 0x10400000, "size": 4 * mib, "stream": 0},
+            {"action": "free_requested", "addr": 0x10000000, "size": 4 * mib, "stream": 0},
+            {"action": "free_completed", "addr": 0x10000000, "size": 4 * mib, "stream": 0},
+            {"action": "alloc", "addr": 0x10000000, "size": 2 * mib, "stream": 0}]
+        block = {"address": 0x10000000, "size": 2 * mib, "requested_size": 2 * mib,
+                 "state": "active_allocated", "frames": frames}
+        snap = {"segments": [{"device": 0, "address": 0x10000000, "total_size": 20 * mib,
+                              "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+                              "is_expandable": False, "frames": frames, "blocks": [block]}],
+                "device_traces": [entries]}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "w.pickle.gz")
+            record_unseen.write_snapshot(snap, path)
+            with gzip.open(path, "rb") as f:
+                written = pickle.load(f)
+            self.assertEqual(len(written["device_traces"][0]), 5, "free_requested left out")
+            self.assertNotIn("frames", str(written))
+            p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "snapshot_check.py"),
+                                "--stowage", stowage_cli(), path], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("| w.pickle.gz | 0 | pytorch | 5 of 5 | 0 | %d | %d | +0.000%% | 1 / 1 |"
+                      % (20 * mib, 20 * mib), p.stdout)
 
     def test_every_workload_is_listed_and_documented(self):
         self.assertGreaterEqual(len(record_unseen.WORKLOADS), 4)
