@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench/snapshot_check.py: the PyTorch models against PyTorch itself, from memory snapshots.
 
-    python3 bench/snapshot_check.py SNAPSHOT.pickle... [--stowage build/stowage]
+    python3 bench/snapshot_check.py SNAPSHOT.pickle[.gz]... [--stowage build/stowage]
                                     [--write DIR] [--tolerance 0.01]
+                                    [--workloads DIR [--iterations N]]
 
 A snapshot written by torch.cuda.memory._dump_snapshot() holds, beside the requests, what
 PyTorch's own allocator did with them: its 'segment_alloc' / 'segment_free' entries are its
@@ -32,6 +33,10 @@ addresses are cudaMalloc's; the model hands out growing ones, so where PyTorch t
 the best size that the model would not (a later segment at a lower address), the model may part
 from it from there on. The check follows PyTorch's cache through the trace to count such
 placements, and any that were not best fit at all.
+
+With --workloads, each device trace's requests are also written as a .rep from an empty device
+(the blocks alive when recording began allocated first), for any policy
+(bench/snapshot_heldout.sh); --iterations N repeats the recorded requests N times, as a loop.
 
 Prints one Markdown row per device trace, then what was not comparable and why, a summary line,
 and how many of PyTorch's placements best fit explains. Exits 1 when a trace differs (peak beyond
