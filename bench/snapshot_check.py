@@ -229,13 +229,14 @@ def attach_small_gaps(pieces):
 def lay_out(rep, segs):
     """Requests that leave the model holding `segs`; {address: id} of their live blocks.
 
-    Every segment is first reserved whole, in ascending address order (the model's addresses
-    grow with each reservation, so best fit breaks ties between equal blocks as PyTorch did).
+    Every segment is first reserved whole, in descending address order (the model hands out
+    addresses downward, so its segments keep PyTorch's address order and best fit breaks ties
+    between equal blocks as PyTorch did).
     Then, one segment at a time, its whole block is freed, which leaves it the only free block
     of its pool, and requests cut it again into its blocks and free spaces in address order.
     """
     whole = {}
-    for base in sorted(segs):
+    for base in sorted(segs, reverse=True):
         size, stream, _ = segs[base]
         if size == SMALL_SEGMENT:
             whole[base] = [rep.alloc(SMALL_REQUEST, stream), rep.alloc(SMALL_REQUEST, stream)]
@@ -302,16 +303,17 @@ class Ties:
 
     Best fit takes the smallest free block that fits and, among blocks of that size, the one at
     the lowest address. cudaMalloc's addresses are the driver's choice; the model hands out
-    growing addresses, so it breaks the same ties by segment age. Where the trace took another
-    block of the best size than the model would, the model is bound to part from it there (not
-    an error of its rules); where it took a larger block than the best fit, PyTorch ran with a
-    rule the model was not given (a setting such as max_split_size_mb).
+    addresses downward, so between segments it breaks the same ties by age, the newest first.
+    Where the trace took another block of the best size than the model would, the model is
+    bound to part from it there (not an error of its rules); where it took a larger block than
+    the best fit, PyTorch ran with a rule the model was not given (a setting such as
+    max_split_size_mb). Segments must be added in the order the model reserved them.
     """
 
     def __init__(self):
         self.segs = Segments()  # base -> [size, stream, rank, {addr: block size}]
         self.runs = {}     # base -> [(size, addr)] of its free space
-        self.index = {}    # (stream, small) -> {size: {(rank, addr)}}
+        self.index = {}    # (stream, small) -> {size: {(-rank, addr)}}: the model's order
         self.ties = self.not_best = self.not_lowest = self.placed = 0
 
     def add_segment(self, base, size, stream, blocks=None):
@@ -326,7 +328,7 @@ class Ties:
         size, _, rank, blocks = self.segs[base]
         bysize = self.index.setdefault(self._key(base), {})
         for run in self.runs.get(base, []):
-            bysize[run[0]].discard((rank, run[1]))
+            bysize[run[0]].discard((-rank, run[1]))
             if not bysize[run[0]]:
                 del bysize[run[0]]
         runs, at = [], base
@@ -338,7 +340,7 @@ class Ties:
             runs.append((base + size - at, at))
         self.runs[base] = runs
         for n, a in runs:
-            bysize.setdefault(n, set()).add((rank, a))
+            bysize.setdefault(n, set()).add((-rank, a))
 
     def alloc(self, addr, request):
         base = find_segment(self.segs, addr)
@@ -422,7 +424,7 @@ def build(snap, device, entries):
     rep = Rep()
     live = lay_out(rep, segs)
     ties = Ties()
-    for base in sorted(segs):
+    for base in sorted(segs, reverse=True):  # the order lay_out reserved them in
         ties.add_segment(base, segs[base][0], segs[base][1], segs[base][2])
     prefix_segments, prefix_lines = len(segs), len(rep.lines)
     reserved0 = sum(s[0] for s in segs.values())

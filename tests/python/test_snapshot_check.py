@@ -70,14 +70,15 @@ WARM = (
     + free(S, 8 * MiB),
     [segment(S, 20 * MiB, [(0, 20 * MiB, False)]), segment(T, 16 * MiB, [(0, 16 * MiB, False)])])
 
-# Best-fit ties broken by address: X is reserved first at a higher address than Y. Both end up
+# Best-fit ties broken by address: Y is reserved first, at a lower address than X. Both end up
 # with a 16 MiB free block; PyTorch gives the next 16 MiB request Y's (the lower address), the
-# model X's (the older segment). Freeing X's first block then leaves X idle for PyTorch, whose
-# 20 MiB request takes it, while the model needs a third segment.
+# model X's (its addresses go downward: the newer segment is lower). Freeing X's first block
+# then leaves X idle for PyTorch, whose 20 MiB request takes it, while the model needs a third
+# segment.
 TIES = (
-    [entry("segment_alloc", X, 20 * MiB), alloc(X, 4 * MiB), alloc(X + 4 * MiB, 16 * MiB),
-     entry("segment_alloc", Y, 20 * MiB), alloc(Y, 4 * MiB), alloc(Y + 4 * MiB, 16 * MiB)]
-    + free(X + 4 * MiB, 16 * MiB) + free(Y + 4 * MiB, 16 * MiB)
+    [entry("segment_alloc", Y, 20 * MiB), alloc(Y, 4 * MiB), alloc(Y + 4 * MiB, 16 * MiB),
+     entry("segment_alloc", X, 20 * MiB), alloc(X, 4 * MiB), alloc(X + 4 * MiB, 16 * MiB)]
+    + free(Y + 4 * MiB, 16 * MiB) + free(X + 4 * MiB, 16 * MiB)
     + [alloc(Y + 4 * MiB, 16 * MiB)] + free(X, 4 * MiB) + [alloc(X, 20 * MiB)],
     [segment(X, 20 * MiB, [(0, 20 * MiB, True)]),
      segment(Y, 20 * MiB, [(0, 4 * MiB, True), (4 * MiB, 16 * MiB, True)])])
