@@ -69,10 +69,6 @@ class Unusable(Exception):
     """The trace cannot be compared; the message says why."""
 
 
-def _int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def round_block(size):
     """The block PyTorch cuts for a request (round_size: 512-byte multiples, at least 512)."""
     return max(MIN_BLOCK, (size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK)
@@ -115,7 +111,7 @@ def state_at(snap, device, entries, start, requested=None):
         if tuple(s.get("segment_pool_id") or (0, 0)) != (0, 0):
             raise Unusable("a CUDA-graph private pool")
         base, size = s.get("address"), s.get("total_size")
-        if not (_int(base) and _int(size)):
+        if not (importer._is_int(base) and importer._is_int(size)):
             raise Unusable("a segment without an integer address and size")
         blocks, at = {}, base
         for b in s.get("blocks") or []:
@@ -564,6 +560,8 @@ def main(argv=None):
                     help="in those workloads, run the trace's requests this many times")
     ap.add_argument("--tolerance", type=float, default=0.01)
     args = ap.parse_args(argv)
+    if args.iterations < 1:
+        ap.error("--iterations: at least 1, not %d" % args.iterations)
     out_dir = args.write or tempfile.mkdtemp(prefix="snapshot_check.")
     os.makedirs(out_dir, exist_ok=True)
     print("| snapshot | device | model | entries compared | segments at start "
@@ -591,6 +589,14 @@ def main(argv=None):
             skipped.append("%s: no trace entries (recorded without _record_memory_history)"
                            % name)
         for device, entries in traces:
+            try:
+                # The importer's checks of every entry (integer addresses, sizes in
+                # [0, 2^62], integer streams, no alloc of a live address): a malformed
+                # entry is named, and nothing of this trace is written or replayed.
+                importer.convert(entries)
+            except ValueError as exc:
+                skipped.append("%s device %d: malformed (%s)" % (name, device, exc))
+                continue
             if args.workloads:
                 try:
                     os.makedirs(args.workloads, exist_ok=True)

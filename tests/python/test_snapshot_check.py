@@ -220,6 +220,25 @@ class SnapshotCheck(unittest.TestCase):
             "a 2 %d 0" % (2 * MiB), "f 1", "f 2", "a 3 %d 0" % (4 * MiB),
             "a 4 %d 0" % (4 * MiB), "f 3", "a 5 %d 0" % (2 * MiB), ""])
 
+    def test_a_malformed_entry_is_named_and_nothing_is_written(self):
+        out = os.path.join(self.dir, "wl")
+        huge = snapshot([entry("segment_alloc", X, 20 * MiB), alloc(X, 2 ** 70)], [])
+        path = os.path.join(self.dir, "s0.pickle")
+        with open(path, "wb") as f:
+            f.write(pickle.dumps(huge))
+        p = subprocess.run([sys.executable, SCRIPT, "--stowage", stowage_cli(), "--workloads",
+                            out, path], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("not compared: s0.pickle device 0: malformed (entry 1: alloc without a "
+                      "size in [0, 2^62])", p.stdout)
+        self.assertFalse(os.path.exists(os.path.join(out, "s0.pickle.d0.rep")))
+
+    def test_iterations_below_one_are_refused(self):
+        p = subprocess.run([sys.executable, SCRIPT, "--iterations", "0", "x.pickle"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--iterations: at least 1", p.stderr)
+
     def test_a_file_that_is_not_a_snapshot_is_an_error(self):
         p = self.check(None, raw=b"not a pickle")
         self.assertEqual(p.returncode, 2)
