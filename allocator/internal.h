@@ -222,7 +222,10 @@ struct stow_pool {
     size_t free_handle_count, free_handle_capacity;
     uint64_t phys_count;               /* handles held (mapped + free) */
     uint64_t mapped_count;             /* granules mapped */
-    uint64_t live_bytes;               /* bytes of the blocks holding granules */
+    size_t vmm_small_bytes;            /* requests of at most this go to the small range;
+                                          0: one range for all (config vmm_small_kb) */
+    uint64_t live_bytes;               /* bytes of the blocks holding granules (ALLOCATED,
+                                          PENDING and QUICK) */
     uint64_t live_bytes_high_water;    /* since creation or the last empty_cache */
     uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */
     size_t placed_extra;               /* extra_granules of the placement being made */

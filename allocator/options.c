@@ -29,6 +29,7 @@ void stow_config_default(stow_config_t *config)
     config->release_idle_on_grow = true;
     config->vmm_slack = 0.0095;
     config->vmm_slack_max = 0.05;
+    config->vmm_small_kb = STOW_VMM_SMALL_KB_DEFAULT;
     config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
     config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
 }
@@ -62,6 +63,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
     if (!(c->vmm_slack_max >= 0.0 && c->vmm_slack_max <= 1.0))
         return fail(err, err_len, "key 'vmm_slack_max': must be in [0, 1]");
+    if (c->vmm_small_kb > STOW_SMALL_REQUEST_KB)
+        return fail(err, err_len, "key 'vmm_small_kb': at most %u", STOW_SMALL_REQUEST_KB);
     if (c->quick_depth > STOW_QUICK_DEPTH_MAX)
         return fail(err, err_len, "key 'quick_depth': at most %u", STOW_QUICK_DEPTH_MAX);
     if (c->quick_mid_slots > STOW_QUICK_MID_SLOTS_MAX)
@@ -267,6 +270,14 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
     }
     if (!strcmp(key, "quick_depth"))
         return parse_count(key, v, STOW_QUICK_DEPTH_MAX, &c->quick_depth, err, err_len);
+    if (!strcmp(key, "vmm_small_kb")) {
+        unsigned long long kb;
+        if (!parse_ulong(v, &kb) || kb > STOW_SMALL_REQUEST_KB)
+            return fail(err, err_len, "key 'vmm_small_kb': '%s' is not a size in KiB up to %u",
+                        v, STOW_SMALL_REQUEST_KB);
+        c->vmm_small_kb = (unsigned)kb;
+        return STOW_OK;
+    }
     if (!strcmp(key, "quick_mid_slots"))
         return parse_count(key, v, STOW_QUICK_MID_SLOTS_MAX, &c->quick_mid_slots, err, err_len);
     if (!strcmp(key, "release_idle_on_grow") || !strcmp(key, "reuse_other_streams_on_miss")) {

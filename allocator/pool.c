@@ -183,10 +183,15 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
     pool->adapt.slack = cfg.vmm_slack;
     pool->adapt.settled = cfg.vmm_slack_max <= cfg.vmm_slack;
-    /* Quick lists need a small pool (page-mapped pools have none) and cannot
-     * hold blocks that must be scrubbed before reuse. */
-    pool->quick_depth = (pool->vmm || cfg.scrub_on_free) ? 0 : cfg.quick_depth;
-    pool->quick_mid_slots = (pool->vmm || cfg.scrub_on_free) ? 0 : cfg.quick_mid_slots;
+    pool->vmm_small_bytes = pool->vmm ? (size_t)cfg.vmm_small_kb << 10 : 0;
+    /* Quick lists need a small pool (a page-mapped pool's small range, when it
+     * has one) and cannot hold blocks that must be scrubbed before reuse. In a
+     * page-mapped pool a kept block holds its granules, so its lists are
+     * shallower and it has no mid ring (docs/design.md, small range). */
+    bool quick_pool = !cfg.scrub_on_free && (!pool->vmm || pool->vmm_small_bytes);
+    unsigned depth_max = pool->vmm ? STOW_VMM_QUICK_DEPTH_MAX : STOW_QUICK_DEPTH_MAX;
+    pool->quick_depth = quick_pool ? (cfg.quick_depth < depth_max ? cfg.quick_depth : depth_max) : 0;
+    pool->quick_mid_slots = quick_pool && !pool->vmm ? cfg.quick_mid_slots : 0;
     pool->quick_on = pool->quick_depth || pool->quick_mid_slots;
     pool->capacity_bytes = total_bytes;
     pool->limit_bytes = limit_for(cfg.memory_fraction, total_bytes);
@@ -463,16 +468,31 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     return st;
 }
 
-/* The pool kind a request is served from. Page-mapped pools have one: small
- * requests share the large range, where best fit packs them into the partly
- * used granules at the edges of large blocks and holes instead of a range of
- * their own whose last granule is partly empty (docs/design.md, page-mapped
- * segments, has the measurements). */
+/* The pool kind a request is served from. Page-mapped pools: requests of at
+ * most vmm_small_bytes go to a small range of their own, the rest share the
+ * large one. Kept apart, the small blocks no longer cut the large blocks'
+ * rooms, so a training loop's large layout repeats from step to step (the
+ * scaled gpt2_train traces stopped remapping at once instead of after
+ * 16-32 replays and a raised allowance), and they get quick lists; shared,
+ * they fill the partly used granules at the large blocks' edges, which is
+ * worth a granule or two on workloads of a few hundred MiB
+ * (docs/design.md, page-mapped segments, small range). */
 static unsigned pool_kind_for(const stow_pool_t *pool, size_t rounded)
 {
     if (pool->vmm)
-        return STOW_POOL_LARGE;
+        return rounded <= pool->vmm_small_bytes ? STOW_POOL_SMALL : STOW_POOL_LARGE;
     return rounded <= STOW_SMALL_REQUEST_BYTES ? STOW_POOL_SMALL : STOW_POOL_LARGE;
+}
+
+/* Page-mapped small range: whether block b, best fit for `rounded` bytes,
+ * lies inside one granule that a block holding granules already holds, so
+ * that taking it maps nothing. */
+static bool vmm_fits_held_granule(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
+{
+    const stow_segment_t *seg = b->segment;
+    size_t first = stow__granule_of(pool, seg, b->addr);
+    return first == stow__granule_of(pool, seg, b->addr + rounded - 1) &&
+           seg->granules[first].edges != 0;
 }
 
 stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_t stream,
@@ -519,6 +539,13 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     }
     stow_block_t **link = NULL;
     stow_block_t *b = find_fit_at(pool, ss, kind, rounded, &link);
+    if (pool->vmm && kind == STOW_POOL_SMALL && b && pool->quick_blocks &&
+        !vmm_fits_held_granule(pool, b, rounded)) {
+        /* Kept blocks hold granules: merge them before the small range maps
+         * another, as a classic pool does before it grows. */
+        stow__quick_flush(pool);
+        b = find_fit_at(pool, ss, kind, rounded, &link);
+    }
     bool hit = b != NULL, cached = hit;
     if (STOW_UNLIKELY(!hit)) {
         st = alloc_slow(pool, ss, kind, rounded, size_bytes, &b, &cached);

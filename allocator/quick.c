@@ -36,8 +36,13 @@
  * lists are what the next small requests would hit. docs/design.md (quick
  * lists) has what it saves and costs.
  *
- * Scope: the small pool of classic pools only (its blocks are always cut to
- * exactly their rounded size, so a list per size is an exact fit); not with
+ * Scope: the small pool of classic pools and the small range of page-mapped
+ * ones (their blocks are always cut to exactly their rounded size, so a list
+ * per size is an exact fit). In a page-mapped pool a kept block stays mapped
+ * (it holds its granules, as a live block does, until it is taken again or
+ * flushed), its lists are at most STOW_VMM_QUICK_DEPTH_MAX deep, there is no
+ * mid ring, and the lists are also flushed before the small range maps a
+ * granule (pool.c): docs/design.md, page-mapped segments, small range. Not with
  * scrub_on_free (a freed block must be scrubbed before reuse) and not for
  * blocks with record_stream users (they wait for events: PENDING). Stream
  * safety is the free index's: a block freed on stream S is reused only on S,
@@ -71,6 +76,9 @@ static inline __attribute__((always_inline)) stow_block_t *unquick(stow_pool_t *
 static void flush_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *o)
 {
     (void)stow__ptr_map_remove(&pool->live, b->addr);
+    /* A page-mapped pool's kept block still holds its granules. */
+    if (b->segment->granules)
+        stow__vmm_unback(pool, b);
     /* Already not live (push dropped live_blocks): make_free only merges and
      * indexes a FREE block. */
     stow__pool_make_free(pool, b, o);

@@ -28,6 +28,7 @@
 
 #define STOW_MIN_BLOCK_BYTES ((size_t)512)       /* every size is a multiple of this */
 #define STOW_SMALL_REQUEST_BYTES ((size_t)1 << 20) /* <= 1 MiB: small pool */
+#define STOW_SMALL_REQUEST_KB 1024u                /* the same in KiB (vmm_small_kb's bound) */
 
 /* Free-index bins. Sizes are multiples of 512 B; with x = size / 512:
  *  - x <= STOW_EXACT_LISTS (blocks of at most 2 MiB, every block of a small
@@ -108,7 +109,9 @@ struct stow_block {
 
 /* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
  * virtual range. A granule is mapped (phys != 0, its bit set in mapped_bits)
- * iff a live (ALLOCATED or PENDING) block overlaps it or it is unused: mapped,
+ * iff a live block overlaps it (ALLOCATED, PENDING, or QUICK: a kept block of
+ * the small range holds its granules too; "live" below means all three) or it
+ * is unused: mapped,
  * overlapped by no live block, kept for reuse, its bit set in unused_bits.
  * Unused granules form runs: granules next to each other in the range that
  * became unused together (a freed block's), one entry each on the pool's run

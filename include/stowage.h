@@ -102,13 +102,22 @@ typedef struct stow_config {
                                       num_vmm_allowance_raises (docs/design.md, adaptive
                                       allowance). Default 0.05; at or below vmm_slack: never
                                       raised; key "vmm_slack_max" */
+    unsigned vmm_small_kb;         /* policy vmm: requests of at most this many KiB (after
+                                      rounding) go to a range of their own per stream, with
+                                      quick lists, so that they neither move the large
+                                      blocks' layout nor cost a best fit per event; 0: every
+                                      request shares one range; at most 1024; default
+                                      STOW_VMM_SMALL_KB_DEFAULT; key "vmm_small_kb"
+                                      (docs/design.md, page-mapped segments, small range) */
     unsigned quick_depth;          /* policy classic: how many freed small blocks (<= 64 KiB)
                                       of each size a stream keeps whole, unmerged, for the
                                       next request of that size; all are merged before the
                                       pool grows or releases memory; 0 = off; at most
                                       STOW_QUICK_DEPTH_MAX; default
                                       STOW_QUICK_DEPTH_DEFAULT; key "quick_depth"
-                                      (docs/design.md, quick lists) */
+                                      (docs/design.md, quick lists). Policy vmm: the same
+                                      lists in its small range, at most
+                                      STOW_VMM_QUICK_DEPTH_MAX deep */
     unsigned quick_mid_slots;      /* policy classic: how many freed small blocks of more than
                                       64 KiB (up to 1 MiB, of any sizes) a stream keeps whole
                                       for the next request of their size; the oldest is merged
@@ -135,6 +144,16 @@ typedef struct stow_config {
  * replayed back to back on one pool make no backend call and no flush from
  * their fourth replay on (docs/design.md, quick lists). */
 #define STOW_QUICK_DEPTH_DEFAULT 64u
+/* stow_config_t.vmm_small_kb's default: requests of at most 128 KiB in the
+ * small range. On 87 held-out and real traces replayed 8 times on one pool,
+ * 10 traces were above 1.01 x live on peak, minimum capacity or the last
+ * replay's footprint with one shared range, 5 with this (docs/design.md). */
+#define STOW_VMM_SMALL_KB_DEFAULT 128u
+/* The deepest quick list of a page-mapped pool: a kept block holds its
+ * granules until it is taken again or merged, and 64 deep (the classic
+ * default) kept 2-4 granules more than 16 on the gpt2_generate variants
+ * (docs/design.md). */
+#define STOW_VMM_QUICK_DEPTH_MAX 16u
 /* The most (and default) stow_config_t.quick_mid_slots: at most 8 MiB kept per
  * stream (docs/design.md, quick lists). */
 #define STOW_QUICK_MID_SLOTS_MAX 8u
@@ -151,7 +170,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
  * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, vmm_slack_max,
  * record_events,
- * scrub_on_free (true|false), quick_depth, quick_mid_slots,
+ * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
  * reuse_other_streams_on_miss (true|false),
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config

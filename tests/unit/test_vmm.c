@@ -104,9 +104,51 @@ Test(vmm, physical_memory_only_under_live_blocks)
     finish();
 }
 
-Test(vmm, small_requests_share_granules)
+/* A vmm pool whose requests all share one range (vmm_small_kb:0). */
+static void make_vmm_one_range(void)
+{
+    sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    stow_config_t c;
+    stow_config_default(&c);
+    c.policy = STOW_POLICY_VMM;
+    c.vmm_small_kb = 0;
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+}
+
+Test(vmm, small_requests_share_granules_in_a_range_of_their_own)
 {
     make_vmm(0, false);
+    void *p[100];
+    for (int i = 0; i < 100; i++)
+        p[i] = alloc_ok(10 * KIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G, "1000 KiB in one granule");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, G, "in the small range");
+    cr_assert_eq(s.segment[STOW_POOL_SMALL].current, 1);
+    cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 0, "no large range yet");
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_SMALL].current, 100 * 10 * KIB);
+    /* The first request over vmm_small_kb (128 KiB) opens the large range:
+     * the two never share a granule. */
+    void *big = alloc_ok(128 * KIB + 512);
+    s = stats();
+    cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 1);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, G);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 2 * G);
+    void *edge = alloc_ok(128 * KIB); /* at the limit: small */
+    s = stats();
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_SMALL].current, 100 * 10 * KIB + 128 * KIB);
+    check();
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, big), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, edge), STOW_OK);
+    finish();
+}
+
+Test(vmm, with_vmm_small_kb_0_small_requests_share_the_large_range)
+{
+    make_vmm_one_range();
     void *p[100];
     for (int i = 0; i < 100; i++)
         p[i] = alloc_ok(10 * KIB);
@@ -116,8 +158,78 @@ Test(vmm, small_requests_share_granules)
     cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, 0);
     cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1);
     cr_assert_eq(s.allocated_bytes[STOW_POOL_LARGE].current, 100 * 10 * KIB);
+    /* No small range, so no quick lists: a freed block merges at once. */
+    cr_assert_eq(stow_pool_free(pool, p[0]), STOW_OK);
+    p[0] = alloc_ok(10 * KIB);
+    cr_assert_eq(stats().num_quick_hits, 0);
+    check();
     for (int i = 0; i < 100; i++)
         cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    finish();
+}
+
+/* The small range keeps freed blocks of at most 64 KiB whole on quick lists,
+ * still mapped: taken again, they map nothing and search no index. */
+Test(vmm, small_range_blocks_are_kept_on_quick_lists)
+{
+    make_vmm(0, false);
+    void *a = alloc_ok(4 * KIB), *b = alloc_ok(64 * KIB), *c = alloc_ok(100 * KIB);
+    stow_stats_t before = stats();
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK); /* over 64 KiB: merged at once */
+    check(); /* kept blocks still hold their granule (vmm_check counts them) */
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G);
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(alloc_ok(64 * KIB), b);
+    cr_assert_eq(alloc_ok(4 * KIB), a);
+    s = stats();
+    cr_assert_eq(s.num_quick_hits, 2);
+    cr_assert_eq(s.num_map_calls, before.num_map_calls);
+    cr_assert_eq(s.num_unmap_calls, before.num_unmap_calls);
+    check();
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    /* empty_cache merges kept blocks and gives their granule back. */
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 0);
+    check();
+    finish();
+}
+
+/* Kept blocks hold granules: before the small range maps another, they are
+ * merged (as a classic pool merges them before it grows), and the request
+ * takes the room they leave. */
+Test(vmm, quick_lists_are_merged_before_the_small_range_maps_a_granule)
+{
+    make_vmm(0, false);
+    void *p[32];
+    for (int i = 0; i < 32; i++)
+        p[i] = alloc_ok(64 * KIB); /* granule 0 of the small range, full */
+    cr_assert_eq(stow_pool_free(pool, p[10]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, p[11]), STOW_OK); /* both kept */
+    stow_stats_t before = stats();
+    cr_assert_eq(before.num_quick_flushes, 0);
+    /* 96 KiB fits no kept block; best fit would be the range's unmapped top. */
+    void *q = alloc_ok(96 * KIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_quick_flushes, 1);
+    cr_assert_eq(q, p[10], "the 128 KiB the two kept blocks left, merged");
+    cr_assert_eq(s.num_map_calls, before.num_map_calls, "no granule mapped");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G);
+    check();
+    /* A request that a held granule serves does not flush. */
+    cr_assert_eq(stow_pool_free(pool, p[0]), STOW_OK);
+    void *r = alloc_ok(32 * KIB);
+    cr_assert_eq(stats().num_quick_flushes, 1);
+    check();
+    for (int i = 1; i < 32; i++)
+        if (i != 10 && i != 11)
+            cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, r), STOW_OK);
     finish();
 }
 
@@ -194,6 +306,36 @@ Test(vmm, inactive_split_bytes_are_memory_beside_live_data)
     finish();
 }
 
+/* At the device's limit the out-of-memory retry merges kept blocks too, so
+ * the granule they held goes to the request that needs it. */
+Test(vmm, kept_blocks_give_their_granule_back_at_the_device_limit)
+{
+    make_vmm(4 * G, false);
+    /* The large range exists, so the request below does not grow the pool
+     * (which would merge kept blocks first); its unused granule is remapped
+     * for the small range under the allowance. */
+    cr_assert_eq(stow_pool_free(pool, alloc_ok(256 * KIB)), STOW_OK);
+    void *p[32];
+    for (int i = 0; i < 32; i++)
+        p[i] = alloc_ok(64 * KIB); /* the small range's granule, full */
+    for (int i = 0; i < 32; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, G, "kept blocks hold it");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G);
+    check();
+    void *big = alloc_ok(4 * G); /* every granule of the device */
+    s = stats();
+    cr_assert_eq(s.num_alloc_retries, 1, "the out-of-memory retry");
+    cr_assert_eq(s.num_quick_flushes, 1);
+    cr_assert_eq(s.num_ooms, 0);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, 0);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 4 * G);
+    check();
+    cr_assert_eq(stow_pool_free(pool, big), STOW_OK);
+    finish();
+}
+
 /* max_split_size_mb does not apply to page-mapped pools: under it, no request
  * below the limit could take the free end of the range, and each would get a
  * range of its own. */
@@ -211,8 +353,10 @@ Test(vmm, max_split_size_leaves_one_range)
     for (int i = 0; i < 6; i++)
         p[i] = alloc_ok(sizes[i]);
     stow_stats_t s = stats();
-    cr_assert_eq(s.segment[STOW_POOL_ALL].current, 1, "one virtual range");
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 20 * G, "38.1 MiB packed in 20 granules");
+    cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 1, "one large virtual range");
+    cr_assert_eq(s.segment[STOW_POOL_SMALL].current, 1, "and the small one");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, 19 * G, "38 MiB packed in 19 granules");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_SMALL].current, G, "104.5 KiB in one");
     check();
     for (int i = 0; i < 6; i++)
         cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
