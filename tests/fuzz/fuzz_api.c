@@ -7,7 +7,8 @@
  * streams, manual event completion, fault injection (stow_sim_fail_nth /
  * stow_sim_fail_random on every backend call kind) and capacity changes, on
  * the classic pool (quick lists at their default depth, or a configuration bit
- * picks 0-8) or (a configuration bit) the page-mapped one.
+ * picks 0-8) or (a configuration bit) the page-mapped one (with its small
+ * range and quick lists, or, a setup bit, one range for every request).
  *
  * A shadow model of the live (ptr, block, requested) set is compared with
  * stow_pool_stats after every call; stow_pool_check must pass; a returned
@@ -449,6 +450,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (conf & 64) { /* page-mapped segments: granules, remapping, placement */
         cfg.policy = STOW_POLICY_VMM;
+        if ((setup >> 5) & 1) /* one range for every request, no quick lists */
+            cfg.vmm_small_kb = 0;
         /* At most 1 GiB: the "unlimited" 64 TiB device would let one request
          * map 32 M granules, which only measures the simulator's patience. */
         if (!sc.capacity_bytes) {
