@@ -233,9 +233,10 @@ Test(vmm, quick_lists_are_merged_before_the_small_range_maps_a_granule)
     finish();
 }
 
-/* Small requests fill the partly used last granule of a large block, and the
- * edge of a hole in a granule live blocks hold, instead of granules of their
- * own (the classic pool gives them a 2 MiB segment). */
+/* Requests of the large range smaller than a granule (here 256 and 512 KiB,
+ * above vmm_small_kb) fill the partly used last granule of a large block, and
+ * the edge of a hole in a granule live blocks hold, instead of granules of
+ * their own (the classic pool gives them a 2 MiB small segment). */
 Test(vmm, small_requests_fill_partly_used_granules)
 {
     make_vmm(0, false);
