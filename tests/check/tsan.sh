@@ -14,5 +14,6 @@ cmake --build "$B" -j"$JOBS" --target $targets >/dev/null
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 "$B"/stress_threads 4 100000 1
 "$B"/stress_threads 8 30000 2
+"$B"/stress_threads 4 50000 3 vmm
 "$B"/lock_exclusion 8 50000
 echo "tsan: no ThreadSanitizer report"

@@ -10,9 +10,12 @@
  * requested-bytes and invalid-free totals equal to what the threads counted,
  * stow_pool_check OK, destroy OK, nothing left on the device.
  *
+ * The pool is a classic one, or with `vmm` a page-mapped one (its small
+ * range, quick lists and remapping under the same threads).
+ *
  * A plain program (ThreadSanitizer cannot run Criterion): ctest runs it as
  * is, tests/check/tsan.sh builds it with -fsanitize=thread.
- * Usage: stress_threads [threads [ops_per_thread [seed]]]
+ * Usage: stress_threads [threads [ops_per_thread [seed [classic|vmm]]]]
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -172,13 +175,18 @@ int main(int argc, char **argv)
     n_threads = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 4;
     ops_per_thread = argc > 2 ? strtoul(argv[2], NULL, 10) : 500000;
     seed0 = argc > 3 ? strtoull(argv[3], NULL, 10) : 1;
+    const char *policy = argc > 4 ? argv[4] : "classic";
     CHECK(n_threads >= 1 && n_threads <= MAX_THREADS, "threads 1..%d", MAX_THREADS);
+    CHECK(!strcmp(policy, "classic") || !strcmp(policy, "vmm"), "policy classic or vmm");
 
     stow_sim_config_t sc;
     stow_sim_config_default(&sc);
     sc.capacity_bytes = 384 * MIB; /* small: OOM and release-and-retry paths run */
     CHECK(stow_sim_create(&sc, &sim) == STOW_OK, "sim");
-    CHECK(stow_pool_create(NULL, sim, &pool) == STOW_OK, "pool");
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = !strcmp(policy, "vmm") ? STOW_POLICY_VMM : STOW_POLICY_CLASSIC;
+    CHECK(stow_pool_create(&cfg, sim, &pool) == STOW_OK, "pool");
 
     pthread_t th[MAX_THREADS];
     thread_arg_t args[MAX_THREADS];
@@ -217,9 +225,9 @@ int main(int argc, char **argv)
     stow_sim_counters(sim, &c);
     CHECK(c.reserved_bytes == 0, "device holds %llu bytes", (unsigned long long)c.reserved_bytes);
     CHECK(stow_sim_destroy(sim) == STOW_OK, "sim destroy");
-    printf("stress_threads: %u threads x %lu ops = %llu ops, %llu allocations, %llu OOMs, "
+    printf("stress_threads: %s, %u threads x %lu ops = %llu ops, %llu allocations, %llu OOMs, "
            "books exact\n",
-           n_threads, ops_per_thread, (unsigned long long)atomic_load(&total_ops),
+           policy, n_threads, ops_per_thread, (unsigned long long)atomic_load(&total_ops),
            (unsigned long long)s.allocation[STOW_POOL_ALL].allocated,
            (unsigned long long)atomic_load(&total_ooms));
     return 0;
