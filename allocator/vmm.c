@@ -311,6 +311,26 @@ static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 #define ADAPT_MIN_GAIN 0.05
 #define ADAPT_MIN_SLACK 0.005
 
+/* The end of a run of hot windows: raise the slack by half if the last raise
+ * (if any) cut the remap rate enough, else keep it for good. */
+static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
+{
+    double rate = (double)a->hot_remaps / (double)a->hot_ops;
+    if (a->rate_at_last_raise > 0 && rate > a->rate_at_last_raise * (1.0 - ADAPT_MIN_GAIN)) {
+        a->settled = true; /* the last raise did not help: keep it, no more */
+        return;
+    }
+    a->slack = a->slack * ADAPT_GROWTH;
+    if (a->slack < ADAPT_MIN_SLACK)
+        a->slack = ADAPT_MIN_SLACK; /* from a slack of 0 */
+    if (a->slack >= pool->config.vmm_slack_max) {
+        a->slack = pool->config.vmm_slack_max;
+        a->settled = true;
+    }
+    a->rate_at_last_raise = rate;
+    pool->acct.s.num_vmm_allowance_raises++;
+}
+
 /* Counts one remap and closes the window it ends, if any. */
 static void note_remap(stow_pool_t *pool)
 {
@@ -319,29 +339,14 @@ static void note_remap(stow_pool_t *pool)
         return;
     uint64_t ops = pool->op_count - a->window_start_op;
     if (ops >= ADAPT_WINDOW_OPS) {
-        if (a->window_remaps * ADAPT_HOT_OPS_PER_REMAP >= ops) {
+        bool hot = a->window_remaps * ADAPT_HOT_OPS_PER_REMAP >= ops;
+        if (hot) {
             a->hot_ops += ops;
             a->hot_remaps += a->window_remaps;
-            if (++a->hot_windows == ADAPT_HOT_WINDOWS) {
-                double rate = (double)a->hot_remaps / (double)a->hot_ops;
-                if (a->rate_at_last_raise > 0 &&
-                    rate > a->rate_at_last_raise * (1.0 - ADAPT_MIN_GAIN)) {
-                    a->settled = true; /* the last raise did not help: keep it, no more */
-                } else {
-                    a->slack = a->slack * ADAPT_GROWTH;
-                    if (a->slack < ADAPT_MIN_SLACK)
-                        a->slack = ADAPT_MIN_SLACK; /* from a slack of 0 */
-                    if (a->slack >= pool->config.vmm_slack_max) {
-                        a->slack = pool->config.vmm_slack_max;
-                        a->settled = true;
-                    }
-                    a->rate_at_last_raise = rate;
-                    pool->acct.s.num_vmm_allowance_raises++;
-                }
-                a->hot_windows = 0;
-                a->hot_ops = a->hot_remaps = 0;
-            }
-        } else {
+            if (++a->hot_windows == ADAPT_HOT_WINDOWS)
+                end_hot_run(pool, a);
+        }
+        if (!hot || a->hot_windows == ADAPT_HOT_WINDOWS) { /* the run ends */
             a->hot_windows = 0;
             a->hot_ops = a->hot_remaps = 0;
         }
