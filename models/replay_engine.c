@@ -54,7 +54,8 @@ void stow__replay_usage(FILE *f)
             "\n"
             "Replays each .rep trace under a policy and prints peak live bytes (the lower\n"
             "bound), peak reserved bytes, their ratio, backend calls, OOM errors and host\n"
-            "ns/event (median of N warm repeats, default 5).\n"
+            "ns/event (median of N warm repeats, default 5; the policies of a trace are\n"
+            "timed in rounds, each replaying it untimed and then timed in turn).\n"
             "  --policy P      a policy below, or all (one table row per trace and policy);\n"
             "                  may be repeated\n"
             "  --capacity B    simulated device memory in bytes (suffixes K, M, G, T);\n"
@@ -381,6 +382,90 @@ stow_status_t stow__replay_min_capacity(const stow_replay_policy_t *p, const sto
     return min_capacity_search(p, t, config, peak_reserved, min_bytes, probes, NULL, NULL);
 }
 
+/* One policy instance in the timed rounds. */
+typedef struct timed_instance {
+    const stow_replay_policy_t *p;
+    void *ctx;
+    replay_state_t s;
+    uint64_t *times; /* [repeats]: nanoseconds of each timed pass */
+} timed_instance_t;
+
+/*
+ * `repeats` rounds; in each, every instance in turn replays the trace twice,
+ * live allocations freed before each pass: an untimed pass that brings its own
+ * data back into the caches the other instances used, then the timed one.
+ * Rounds, not one policy's passes after another's: this VM's speed changes
+ * by up to 1.5x from one second to the next, and a policy timed in a slow
+ * second against one timed in a fast second gave ratios that moved by as much
+ * (resnet_multiscale_train classic / jemalloc 0.15-0.36 within an hour).
+ * Passes a few milliseconds apart see the same machine.
+ */
+static void time_rounds(timed_instance_t *in, unsigned n, const stow_trace_t *t,
+                        unsigned repeats, stow_replay_progress_fn fn, void *arg)
+{
+    for (unsigned r = 0; r < repeats; r++)
+        for (unsigned k = 0; k < n; k++) {
+            report_progress(fn, arg, t, in[k].p, "timed pass %u/%u", r + 1, repeats);
+            free_leftovers(in[k].p, in[k].ctx, t, &in[k].s);
+            (void)pass(in[k].p, in[k].ctx, t, &in[k].s, false, false);
+            free_leftovers(in[k].p, in[k].ctx, t, &in[k].s);
+            uint64_t t0 = now_ns();
+            (void)pass(in[k].p, in[k].ctx, t, &in[k].s, false, false);
+            in[k].times[r] = now_ns() - t0;
+        }
+}
+
+/* The median of `repeats` pass times (sorted in place) over `events`; 0 if none. */
+static double median_ns_per_event(uint64_t *times, unsigned repeats, size_t events)
+{
+    if (!repeats || !events)
+        return 0.0;
+    qsort(times, repeats, sizeof *times, cmp_u64);
+    double mid = repeats % 2 ? (double)times[repeats / 2]
+                             : ((double)times[repeats / 2 - 1] + (double)times[repeats / 2]) / 2;
+    return mid / (double)events;
+}
+
+stow_status_t stow__replay_time(const stow_replay_policy_t *const *policies, unsigned n,
+                                const stow_trace_t *t, const stow_config_t *config,
+                                size_t capacity_bytes, unsigned repeats,
+                                stow_replay_progress_fn fn, void *arg, double *ns_per_event)
+{
+    if (!policies || !n || !t || !config || !ns_per_event)
+        return STOW_EINVAL;
+    timed_instance_t *in = calloc(n, sizeof *in);
+    if (!in)
+        return STOW_EHOSTMEM;
+    stow_status_t st = STOW_OK;
+    unsigned made = 0;
+    for (; made < n && st == STOW_OK; made++) {
+        timed_instance_t *x = &in[made];
+        x->p = policies[made];
+        stow_replay_setup_t setup = {config, x->p->device ? capacity_bytes : 0};
+        x->times = calloc(repeats ? repeats : 1, sizeof *x->times);
+        st = x->times ? state_init(&x->s, t) : STOW_EHOSTMEM;
+        if (st == STOW_OK && (st = x->p->create(&setup, &x->ctx)) != STOW_OK)
+            state_free(&x->s);
+        if (st != STOW_OK) {
+            free(x->times);
+            break;
+        }
+    }
+    if (st == STOW_OK) {
+        time_rounds(in, n, t, repeats, fn, arg);
+        for (unsigned k = 0; k < n; k++)
+            ns_per_event[k] = median_ns_per_event(in[k].times, repeats, t->event_count);
+    }
+    for (unsigned k = 0; k < made; k++) {
+        free_leftovers(in[k].p, in[k].ctx, t, &in[k].s);
+        in[k].p->destroy(in[k].ctx);
+        state_free(&in[k].s);
+        free(in[k].times);
+    }
+    free(in);
+    return st;
+}
+
 stow_status_t stow__replay_run(const stow_replay_policy_t *p, const stow_trace_t *t,
                                const stow_config_t *config, size_t capacity_bytes,
                                unsigned repeats, bool min_capacity,
@@ -431,19 +516,9 @@ stow_status_t stow__replay_run(const stow_replay_policy_t *p, const stow_trace_t
         out->has_stats = true;
     }
 
-    for (unsigned r = 0; r < repeats; r++) {
-        report_progress(fn, arg, t, p, "timed pass %u/%u", r + 1, repeats);
-        free_leftovers(p, ctx, t, &s);
-        uint64_t t0 = now_ns();
-        (void)pass(p, ctx, t, &s, false, false);
-        times[r] = now_ns() - t0;
-    }
-    if (repeats && t->event_count) {
-        qsort(times, repeats, sizeof *times, cmp_u64);
-        double mid = repeats % 2 ? (double)times[repeats / 2]
-                                 : ((double)times[repeats / 2 - 1] + (double)times[repeats / 2]) / 2;
-        out->ns_per_event = mid / (double)t->event_count;
-    }
+    timed_instance_t one = {p, ctx, s, times};
+    time_rounds(&one, 1, t, repeats, fn, arg);
+    out->ns_per_event = median_ns_per_event(times, repeats, t->event_count);
     free_leftovers(p, ctx, t, &s);
     p->destroy(ctx);
     free(times);

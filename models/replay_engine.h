@@ -172,8 +172,9 @@ typedef struct stow_replay_result {
 
 /*
  * Replays `trace` through `policy`: one measured pass on a device of
- * capacity_bytes (0 = unlimited), then `repeats` timed warm passes on the same
- * instance (live allocations freed in between, untimed), and, if min_capacity
+ * capacity_bytes (0 = unlimited), then `repeats` rounds of an untimed and a
+ * timed pass on the same instance (live allocations freed before each pass;
+ * stow__replay_time's rounds with one policy), and, if min_capacity
  * and the policy is a device policy, the minimum-capacity search.
  * A failed allocation counts in ooms; its free is skipped.
  * Errors: what policy->create returns; STOW_EHOSTMEM.
@@ -183,6 +184,24 @@ stow_status_t stow__replay_run(const stow_replay_policy_t *policy, const stow_tr
                                unsigned repeats, bool min_capacity,
                                stow_replay_progress_fn progress, void *progress_arg,
                                stow_replay_result_t *out);
+
+/*
+ * Host time of `n` policies on one trace, timed side by side: a fresh instance
+ * of each, then `repeats` rounds in which every policy in turn frees what is
+ * live, replays the trace untimed (its caches warm again after the others'
+ * passes) and replays it timed. ns_per_event[k] is the median of policies[k]'s
+ * timed passes over trace->event_count (0 when repeats or events are 0).
+ * The ratio of two policies' figures is what this is for: the passes it
+ * compares run milliseconds apart, not one policy's seconds after another's.
+ * Every instance is alive until the end (host policies hold host memory).
+ * Errors: STOW_EINVAL, STOW_EHOSTMEM, what a policy's create returns (then no
+ * figure is set).
+ */
+stow_status_t stow__replay_time(const stow_replay_policy_t *const *policies, unsigned n,
+                                const stow_trace_t *trace, const stow_config_t *config,
+                                size_t capacity_bytes, unsigned repeats,
+                                stow_replay_progress_fn progress, void *progress_arg,
+                                double *ns_per_event);
 
 /*
  * Whether the whole trace runs on a device of capacity_bytes (> 0) with no

@@ -358,6 +358,158 @@ static char *json_of(const char *trace_path, const stow_replay_result_t *r)
     return buf;
 }
 
+/* ---- side-by-side timing: a policy that records what the engine asks of it ---- */
+
+/* One letter per call, in order: instance k's create 'C'+k... as "c0", "a1"
+ * (an alloc by instance 1), "f0", "d1" (destroy). */
+static char timing_log[4096];
+static unsigned timing_created;
+static int timing_fail_create_at = -1; /* create number that fails, or -1 */
+
+static void timing_note(char what, unsigned instance)
+{
+    size_t n = strlen(timing_log);
+    cr_assert_lt(n + 3, sizeof timing_log);
+    timing_log[n] = what;
+    timing_log[n + 1] = (char)('0' + instance);
+    timing_log[n + 2] = '\0';
+}
+
+typedef struct timing_ctx {
+    unsigned id;
+    unsigned live;
+} timing_ctx_t;
+
+static stow_status_t timing_create(const stow_replay_setup_t *setup, void **out)
+{
+    (void)setup;
+    if ((int)timing_created == timing_fail_create_at)
+        return STOW_EHOSTMEM;
+    timing_ctx_t *c = calloc(1, sizeof *c);
+    cr_assert_not_null(c);
+    c->id = timing_created++;
+    timing_note('c', c->id);
+    *out = c;
+    return STOW_OK;
+}
+
+static stow_status_t timing_alloc(void *ctx, uint64_t size_bytes, uint32_t stream,
+                                  uint64_t *handle)
+{
+    (void)size_bytes, (void)stream;
+    timing_ctx_t *c = ctx;
+    timing_note('a', c->id);
+    c->live++;
+    *handle = c->live;
+    return STOW_OK;
+}
+
+static void timing_free(void *ctx, uint64_t handle, uint64_t size_bytes)
+{
+    (void)handle, (void)size_bytes;
+    timing_ctx_t *c = ctx;
+    cr_assert_gt(c->live, 0);
+    timing_note('f', c->id);
+    c->live--;
+}
+
+static void timing_report(void *ctx, stow_replay_report_t *out) { (void)ctx, (void)out; }
+
+static void timing_destroy(void *ctx)
+{
+    timing_ctx_t *c = ctx;
+    timing_note('d', c->id);
+    free(c);
+}
+
+static const stow_replay_policy_t timing_policy = {
+    "recording", "records the engine's calls", true, timing_create, timing_alloc,
+    timing_free, NULL, timing_report, timing_destroy, true,
+};
+
+static void timing_reset(int fail_create_at)
+{
+    timing_log[0] = '\0';
+    timing_created = 0;
+    timing_fail_create_at = fail_create_at;
+}
+
+/* Each round: every instance in turn, two passes (untimed, timed) of the trace
+ * (alloc 0, free 0: "a", "f" each), with what a pass leaves live freed first. */
+Test(replay_time, passes_alternate_between_policies)
+{
+    stow_trace_t *t = parse_trace("1 2\na 0 512 0\nf 0\n");
+    stow_config_t c = config_of(NULL);
+    const stow_replay_policy_t *ps[] = {&timing_policy, &timing_policy};
+    double ns[2] = {-1, -1};
+    timing_reset(-1);
+    cr_assert_eq(stow__replay_time(ps, 2, t, &c, 0, 2, NULL, NULL, ns), STOW_OK);
+    cr_assert_str_eq(timing_log, "c0c1"
+                                 "a0f0a0f0a1f1a1f1" /* round 1 */
+                                 "a0f0a0f0a1f1a1f1" /* round 2 */
+                                 "d0d1");
+    cr_assert_geq(ns[0], 0.0);
+    cr_assert_geq(ns[1], 0.0);
+    stow_trace_free(t);
+}
+
+/* A trace that ends with a block live: freed before every pass and at the end. */
+Test(replay_time, leftovers_freed_before_each_pass)
+{
+    stow_trace_t *t = parse_trace("1 1\na 0 512 0\n");
+    stow_config_t c = config_of(NULL);
+    const stow_replay_policy_t *ps[] = {&timing_policy};
+    double ns[1];
+    timing_reset(-1);
+    cr_assert_eq(stow__replay_time(ps, 1, t, &c, 0, 2, NULL, NULL, ns), STOW_OK);
+    cr_assert_str_eq(timing_log, "c0" "a0f0a0" "f0a0f0a0" "f0d0");
+    stow_trace_free(t);
+}
+
+Test(replay_time, zero_repeats_time_nothing)
+{
+    stow_trace_t *t = parse_trace("1 2\na 0 512 0\nf 0\n");
+    stow_config_t c = config_of(NULL);
+    const stow_replay_policy_t *ps[] = {&timing_policy};
+    double ns[1] = {-1};
+    timing_reset(-1);
+    cr_assert_eq(stow__replay_time(ps, 1, t, &c, 0, 0, NULL, NULL, ns), STOW_OK);
+    cr_assert_str_eq(timing_log, "c0d0");
+    cr_assert_eq(ns[0], 0.0);
+    stow_trace_free(t);
+}
+
+/* A create that fails: the instances made so far are destroyed, nothing timed. */
+Test(replay_time, failed_create_destroys_the_others)
+{
+    stow_trace_t *t = parse_trace("1 2\na 0 512 0\nf 0\n");
+    stow_config_t c = config_of(NULL);
+    const stow_replay_policy_t *ps[] = {&timing_policy, &timing_policy, &timing_policy};
+    double ns[3] = {-1, -1, -1};
+    timing_reset(1);
+    cr_assert_eq(stow__replay_time(ps, 3, t, &c, 0, 3, NULL, NULL, ns), STOW_EHOSTMEM);
+    cr_assert_str_eq(timing_log, "c0d0");
+    cr_assert_eq(ns[0], -1.0);
+    cr_assert_eq(stow__replay_time(NULL, 1, t, &c, 0, 1, NULL, NULL, ns), STOW_EINVAL);
+    cr_assert_eq(stow__replay_time(ps, 0, t, &c, 0, 1, NULL, NULL, ns), STOW_EINVAL);
+    cr_assert_eq(stow__replay_time(ps, 1, t, &c, 0, 1, NULL, NULL, NULL), STOW_EINVAL);
+    stow_trace_free(t);
+}
+
+/* The real policies side by side: every figure set, on the same trace. */
+Test(replay_time, real_policies_side_by_side)
+{
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_config_t c = config_of(NULL);
+    const stow_replay_policy_t *ps[] = {&stow__replay_policy_classic, &stow__replay_policy_vmm,
+                                        &stow__replay_policy_jemalloc};
+    double ns[3] = {-1, -1, -1};
+    cr_assert_eq(stow__replay_time(ps, 3, t, &c, 0, 3, NULL, NULL, ns), STOW_OK);
+    for (int k = 0; k < 3; k++)
+        cr_assert_geq(ns[k], 0.0);
+    stow_trace_free(t);
+}
+
 Test(replay_output, json_keys_present)
 {
     const char *keys[] = {"\"trace\": \"dir/\\\"q\\\".rep\"", "\"policy\": \"classic\"",
