@@ -41,6 +41,7 @@ enum { PTM_POOL_SMALL = 0, PTM_POOL_LARGE = 1, PTM_POOL_COUNT = 2 };
  * on none, and the same peaks on the five shared traces either way. */
 #define PTM_ADDR_TOP ((uint64_t)1 << 62)
 #define PTM_VA_ALIGN ((uint64_t)2097152)             /* cudaMalloc / VA granularity */
+#define PTM_EXPANDABLE_VA_MAX ((size_t)1 << 50)      /* one expandable segment's range, at most */
 
 typedef struct ptm_segment ptm_segment_t;
 typedef struct ptm_block ptm_block_t;
@@ -351,8 +352,16 @@ static int ptm_device_full(const stow_ptm_t *m, size_t bytes) {
                                           m->total_reserved > m->cfg.capacity_bytes - bytes);
 }
 
+/* Fake device addresses for `bytes`, handed out downward; 0 when what is left
+ * above PTM_VA_ALIGN cannot hold them (a cudaMalloc that fails). Addresses are
+ * never reused, so this also bounds what the model can ever reserve: its
+ * counters cannot wrap, even with no capacity set. */
 static uint64_t ptm_take_va(stow_ptm_t *m, size_t bytes) {
-    m->next_addr -= ((uint64_t)bytes + PTM_VA_ALIGN - 1) / PTM_VA_ALIGN * PTM_VA_ALIGN;
+    if (bytes >= m->next_addr) return 0;
+    uint64_t rounded = (uint64_t)bytes / PTM_VA_ALIGN * PTM_VA_ALIGN;
+    if (rounded != bytes) rounded += PTM_VA_ALIGN; /* bytes < next_addr <= 2^62 */
+    if (rounded >= m->next_addr) return 0;
+    m->next_addr -= rounded;
     return m->next_addr;
 }
 
@@ -518,7 +527,8 @@ static int ptm_has_space(const ptm_block_t *b, size_t size) {
 
 /* find_expandable_block: the lowest address in a segment of (stream, pool) where
  * free and unmapped blocks together hold size bytes; else a new segment. Returns
- * NULL only when host memory runs out. */
+ * NULL when no segment can hold size (more than its virtual range, or the
+ * model's addresses are used up) or host memory runs out. */
 static ptm_block_t *ptm_find_expandable(stow_ptm_t *m, uint32_t stream, int pool, size_t size) {
     ptm_pool_t *p = &m->pools[pool];
     ptm_block_t key;
@@ -530,14 +540,24 @@ static ptm_block_t *ptm_find_expandable(stow_ptm_t *m, uint32_t stream, int pool
         ptm_block_t *cand = ptm_allocatable(c->prev) ? c->prev : c;
         if (ptm_has_space(cand, size)) return cand;
     }
+    size_t page_bytes = pool == PTM_POOL_SMALL ? STOW_PTM_SMALL_BUFFER_BYTES
+                                               : m->cfg.large_segment_bytes;
+    /* VA for 1 1/8 of the device, so pages unmapped early can be remapped late;
+     * at most PTM_EXPANDABLE_VA_MAX, so that 4096 segments fit in the model's
+     * addresses whatever capacity was set. A request beyond that fits no
+     * segment: out of memory, as on the device. */
+    size_t va = m->device_total > PTM_EXPANDABLE_VA_MAX / 9 * 8
+                    ? PTM_EXPANDABLE_VA_MAX
+                    : m->device_total + m->device_total / 8;
+    size_t max_pages = (va + page_bytes - 1) / page_bytes;
+    if (size > max_pages * page_bytes) return NULL;
+    uint64_t base = ptm_take_va(m, max_pages * page_bytes);
+    if (!base) return NULL;
     ptm_segment_t *seg = calloc(1, sizeof *seg);
     if (!seg) return NULL;
-    seg->page_bytes = pool == PTM_POOL_SMALL ? STOW_PTM_SMALL_BUFFER_BYTES
-                                             : m->cfg.large_segment_bytes;
-    /* VA for 1 1/8 of the device, so pages unmapped early can be remapped late. */
-    size_t va = m->device_total + m->device_total / 8;
-    seg->max_pages = (va + seg->page_bytes - 1) / seg->page_bytes;
-    seg->base = ptm_take_va(m, seg->max_pages * seg->page_bytes);
+    seg->page_bytes = page_bytes;
+    seg->max_pages = max_pages;
+    seg->base = base;
     seg->next_seg = m->segments;
     if (m->segments) m->segments->prev_seg = seg;
     m->segments = seg;
@@ -642,8 +662,9 @@ static ptm_block_t *ptm_alloc_block(stow_ptm_t *m, int pool, uint32_t stream, si
     if (m->cfg.expandable) return ptm_alloc_expandable(m, stream, pool, size);
     if (ptm_device_full(m, alloc_size)) return NULL;
     if (!ptm_reserve_slots(m, 1)) return NULL;
-    ptm_block_t *b = ptm_block_new(m, ptm_take_va(m, alloc_size), alloc_size, stream,
-                                   (uint8_t)pool, NULL, 1);
+    uint64_t addr = ptm_take_va(m, alloc_size);
+    if (!addr) return NULL;
+    ptm_block_t *b = ptm_block_new(m, addr, alloc_size, stream, (uint8_t)pool, NULL, 1);
     ptm_reserved_add(m, alloc_size);
     ptm_segment_count_add(m);
     m->st.device_alloc_calls++;

@@ -76,6 +76,41 @@ Test(pytorch_model, config_validation) {
 
 /* ------------------------------------------------------------------ rounding */
 
+/* ------------------------------------------------- absurd sizes (bad input) */
+
+/* A request larger than an expandable segment's whole virtual range (1 1/8 of
+ * the device) fits no segment: out of memory, as on a real device, and the
+ * model goes on. */
+Test(pytorch_model, expandable_request_beyond_the_device_is_enomem) {
+    size_t sizes[] = {(size_t)1 << 62, (size_t)1 << 40};
+    size_t capacities[] = {0, (size_t)1 << 30};
+    for (int k = 0; k < 2; k++) {
+        stow_ptm_t *m = make_default(1, capacities[k]);
+        uint64_t h = 0;
+        cr_assert_eq(stow__ptm_alloc(m, sizes[k], 0, &h), STOW_ENOMEM, "size %zu", sizes[k]);
+        cr_assert_eq(stow__ptm_check(m), STOW_OK);
+        cr_assert_eq(stats_of(m).num_ooms, 1);
+        cr_assert_eq(stats_of(m).reserved_bytes_peak, 0);
+        must_free(m, must_alloc(m, 4 * MIB, 0));
+        stow__ptm_destroy(m);
+    }
+}
+
+/* With no capacity set, reservations end where the model's fake addresses (handed
+ * out downward from 2^62) would: the reserved counter never wraps. */
+Test(pytorch_model, unlimited_reservations_end_before_addresses_run_out) {
+    stow_ptm_t *m = make_default(0, 0);
+    uint64_t h = 0;
+    must_alloc(m, (size_t)1 << 61, 0);
+    cr_assert_eq(stow__ptm_alloc(m, (size_t)1 << 61, 0, &h), STOW_ENOMEM);
+    cr_assert_eq(stow__ptm_alloc(m, (size_t)1 << 62, 0, &h), STOW_ENOMEM);
+    cr_assert_eq(stow__ptm_check(m), STOW_OK);
+    cr_assert_eq(stats_of(m).reserved_bytes_peak, (size_t)1 << 61);
+    cr_assert_eq(stats_of(m).num_ooms, 2);
+    must_free(m, must_alloc(m, 4 * MIB, 0));
+    stow__ptm_destroy(m);
+}
+
 Test(pytorch_model, round_size_512) {
     stow_ptm_t *m = make_default(0, 0);
     cr_assert_eq(stow__ptm_round_size(m, 0), 512);
