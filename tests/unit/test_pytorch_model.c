@@ -74,8 +74,6 @@ Test(pytorch_model, config_validation) {
     stow__ptm_destroy(NULL);
 }
 
-/* ------------------------------------------------------------------ rounding */
-
 /* ------------------------------------------------- absurd sizes (bad input) */
 
 /* A request larger than an expandable segment's whole virtual range (1 1/8 of
@@ -110,6 +108,8 @@ Test(pytorch_model, unlimited_reservations_end_before_addresses_run_out) {
     must_free(m, must_alloc(m, 4 * MIB, 0));
     stow__ptm_destroy(m);
 }
+
+/* ------------------------------------------------------------------ rounding */
 
 Test(pytorch_model, round_size_512) {
     stow_ptm_t *m = make_default(0, 0);
