@@ -62,7 +62,9 @@ extern "C" {
 #define STOW_PTM_H200_TOTAL_BYTES ((size_t)150754820096ULL)
 
 typedef struct stow_ptm_config {
-    size_t capacity_bytes;        /* simulated device memory; 0 = unlimited */
+    size_t capacity_bytes;        /* simulated device memory; 0 = unlimited (in effect
+                                     just under 2^62 bytes reserved over the model's life:
+                                     its fake addresses are not reused) */
     int expandable;               /* nonzero: expandable_segments:True */
     size_t max_split_size_bytes;  /* SIZE_MAX = unlimited (default); else >= 20 MiB */
     size_t max_non_split_rounding_bytes; /* default 20 MiB (kLargeBuffer) */
