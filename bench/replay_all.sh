@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/replay_all.sh: the side-by-side benchmark of docs/benchmarks.md.
 #
-# Runs `build/stowage replay --policy all --policy jemalloc-decay --min-capacity
-# --json --repeats R` on every shared trace RUNS times (each run is one process;
+# Runs `build/stowage replay --policy all --policy jemalloc-decay --policy
+# jemalloc-tcache --min-capacity --json --repeats R` on every shared trace RUNS times (each run is one process;
 # the policies of a trace are timed in rounds, an untimed and a timed pass of
 # each in turn: stowage replay's timing), then prints, as Markdown:
 #   1. one row per (trace, policy): peak reserved, ratio to peak live, minimum
@@ -10,7 +10,8 @@
 #      of R warm repeats), OOMs;
 #   2. classic ns/event / jemalloc ns/event per trace, per run (same process,
 #      same trace) and their median (the goal's reference), the median of
-#      classic / jemalloc-decay (jemalloc with its default decay, for context),
+#      classic / jemalloc-decay (jemalloc with its default decay) and classic /
+#      jemalloc-tcache (jemalloc with a thread cache), for context,
 #      and the median of vmm / classic (issue 4's host-cost goal);
 #   3. the PyTorch models against the real figures of ../shared/traces/README.md;
 #   4. the goals, met or not.
@@ -26,10 +27,10 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 for r in $(seq 1 "$runs"); do
-    echo "run $r/$runs: build/stowage replay --policy all --policy jemalloc-decay --min-capacity" \
-        "--json --repeats $repeats ..." >&2
-    "$root/build/stowage" replay --policy all --policy jemalloc-decay --min-capacity --json \
-        --repeats "$repeats" "${trace_paths[@]}" >"$out/run$r.jsonl"
+    echo "run $r/$runs: build/stowage replay --policy all --policy jemalloc-decay" \
+        "--policy jemalloc-tcache --min-capacity --json --repeats $repeats ..." >&2
+    "$root/build/stowage" replay --policy all --policy jemalloc-decay --policy jemalloc-tcache \
+        --min-capacity --json --repeats "$repeats" "${trace_paths[@]}" >"$out/run$r.jsonl"
 done
 
 python3 - "$out" "$runs" "$traces_dir/README.md" "${traces[@]}" <<'EOF'
@@ -65,20 +66,23 @@ for key in order:
 
 print()
 print("| trace | classic / jemalloc ns/event, per run | median | classic / jemalloc-decay, median "
-      "| vmm / classic, median |")
-print("|---|---|---:|---:|---:|")
-ratios_ok = vmm_ok = True
+      "| classic / jemalloc-tcache, median | vmm / classic, median |")
+print("|---|---|---:|---:|---:|---:|")
+ratios_ok = vmm_ok = tcache_ok = True
 for t in traces:
     c, je, jd = rows[(t, "classic")], rows[(t, "jemalloc")], rows[(t, "jemalloc-decay")]
     rs = [a["ns_per_event"] / b["ns_per_event"] for a, b in zip(c, je)]
     med = statistics.median(rs)
     ratios_ok &= med <= 0.25
     med_decay = statistics.median(a["ns_per_event"] / b["ns_per_event"] for a, b in zip(c, jd))
+    med_tcache = statistics.median(a["ns_per_event"] / b["ns_per_event"]
+                                   for a, b in zip(c, rows[(t, "jemalloc-tcache")]))
+    tcache_ok &= med_tcache <= 0.25
     med_vmm = statistics.median(a["ns_per_event"] / b["ns_per_event"]
                                 for a, b in zip(rows[(t, "vmm")], c))
     vmm_ok &= med_vmm <= 1.5
     print(f"| {t} | {', '.join(f'{x:.3f}' for x in rs)} | {med:.3f} | {med_decay:.3f} "
-          f"| {med_vmm:.2f} |")
+          f"| {med_tcache:.3f} | {med_vmm:.2f} |")
 
 real = {}
 for line in open(readme):
@@ -111,6 +115,8 @@ print(f"- goal: classic min capacity <= pytorch min capacity on every trace: "
       f"{'met' if mc_ok else 'MISSED'}")
 print(f"- goal: classic ns/event <= 0.25 x jemalloc ns/event (median ratio) on every trace: "
       f"{'met' if ratios_ok else 'MISSED'}")
+print(f"  (context) the same against jemalloc-tcache, jemalloc with a thread cache: "
+      f"{'met' if tcache_ok else 'MISSED'}")
 print(f"- goal (issue 4): vmm ns/event <= 1.5 x classic ns/event (median ratio, same runs) on "
       f"every trace: {'met' if vmm_ok else 'MISSED'}")
 EOF

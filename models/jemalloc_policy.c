@@ -13,9 +13,18 @@
  * `jemalloc-decay` keeps jemalloc's own decay times (opt.dirty_decay_ms and
  * opt.muzzy_decay_ms: 10 s and 0 s in Debian's 5.3), as jemalloc runs when
  * nobody tunes it; purging then costs it 2-3x more per event on the training
- * traces (docs/benchmarks.md). It is chosen by name only (not in --policy
- * all). The arena is destroyed (arena.<i>.destroy) with whatever is still
- * live.
+ * traces (docs/benchmarks.md).
+ * `jemalloc-tcache` is `jemalloc` with a thread cache, as malloc() runs by
+ * default: requests of at most opt.tcache_max (32 KiB in Debian's 5.3) are
+ * served from and freed to per-size stacks without touching the arena. The
+ * cache is an explicit one (tcache.create, MALLOCX_TCACHE), not the thread's
+ * own: the thread's cache is shared by every arena, so the blocks this policy
+ * frees into it could be handed to the CLI's own malloc() calls and then die
+ * with the arena. An explicit cache is never garbage-collected (jemalloc runs
+ * that for the thread's cache only), which can only make it faster. Blocks
+ * it holds count as active. Both variants are chosen by name only (not in
+ * --policy all). The cache is destroyed (flushed back) and then the arena
+ * (arena.<i>.destroy) with whatever is still live.
  *
  * Memory: jemalloc really reserves host virtual memory for the trace's sizes
  * (13.6 GB live at gpt2_train's peak), but it never touches the pages of large
@@ -50,7 +59,10 @@
 
 typedef struct jemalloc_policy {
     unsigned arena;
-    int flags;               /* MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE */
+    int flags;               /* MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE, or
+                                | MALLOCX_TCACHE(tcache) for jemalloc-tcache */
+    bool has_tcache;
+    unsigned tcache;         /* tcache.create's index (has_tcache) */
     size_t page_bytes;       /* arenas.page */
     size_t epoch_mib[1];
     size_t pactive_mib[4];   /* stats.arenas.<arena>.pactive */
@@ -76,13 +88,17 @@ static void je_destroy(void *ctx)
     if (!j)
         return;
     char name[64];
+    /* The cache first: it holds blocks of the arena. */
+    if (j->has_tcache)
+        (void)mallctl("tcache.destroy", NULL, NULL, &j->tcache, sizeof j->tcache);
     snprintf(name, sizeof name, "arena.%u.destroy", j->arena);
     (void)mallctl(name, NULL, NULL, NULL, 0);
     free(j);
 }
 
-/* keep_pages: never purge freed pages (decay -1), else jemalloc's defaults. */
-static stow_status_t je_open(bool keep_pages, void **out)
+/* keep_pages: never purge freed pages (decay -1), else jemalloc's defaults.
+ * with_tcache: serve small requests from a cache of the policy's own. */
+static stow_status_t je_open(bool keep_pages, bool with_tcache, void **out)
 {
     jemalloc_policy_t *j = calloc(1, sizeof *j);
     if (!j)
@@ -109,6 +125,15 @@ static stow_status_t je_open(bool keep_pages, void **out)
         return STOW_EBACKEND;
     }
     j->flags = MALLOCX_ARENA(j->arena) | MALLOCX_TCACHE_NONE;
+    if (with_tcache) {
+        sz = sizeof j->tcache;
+        if (mallctl("tcache.create", &j->tcache, &sz, NULL, 0)) {
+            je_destroy(j);
+            return STOW_EBACKEND;
+        }
+        j->has_tcache = true;
+        j->flags = MALLOCX_ARENA(j->arena) | MALLOCX_TCACHE(j->tcache);
+    }
     j->margin_bytes = JE_MIN_MARGIN_BYTES;
     *out = j;
     return STOW_OK;
@@ -117,13 +142,19 @@ static stow_status_t je_open(bool keep_pages, void **out)
 static stow_status_t je_create(const stow_replay_setup_t *setup, void **out)
 {
     (void)setup;
-    return je_open(true, out);
+    return je_open(true, false, out);
 }
 
 static stow_status_t je_create_decay(const stow_replay_setup_t *setup, void **out)
 {
     (void)setup;
-    return je_open(false, out);
+    return je_open(false, false, out);
+}
+
+static stow_status_t je_create_tcache(const stow_replay_setup_t *setup, void **out)
+{
+    (void)setup;
+    return je_open(true, true, out);
 }
 
 static stow_status_t je_alloc(void *ctx, uint64_t size_bytes, uint32_t stream, uint64_t *handle)
@@ -202,4 +233,10 @@ const stow_replay_policy_t stow__replay_policy_jemalloc_decay = {
     "jemalloc-decay",
     "jemalloc as above with its default decay: freed pages purged (not in all)",
     false, je_create_decay, je_alloc, je_free, je_sample, je_report, je_destroy, true,
+};
+
+const stow_replay_policy_t stow__replay_policy_jemalloc_tcache = {
+    "jemalloc-tcache",
+    "jemalloc as above with a thread cache, as malloc() runs (not in all)",
+    false, je_create_tcache, je_alloc, je_free, je_sample, je_report, je_destroy, true,
 };

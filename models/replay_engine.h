@@ -93,6 +93,7 @@ extern const stow_replay_policy_t stow__replay_policy_pytorch_expandable;
 extern const stow_replay_policy_t stow__replay_policy_naive;      /* naive.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc;   /* jemalloc_policy.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc_decay; /* jemalloc_policy.c */
+extern const stow_replay_policy_t stow__replay_policy_jemalloc_tcache; /* jemalloc_policy.c */
 
 /* The policy table, in `--policy all` order (which skips those marked
  * not_in_all); NULL-terminated. */

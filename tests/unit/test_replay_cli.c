@@ -63,8 +63,8 @@ static bool fits(const char *policy, const stow_trace_t *t, size_t capacity)
 
 Test(replay_policies, table_lists_every_policy_once)
 {
-    const char *want[] = {"classic", "vmm",      "pytorch",       "pytorch-expandable",
-                          "naive",   "jemalloc", "jemalloc-decay"};
+    const char *want[] = {"classic",  "vmm",      "pytorch",        "pytorch-expandable",
+                          "naive",    "jemalloc", "jemalloc-decay", "jemalloc-tcache"};
     size_t n = 0;
     while (stow__replay_policies[n])
         n++;
@@ -77,12 +77,14 @@ Test(replay_policies, table_lists_every_policy_once)
     cr_assert_null(stow__replay_policy_find(NULL));
     cr_assert_not(stow__replay_policy_jemalloc.device);
     cr_assert_not(stow__replay_policy_jemalloc_decay.device);
+    cr_assert_not(stow__replay_policy_jemalloc_tcache.device);
     cr_assert(stow__replay_policy_naive.device);
-    /* Only the jemalloc variant stays out of `--policy all`. */
+    /* Only the jemalloc variants stay out of `--policy all`. */
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(stow__replay_policies[i]->not_in_all,
-                     stow__replay_policies[i] == &stow__replay_policy_jemalloc_decay, "%s",
-                     stow__replay_policies[i]->name);
+                     stow__replay_policies[i] == &stow__replay_policy_jemalloc_decay ||
+                         stow__replay_policies[i] == &stow__replay_policy_jemalloc_tcache,
+                     "%s", stow__replay_policies[i]->name);
 }
 
 /* ---- naive: one 2 MiB-granular reservation per request ---- */
@@ -197,8 +199,8 @@ Test(replay_min_capacity, host_policy_has_none)
                  STOW_ENOSYS);
     cr_assert_eq(stow__replay_fits(&stow__replay_policy_jemalloc, t, &c, 8 * MIB, &ok),
                  STOW_ENOSYS);
-    const char *host_policies[] = {"jemalloc", "jemalloc-decay"};
-    for (size_t i = 0; i < 2; i++) {
+    const char *host_policies[] = {"jemalloc", "jemalloc-decay", "jemalloc-tcache"};
+    for (size_t i = 0; i < 3; i++) {
         stow_replay_result_t r = run(host_policies[i], t, NULL, 0, true);
         cr_assert_not(r.has_min_capacity, "%s", host_policies[i]);
         cr_assert_not(r.has_backend_calls, "%s", host_policies[i]);
@@ -207,6 +209,38 @@ Test(replay_min_capacity, host_policy_has_none)
         cr_assert_geq(r.peak_reserved_bytes, r.peak_live_bytes, "%s", host_policies[i]);
     }
     stow_trace_free(t);
+}
+
+/* jemalloc-tcache: a freed small block waits in the policy's own cache and
+ * serves the next request of its size class. Destroying an instance with
+ * live and cached blocks, and then the process's own malloc, must not touch
+ * the destroyed arena's memory. */
+Test(replay_jemalloc, tcache_variant_reuses_its_cached_block)
+{
+    const stow_replay_policy_t *p = &stow__replay_policy_jemalloc_tcache;
+    stow_replay_setup_t setup = {NULL, 0};
+    void *ctx = NULL;
+    cr_assert_eq(p->create(&setup, &ctx), STOW_OK);
+    uint64_t a = 0, b = 0, live[64];
+    cr_assert_eq(p->alloc(ctx, 4096, 0, &a), STOW_OK);
+    memset((void *)(uintptr_t)a, 0x5a, 4096);
+    p->free(ctx, a, 4096);
+    cr_assert_eq(p->alloc(ctx, 4096, 0, &b), STOW_OK);
+    cr_assert_eq(b, a, "the cache hands back the block it just took");
+    for (size_t i = 0; i < 64; i++) {
+        cr_assert_eq(p->alloc(ctx, 512 * (i + 1), 0, &live[i]), STOW_OK);
+        if (i % 2)
+            p->free(ctx, live[i], 512 * (i + 1));
+    }
+    p->destroy(ctx); /* b and the even blocks still live, odd ones cached */
+    void *mine[256];
+    for (size_t i = 0; i < 256; i++) {
+        mine[i] = malloc(512 * (i % 64 + 1));
+        cr_assert_not_null(mine[i]);
+        memset(mine[i], 0xa5, 512 * (i % 64 + 1));
+    }
+    for (size_t i = 0; i < 256; i++)
+        free(mine[i]);
 }
 
 /* ---- --conf settings reach the PyTorch models ---- */
@@ -280,8 +314,10 @@ Test(replay_opts, defaults_and_all)
                  STOW_OK);
     cr_assert(o.all && o.min_capacity && o.json);
     cr_assert_eq(o.policy_count, 6);
-    for (unsigned k = 0; k < o.policy_count; k++)
+    for (unsigned k = 0; k < o.policy_count; k++) {
         cr_assert_neq(o.policies[k], &stow__replay_policy_jemalloc_decay);
+        cr_assert_neq(o.policies[k], &stow__replay_policy_jemalloc_tcache);
+    }
     cr_assert_eq(o.repeats, 0);
     cr_assert_eq(o.first_trace, 7);
     cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "naive", "--policy",
