@@ -1,7 +1,7 @@
 /*
  * cli/cmd_replay.c: `stowage replay`: replays allocation traces under one or
- * more policies (classic, pytorch, pytorch-expandable, naive, jemalloc, or all)
- * and reports peak live bytes (the lower bound), peak reserved bytes, their
+ * more policies (stow__replay_policies: classic, vmm, the PyTorch models, naive,
+ * the jemalloc references, or all) and reports peak live bytes (the lower bound), peak reserved bytes, their
  * ratio, the minimum device capacity (--min-capacity), backend calls, OOM
  * errors and host nanoseconds per event.
  *
