@@ -9,10 +9,13 @@
  *
  * Policies (stow__replay_policies, in `--policy all` order):
  *   classic             the Stowage pool (allocator/) on the simulated device
+ *   vmm                 the same pool with page-mapped segments
  *   pytorch             models/pytorch_model.h, native mode
  *   pytorch-expandable  the same model, expandable_segments:True
  *   naive               one backend reservation per request (models/naive.c)
  *   jemalloc            jemalloc on the host, private arena (models/jemalloc_policy.c)
+ *   jemalloc-decay      the same with jemalloc's default decay (by name only)
+ *   jemalloc-tcache     the same as jemalloc with a thread cache (by name only)
  * To add one: define a stow_replay_policy_t and list it in replay_engine.c.
  *
  * Thread safety: none. Every call here is single-threaded (one replay at a time

@@ -27,8 +27,7 @@
  *   - peak reserved >= the trace's peak live bytes when nothing failed, and
  *     never above a set capacity;
  *   - no leak once destroyed (LeakSanitizer).
- * Devices stay small enough to replay in milliseconds: at most 4 GiB, and
- * unlimited only for traces whose requests are all at most 1 GiB.
+ * Devices stay small enough to replay in milliseconds (PAGED_MAX_REQUEST).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -44,11 +43,17 @@
 
 #define MIB ((uint64_t)1 << 20)
 #define STEP STOW_REPLAY_CAPACITY_STEP_BYTES
-/* With no capacity limit, the largest request a trace may make; above it the
- * device gets MAX_CAPACITY bytes. A page-mapped pool maps a request one 2 MiB
- * granule per call, so a 64 GiB request is 32,768 calls: the bound keeps an
- * input in milliseconds, where the pool's logic is, not its scale. */
-#define UNLIMITED_MAX_REQUEST ((uint64_t)1 << 30)
+/* The page-mapped policies (vmm, pytorch-expandable) map a request one page
+ * per call: a 64 GiB request is 32,768 granules. With no capacity limit they
+ * get a device of MAX_CAPACITY bytes instead when a request lies in
+ * (PAGED_MAX_REQUEST, PAGED_HOPELESS_REQUEST]: that keeps an input in
+ * milliseconds, where the pool's logic is, not its scale. Larger requests
+ * exceed every page-mapped range (and the simulated device's 64 TiB) and fail
+ * at once, so they stay unlimited: that is the path a 2^62-byte request
+ * crashed on. The other policies reserve one segment per request whatever
+ * its size and always run unlimited in that mode. */
+#define PAGED_MAX_REQUEST ((uint64_t)1 << 30)
+#define PAGED_HOPELESS_REQUEST ((uint64_t)1 << 50)
 #define MAX_CAPACITY ((uint64_t)4 << 30)
 
 static const char *const fm_confs[] = {
@@ -226,13 +231,20 @@ static void fm_free_live(fm_state_t *s, const uint64_t *size_of)
     FUZZ_CHECK(s->live_count == 0 && s->live_requested == 0, "%s: leftovers", s->p->name);
 }
 
-static uint64_t fm_capacity(uint8_t sel, const stow_trace_t *t, uint64_t largest_request)
+static bool fm_pages(const stow_replay_policy_t *p)
+{
+    return p == &stow__replay_policy_vmm || p == &stow__replay_policy_pytorch_expandable;
+}
+
+/* 0 = unlimited. paged_slow: the trace has a request in the band above. */
+static uint64_t fm_capacity(uint8_t sel, const stow_trace_t *t, const stow_replay_policy_t *p,
+                            bool paged_slow)
 {
     uint64_t live_steps = (t->peak_live_bytes + STEP - 1) / STEP;
     uint64_t steps;
     switch (sel % 4) {
-    case 0: /* unlimited, unless a request is too large to replay quickly */
-        return largest_request <= UNLIMITED_MAX_REQUEST ? 0 : MAX_CAPACITY;
+    case 0: /* unlimited, unless replaying would take seconds */
+        return paged_slow && fm_pages(p) ? MAX_CAPACITY : 0;
     case 1: /* just above the live peak */
         steps = live_steps + (sel / 4) % 8;
         break;
@@ -371,16 +383,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(st == STOW_OK, "conf '%s': %s", conf, err);
     uint64_t *size_of = calloc(t->id_count ? t->id_count : 1, sizeof *size_of);
     FUZZ_CHECK(size_of != NULL, "host memory");
-    uint64_t largest = 0;
+    bool paged_slow = false;
     for (size_t i = 0; i < t->event_count; i++)
         if (t->events[i].kind == STOW_TRACE_ALLOC) {
-            size_of[t->events[i].id] = t->events[i].size_bytes;
-            if (t->events[i].size_bytes > largest)
-                largest = t->events[i].size_bytes;
+            uint64_t bytes = t->events[i].size_bytes;
+            size_of[t->events[i].id] = bytes;
+            paged_slow |= bytes > PAGED_MAX_REQUEST && bytes <= PAGED_HOPELESS_REQUEST;
         }
-    uint64_t capacity_bytes = fm_capacity(capacity_sel, t, largest);
     for (size_t k = 0; k < FM_POLICIES; k++)
-        fm_run_policy(fm_policies[k], t, &config, capacity_bytes, size_of);
+        fm_run_policy(fm_policies[k], t, &config,
+                      fm_capacity(capacity_sel, t, fm_policies[k], paged_slow), size_of);
     free(size_of);
     stow_trace_free(t);
     return 0;
