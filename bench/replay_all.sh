@@ -2,9 +2,10 @@
 # bench/replay_all.sh: the side-by-side benchmark of docs/benchmarks.md.
 #
 # Runs `build/stowage replay --policy all --policy jemalloc-decay --policy
-# jemalloc-tcache --min-capacity --json --repeats R` on every shared trace RUNS times (each run is one process;
-# the policies of a trace are timed in rounds, an untimed and a timed pass of
-# each in turn: stowage replay's timing), then prints, as Markdown:
+# jemalloc-tcache --min-capacity --json --repeats R` on every shared trace RUNS
+# times (each run is one process; the policies of a trace are timed in rounds,
+# an untimed and a timed pass of each in turn: stowage replay's timing), then
+# prints, as Markdown:
 #   1. one row per (trace, policy): peak reserved, ratio to peak live, minimum
 #      capacity, backend calls, ns/event (median over runs of each run's median
 #      of R warm repeats), OOMs;

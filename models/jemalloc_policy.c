@@ -20,9 +20,9 @@
  * cache is an explicit one (tcache.create, MALLOCX_TCACHE), not the thread's
  * own: the thread's cache is shared by every arena, so the blocks this policy
  * frees into it could be handed to the CLI's own malloc() calls and then die
- * with the arena. An explicit cache is never garbage-collected (jemalloc runs
- * that for the thread's cache only), which can only make it faster. Blocks
- * it holds count as active. Both variants are chosen by name only (not in
+ * with the arena. jemalloc 5.3 never trims an explicit cache (its incremental
+ * GC is a thread event that works on the thread's own cache), which can only
+ * make it faster. Blocks it holds count as active. Both variants are chosen by name only (not in
  * --policy all). The cache is destroyed (flushed back) and then the arena
  * (arena.<i>.destroy) with whatever is still live.
  *
