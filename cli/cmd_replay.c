@@ -1,9 +1,9 @@
 /*
  * cli/cmd_replay.c: `stowage replay`: replays allocation traces under one or
- * more policies (stow__replay_policies: classic, vmm, the PyTorch models, naive,
- * the jemalloc references, or all) and reports peak live bytes (the lower bound), peak reserved bytes, their
- * ratio, the minimum device capacity (--min-capacity), backend calls, OOM
- * errors and host nanoseconds per event.
+ * more policies (stow__replay_policies: classic, vmm, the PyTorch models,
+ * naive, the jemalloc references, or all) and reports peak live bytes (the
+ * lower bound), peak reserved bytes, their ratio, the minimum device capacity
+ * (--min-capacity), backend calls, OOM errors and host nanoseconds per event.
  *
  * Only argument handling and printing live here; the engine, the policies and
  * the search are in models/replay_engine.h, where the tests reach them.

@@ -22,9 +22,9 @@
  * frees into it could be handed to the CLI's own malloc() calls and then die
  * with the arena. jemalloc 5.3 never trims an explicit cache (its incremental
  * GC is a thread event that works on the thread's own cache), which can only
- * make it faster. Blocks it holds count as active. Both variants are chosen by name only (not in
- * --policy all). The cache is destroyed (flushed back) and then the arena
- * (arena.<i>.destroy) with whatever is still live.
+ * make it faster. Blocks it holds count as active. Both variants are chosen by
+ * name only (not in --policy all). The cache is destroyed (flushed back) and
+ * then the arena (arena.<i>.destroy) with whatever is still live.
  *
  * Memory: jemalloc really reserves host virtual memory for the trace's sizes
  * (13.6 GB live at gpt2_train's peak), but it never touches the pages of large

@@ -517,13 +517,14 @@ stow_status_t stow__replay_run(const stow_replay_policy_t *p, const stow_trace_t
         out->has_stats = true;
     }
 
+    /* The instance moves into the rounds' record: one state from here on. */
     timed_instance_t one = {p, ctx, s, times};
     time_rounds(&one, 1, t, repeats, fn, arg);
-    out->ns_per_event = median_ns_per_event(times, repeats, t->event_count);
-    free_leftovers(p, ctx, t, &s);
+    out->ns_per_event = median_ns_per_event(one.times, repeats, t->event_count);
+    free_leftovers(p, ctx, t, &one.s);
     p->destroy(ctx);
-    free(times);
-    state_free(&s);
+    free(one.times);
+    state_free(&one.s);
 
     if (min_capacity && p->device) {
         st = min_capacity_search(p, t, config, out->peak_reserved_bytes,

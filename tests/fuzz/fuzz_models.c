@@ -143,8 +143,9 @@ static void fm_check_no_overlap(const fm_state_t *s, const uint64_t *size_of)
     free(spans);
 }
 
-/* The policy's own view of what is live agrees with the trace's. */
-static void fm_check_policy_state(const fm_state_t *s, uint64_t capacity_bytes)
+/* The policy's own view of what is live agrees with the trace's; returns the
+ * peak reserved bytes it reports. */
+static uint64_t fm_check_policy_state(const fm_state_t *s, uint64_t capacity_bytes)
 {
     stow_replay_report_t r;
     memset(&r, 0, sizeof r);
@@ -177,6 +178,7 @@ static void fm_check_policy_state(const fm_state_t *s, uint64_t capacity_bytes)
         FUZZ_CHECK(ms.reserved_bytes_current >= ms.allocated_bytes_current,
                    "%s: reserved below allocated", s->p->name);
     }
+    return r.peak_reserved_bytes;
 }
 
 /* One replay of every event; returns the peak reserved bytes it reports. */
@@ -212,11 +214,7 @@ static uint64_t fm_pass(fm_state_t *s, const uint64_t *size_of, uint64_t capacit
             fm_check_no_overlap(s, size_of);
     }
     fm_check_no_overlap(s, size_of);
-    fm_check_policy_state(s, capacity_bytes);
-    stow_replay_report_t r;
-    memset(&r, 0, sizeof r);
-    s->p->report(s->ctx, &r);
-    return r.peak_reserved_bytes;
+    return fm_check_policy_state(s, capacity_bytes);
 }
 
 static void fm_free_live(fm_state_t *s, const uint64_t *size_of)

@@ -218,7 +218,8 @@ Test(replay_min_capacity, host_policy_has_none)
 Test(replay_jemalloc, tcache_variant_reuses_its_cached_block)
 {
     const stow_replay_policy_t *p = &stow__replay_policy_jemalloc_tcache;
-    stow_replay_setup_t setup = {NULL, 0};
+    stow_config_t c = config_of(NULL);
+    stow_replay_setup_t setup = {&c, 0};
     void *ctx = NULL;
     cr_assert_eq(p->create(&setup, &ctx), STOW_OK);
     uint64_t a = 0, b = 0, live[64];
