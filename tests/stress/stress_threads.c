@@ -13,9 +13,17 @@
  * The pool is a classic one, or with `vmm` a page-mapped one (its small
  * range, quick lists and remapping under the same threads).
  *
+ * On the simulated device by default; with `cuda` on the CUDA backend, which
+ * ctest and tests/check/tsan.sh run over the host-emulated driver
+ * (tests/support/fake_cuda.c: 384 MiB, real streams created through it, every
+ * call checked against the driver API's rules). Then the CUDA backend's own
+ * state (its event pool, the per-thread context switch, the last error) runs
+ * under the same threads, and at the end the driver must report no rule
+ * broken and nothing left allocated, mapped, reserved or retained.
+ *
  * A plain program (ThreadSanitizer cannot run Criterion): ctest runs it as
  * is, tests/check/tsan.sh builds it with -fsanitize=thread.
- * Usage: stress_threads [threads [ops_per_thread [seed [classic|vmm]]]]
+ * Usage: stress_threads [threads [ops_per_thread [seed [classic|vmm [sim|cuda]]]]]
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_cuda.h"
 #include "stowage.h"
+#include "stowage/cuda.h"
 #include "stowage/sim.h"
 
 #define MIB ((size_t)1 << 20)
@@ -43,7 +53,9 @@
     } while (0)
 
 static stow_pool_t *pool;
-static stow_backend_t *sim;
+static stow_backend_t *sim;     /* the simulated device, or NULL on the CUDA backend */
+static stow_backend_t *cuda;
+static stow_stream_t cuda_streams[MAX_THREADS]; /* created through the driver */
 static unsigned n_threads;
 static unsigned long ops_per_thread;
 static uint64_t seed0;
@@ -67,7 +79,61 @@ static uint64_t next_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static stow_stream_t stream_of(unsigned i) { return (stow_stream_t)(uintptr_t)(0x100 + i); }
+static stow_stream_t stream_of(unsigned i)
+{
+    return cuda ? cuda_streams[i] : (stow_stream_t)(uintptr_t)(0x100 + i);
+}
+
+/* A driver entry point (object -> function pointer, as POSIX allows). */
+static void driver_fn(void *field, const char *name)
+{
+    void *sym = stow_cuda_driver_symbol(name);
+    CHECK(sym != NULL, "libcuda lacks %s", name);
+    memcpy(field, &sym, sizeof sym);
+}
+
+/* The CUDA backend on device 0 with one stream per thread. The emulated
+ * driver reads its size at its first call. */
+static void cuda_open(void)
+{
+    setenv("FAKE_CUDA_TOTAL_MB", "384", 0); /* small: OOM paths run, as on the sim */
+    char why[512];
+    stow_status_t st = stow_cuda_backend_create(0, &cuda, why, sizeof why);
+    CHECK(st == STOW_OK, "CUDA backend: %s: %s", stow_strerror(st), why);
+    size_t free_bytes = 0, total_bytes = 0; /* makes the primary context current here */
+    CHECK(cuda->mem_info(cuda->ctx, &free_bytes, &total_bytes) == STOW_OK, "mem_info");
+    int (*stream_create)(void **, unsigned) = NULL;
+    driver_fn(&stream_create, "cuStreamCreate");
+    for (unsigned i = 0; i < n_threads; i++)
+        CHECK(stream_create(&cuda_streams[i], 1 /* non-blocking */) == 0, "cuStreamCreate");
+}
+
+/* After the pool is gone: streams destroyed, backend destroyed, and on the
+ * emulated driver nothing of ours left and no rule broken. */
+static void cuda_close(void)
+{
+    int (*stream_destroy)(void *) = NULL;
+    driver_fn(&stream_destroy, "cuStreamDestroy_v2");
+    for (unsigned i = 0; i < n_threads; i++)
+        CHECK(stream_destroy(cuda_streams[i]) == 0, "cuStreamDestroy_v2");
+    void *sym = stow_cuda_driver_symbol("fake_cuda_counters");
+    stow_cuda_backend_destroy(cuda);
+    if (!sym)
+        return; /* a real driver */
+    fake_cuda_counters_fn counters = NULL;
+    memcpy(&counters, &sym, sizeof sym);
+    fake_cuda_counters_t c;
+    counters(&c);
+    CHECK(c.violations == 0, "%llu driver API violations, the last: %s",
+          (unsigned long long)c.violations, c.last_violation);
+    CHECK(c.used_bytes == 0 && c.allocations == 0 && c.handles == 0 && c.mappings == 0 &&
+              c.reservations == 0 && c.events == 0 && c.primary_retains == 0,
+          "left in the driver: %llu bytes, %llu allocations, %llu handles, %llu mappings, "
+          "%llu ranges, %llu events, %d retains",
+          (unsigned long long)c.used_bytes, (unsigned long long)c.allocations,
+          (unsigned long long)c.handles, (unsigned long long)c.mappings,
+          (unsigned long long)c.reservations, (unsigned long long)c.events, c.primary_retains);
+}
 
 static size_t pick_size(uint64_t *rng)
 {
@@ -176,17 +242,23 @@ int main(int argc, char **argv)
     ops_per_thread = argc > 2 ? strtoul(argv[2], NULL, 10) : 500000;
     seed0 = argc > 3 ? strtoull(argv[3], NULL, 10) : 1;
     const char *policy = argc > 4 ? argv[4] : "classic";
+    const char *device = argc > 5 ? argv[5] : "sim";
     CHECK(n_threads >= 1 && n_threads <= MAX_THREADS, "threads 1..%d", MAX_THREADS);
     CHECK(!strcmp(policy, "classic") || !strcmp(policy, "vmm"), "policy classic or vmm");
+    CHECK(!strcmp(device, "sim") || !strcmp(device, "cuda"), "device sim or cuda");
 
-    stow_sim_config_t sc;
-    stow_sim_config_default(&sc);
-    sc.capacity_bytes = 384 * MIB; /* small: OOM and release-and-retry paths run */
-    CHECK(stow_sim_create(&sc, &sim) == STOW_OK, "sim");
+    if (!strcmp(device, "cuda")) {
+        cuda_open();
+    } else {
+        stow_sim_config_t sc;
+        stow_sim_config_default(&sc);
+        sc.capacity_bytes = 384 * MIB; /* small: OOM and release-and-retry paths run */
+        CHECK(stow_sim_create(&sc, &sim) == STOW_OK, "sim");
+    }
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = !strcmp(policy, "vmm") ? STOW_POLICY_VMM : STOW_POLICY_CLASSIC;
-    CHECK(stow_pool_create(&cfg, sim, &pool) == STOW_OK, "pool");
+    CHECK(stow_pool_create(&cfg, sim ? sim : cuda, &pool) == STOW_OK, "pool");
 
     pthread_t th[MAX_THREADS];
     thread_arg_t args[MAX_THREADS];
@@ -221,13 +293,18 @@ int main(int argc, char **argv)
     CHECK(s.num_ooms == atomic_load(&total_ooms), "ooms %llu vs %llu",
           (unsigned long long)s.num_ooms, (unsigned long long)atomic_load(&total_ooms));
     CHECK(stow_pool_destroy(pool) == STOW_OK, "destroy");
-    stow_sim_counters_t c;
-    stow_sim_counters(sim, &c);
-    CHECK(c.reserved_bytes == 0, "device holds %llu bytes", (unsigned long long)c.reserved_bytes);
-    CHECK(stow_sim_destroy(sim) == STOW_OK, "sim destroy");
-    printf("stress_threads: %s, %u threads x %lu ops = %llu ops, %llu allocations, %llu OOMs, "
-           "books exact\n",
-           policy, n_threads, ops_per_thread, (unsigned long long)atomic_load(&total_ops),
+    if (sim) {
+        stow_sim_counters_t c;
+        stow_sim_counters(sim, &c);
+        CHECK(c.reserved_bytes == 0, "device holds %llu bytes",
+              (unsigned long long)c.reserved_bytes);
+        CHECK(stow_sim_destroy(sim) == STOW_OK, "sim destroy");
+    } else {
+        cuda_close();
+    }
+    printf("stress_threads: %s on %s, %u threads x %lu ops = %llu ops, %llu allocations, "
+           "%llu OOMs, books exact\n",
+           policy, device, n_threads, ops_per_thread, (unsigned long long)atomic_load(&total_ops),
            (unsigned long long)s.allocation[STOW_POOL_ALL].allocated,
            (unsigned long long)atomic_load(&total_ooms));
     return 0;
