@@ -92,6 +92,7 @@ enum {
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999,
 };
 
 #define MiB ((uint64_t)1 << 20)
@@ -235,10 +236,51 @@ static CUresult need_init(const char *fn)
     return CUDA_SUCCESS;
 }
 
+/* Calls per entry point, and the failure a test asked for (fake_cuda_fail_nth). */
+#define MAX_FNS 48
+static struct fn_count {
+    const char *name; /* __func__ of the entry point: a static string */
+    uint64_t calls, fail_at;
+    CUresult code;
+} fns[MAX_FNS];
+
+static struct fn_count *fn_slot(const char *name)
+{
+    for (int i = 0; i < MAX_FNS; i++) {
+        if (fns[i].name && !strcmp(fns[i].name, name))
+            return &fns[i];
+        if (!fns[i].name) {
+            fns[i].name = name;
+            return &fns[i];
+        }
+    }
+    return NULL;
+}
+
+/* Counts the call; the requested failure when this is the call asked for. A
+ * failed call has no effect, as the driver's do not. */
+static CUresult injected(const char *fn)
+{
+    struct fn_count *f = fn_slot(fn);
+    if (!f)
+        return CUDA_SUCCESS;
+    f->calls++;
+    if (f->fail_at && f->calls == f->fail_at) {
+        f->fail_at = 0;
+        S.c.faults_injected++;
+        return f->code;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Every entry point: the lock, the rule it needs first (a violation), then the
+ * call counted and a requested failure returned. */
 #define ENTER(check)                                                                   \
     pthread_mutex_lock(&lock);                                                         \
     configure();                                                                       \
     CUresult r_ = (check);                                                             \
+    if (r_ == CUDA_SUCCESS)                                                            \
+        r_ = injected(__func__);                                                       \
     if (r_ != CUDA_SUCCESS) {                                                          \
         pthread_mutex_unlock(&lock);                                                   \
         return r_;                                                                     \
@@ -381,6 +423,7 @@ static const struct {
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
 static CUresult error_lookup(CUresult code, const char **out, bool name)
@@ -1018,6 +1061,30 @@ EXPORT void fake_cuda_counters(fake_cuda_counters_t *out)
     configure();
     *out = S.c;
     pthread_mutex_unlock(&lock);
+}
+
+/* Makes the nth call from now of entry point `fn` ("cuMemMap") fail with
+ * `code`, without effect; n = 0 cancels. Not a violation: the driver failed. */
+EXPORT void fake_cuda_fail_nth(const char *fn, uint64_t n, int code)
+{
+    pthread_mutex_lock(&lock);
+    configure();
+    struct fn_count *f = fn_slot(fn);
+    if (f) {
+        f->fail_at = n ? f->calls + n : 0;
+        f->code = code;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Calls of entry point `fn` so far (failed ones included). */
+EXPORT uint64_t fake_cuda_calls(const char *fn)
+{
+    pthread_mutex_lock(&lock);
+    struct fn_count *f = fn_slot(fn);
+    uint64_t n = f ? f->calls : 0;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 /* The same two figures for callers without the struct (Python's ctypes). */

@@ -27,9 +27,14 @@ typedef struct fake_cuda_counters {
     uint64_t calls_event_record, calls_event_query_not_ready;
     uint64_t violations;        /* calls that broke the driver API's rules (each also
                                    returned an error); 0 in a correct program */
+    uint64_t faults_injected;   /* failures returned on request (fake_cuda_fail_nth) */
     char last_violation[256];   /* "cuMemMap: range already mapped (0x...)" */
 } fake_cuda_counters_t;
 
 typedef void (*fake_cuda_counters_fn)(fake_cuda_counters_t *out);
+/* fake_cuda_fail_nth(fn, n, code): the nth call from now of entry point fn
+ * ("cuMemMap") returns code and does nothing; fake_cuda_calls(fn): its calls. */
+typedef void (*fake_cuda_fail_nth_fn)(const char *fn, uint64_t n, int code);
+typedef uint64_t (*fake_cuda_calls_fn)(const char *fn);
 
 #endif

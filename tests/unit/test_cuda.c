@@ -597,3 +597,204 @@ Test(cuda_gpu, replay_tagged_vmm_tight, .timeout = 120)
 {
     replay_tagged(STOW_POLICY_VMM, 1.0015);
 }
+
+/* ---- fault sweep on the emulated driver ---- */
+
+/* A workload of 600 events on a 160 MiB memory fraction: sizes from 300 B to
+ * 26 MiB, every fifth block also written on a second stream and recorded
+ * there, so that reservations run out, release and retry, and page-mapped
+ * pools remap. */
+typedef struct fs_event {
+    uint64_t size;
+    uint32_t id;
+    char kind; /* 'a' or 'f' */
+    bool side;
+} fs_event_t;
+
+enum { FS_IDS = 300 };
+
+static size_t fs_workload(fs_event_t *ev)
+{
+    static const uint64_t sizes[] = {300, 40 << 10, 700 << 10, 3 * MiB + 17, 9 * MiB, 26 * MiB};
+    uint64_t rng = 7;
+    uint32_t live[24];
+    unsigned n_live = 0;
+    size_t n = 0;
+    for (uint32_t id = 0; id < FS_IDS; id++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        if (n_live == 24 || (n_live && (rng >> 60) < 7)) {
+            unsigned i = (unsigned)((rng >> 33) % n_live);
+            ev[n++] = (fs_event_t){0, live[i], 'f', false};
+            live[i] = live[--n_live];
+        }
+        ev[n++] = (fs_event_t){sizes[(rng >> 40) % 6], id, 'a', id % 5 == 0};
+        live[n_live++] = id;
+    }
+    while (n_live)
+        ev[n++] = (fs_event_t){0, live[--n_live], 'f', false};
+    for (size_t i = 0; i < n; i++) /* a free's size is its allocation's */
+        if (ev[i].kind == 'f')
+            for (size_t j = 0; j < i; j++)
+                if (ev[j].kind == 'a' && ev[j].id == ev[i].id)
+                    ev[i].size = ev[j].size;
+    return n;
+}
+
+typedef struct fs_driver {
+    fake_cuda_counters_fn counters;
+    fake_cuda_fail_nth_fn fail_nth;
+    fake_cuda_calls_fn calls;
+} fs_driver_t;
+
+static uint64_t fs_faults(const fs_driver_t *d)
+{
+    fake_cuda_counters_t c;
+    d->counters(&c);
+    return c.faults_injected;
+}
+
+/* One run of the workload with the k-th call of `fn` from the backend's
+ * creation on failing with `code` (k = 0: none). Every call returns OK or an
+ * error, never crashes; tags hold; the pool checks right after the fault and
+ * at the end; then everything is freed and destroyed, and the driver must hold
+ * nothing of ours and have seen no broken rule. */
+static void fs_run(const fs_driver_t *d, stow_policy_t policy, const char *fn, uint64_t k,
+                   int code)
+{
+    if (k)
+        d->fail_nth(fn, k, code);
+    char why[512];
+    stow_backend_t *b = NULL;
+    stow_status_t st = stow_cuda_backend_create(0, &b, why, sizeof why);
+    if (st != STOW_OK) {
+        cr_assert(k && fs_faults(d), "%s #%llu: create failed with no fault: %s", fn,
+                  (unsigned long long)k, why);
+        d->fail_nth(fn, 0, 0);
+        fake_check_released();
+        return;
+    }
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = policy;
+    cfg.memory_fraction = 160.0 / 16384.0; /* of the 16 GiB emulated device */
+    stow_pool_t *pool = NULL;
+    st = stow_pool_create(&cfg, b, &pool);
+    if (st != STOW_OK) {
+        /* mem_info failed, or a failed call at the backend's creation left it
+         * without page mapping (a vmm pool then needs it). */
+        cr_assert(k && fs_faults(d), "%s #%llu: pool create: %s", fn, (unsigned long long)k,
+                  stow_strerror(st));
+        d->fail_nth(fn, 0, 0);
+        backend_done(b);
+        return;
+    }
+    cu_stream_t side = NULL;
+    cr_assert_eq(drv.stream_create(&side, 1), 0);
+    static fs_event_t ev[2 * FS_IDS];
+    size_t n = fs_workload(ev);
+    void *ptrs[FS_IDS] = {0};
+    uint64_t faults_seen = fs_faults(d);
+    for (size_t i = 0; i < n; i++) {
+        const fs_event_t *e = &ev[i];
+        if (e->kind == 'a') {
+            void *p = NULL;
+            st = stow_pool_alloc(pool, e->size, NULL, &p);
+            if (st == STOW_OK) {
+                ptrs[e->id] = p;
+                tag_write(p, e->size, e->id, e->side ? side : NULL);
+                if (e->side) {
+                    st = stow_record_stream(pool, p, side);
+                    cr_assert(st == STOW_OK || st == STOW_EBACKEND || st == STOW_EHOSTMEM,
+                              "record_stream: %s", stow_strerror(st));
+                }
+            } else {
+                cr_assert(st == STOW_ENOMEM || st == STOW_EBACKEND, "%s #%llu, event %zu: %s", fn,
+                          (unsigned long long)k, i, stow_strerror(st));
+                cr_assert_null(p);
+            }
+        } else if (ptrs[e->id]) {
+            tag_check(ptrs[e->id], e->size, e->id);
+            st = stow_pool_free(pool, ptrs[e->id]);
+            if (st == STOW_OK) {
+                ptrs[e->id] = NULL;
+            } else {
+                cr_assert_eq(st, STOW_EBACKEND, "free: %s", stow_strerror(st));
+                cr_assert_eq(stow_pool_block_size(pool, ptrs[e->id], NULL, NULL), STOW_OK,
+                             "a failed free released the block");
+            }
+        }
+        uint64_t f = fs_faults(d);
+        if (f != faults_seen) {
+            faults_seen = f;
+            cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK,
+                         "%s #%llu, after the fault (event %zu): %s", fn, (unsigned long long)k,
+                         i, why);
+        }
+    }
+    d->fail_nth(fn, 0, 0);
+    for (uint32_t id = 0; id < FS_IDS; id++)
+        if (ptrs[id]) {
+            tag_check(ptrs[id], 8, id);
+            cr_assert_eq(stow_pool_free(pool, ptrs[id]), STOW_OK, "final free");
+        }
+    cr_assert_eq(drv.stream_synchronize(side), 0);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s #%llu, end: %s", fn,
+                 (unsigned long long)k, why);
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK, "%s #%llu: destroy", fn, (unsigned long long)k);
+    cr_assert_eq(drv.stream_destroy(side), 0);
+    backend_done(b);
+}
+
+static void fault_sweep(stow_policy_t policy)
+{
+    stow_backend_t *b = gpu_or_skip();
+    fs_driver_t d;
+    void *syms[3] = {stow_cuda_driver_symbol("fake_cuda_counters"),
+                     stow_cuda_driver_symbol("fake_cuda_fail_nth"),
+                     stow_cuda_driver_symbol("fake_cuda_calls")};
+    backend_done(b);
+    if (!syms[0] || !syms[1] || !syms[2])
+        cr_skip_test("a real driver: faults are injected only into the emulated one");
+    memcpy(&d.counters, &syms[0], sizeof syms[0]);
+    memcpy(&d.fail_nth, &syms[1], sizeof syms[1]);
+    memcpy(&d.calls, &syms[2], sizeof syms[2]);
+    static const struct {
+        const char *fn;
+        int code;
+    } kinds[] = {
+        {"cuMemAlloc_v2", 2},        {"cuMemAlloc_v2", 999},     {"cuMemFree_v2", 999},
+        {"cuMemGetInfo_v2", 999},    {"cuMemAddressReserve", 2}, {"cuMemAddressFree", 999},
+        {"cuMemCreate", 2},          {"cuMemCreate", 999},       {"cuMemRelease", 999},
+        {"cuMemMap", 2},             {"cuMemMap", 999},          {"cuMemSetAccess", 999},
+        {"cuMemUnmap", 999},         {"cuEventCreate", 999},     {"cuEventRecord", 999},
+        {"cuEventQuery", 999},       {"cuEventDestroy_v2", 999}, {"cuCtxSynchronize", 999},
+        {"cuCtxGetCurrent", 999},    {"cuDevicePrimaryCtxRetain", 999},
+        {"cuMemGetAllocationGranularity", 999},
+    };
+    /* The clean run counts each entry point's calls. */
+    enum { KINDS = sizeof kinds / sizeof kinds[0] };
+    uint64_t clean[KINDS];
+    for (size_t i = 0; i < KINDS; i++)
+        clean[i] = d.calls(kinds[i].fn);
+    fs_run(&d, policy, "none", 0, 0);
+    cr_assert_eq(fs_faults(&d), 0);
+    for (size_t i = 0; i < KINDS; i++)
+        clean[i] = d.calls(kinds[i].fn) - clean[i];
+    unsigned long long runs = 0;
+    for (size_t i = 0; i < KINDS; i++) {
+        uint64_t calls = clean[i];
+        uint64_t step = calls > 40 ? calls / 40 : 1;
+        for (uint64_t k = 1; k <= calls; k += step, runs++)
+            fs_run(&d, policy, kinds[i].fn, k, kinds[i].code);
+        cr_log_info("%s: %s (%d): %llu calls in a clean run, swept every %llu",
+                    policy == STOW_POLICY_VMM ? "vmm" : "classic", kinds[i].fn, kinds[i].code,
+                    (unsigned long long)calls, (unsigned long long)step);
+    }
+    cr_log_info("%llu runs, %llu faults injected", runs, (unsigned long long)fs_faults(&d));
+    cr_assert_gt(fs_faults(&d), 0);
+}
+
+Test(cuda_gpu, fault_sweep_classic, .timeout = 300) { fault_sweep(STOW_POLICY_CLASSIC); }
+
+Test(cuda_gpu, fault_sweep_vmm, .timeout = 300) { fault_sweep(STOW_POLICY_VMM); }
