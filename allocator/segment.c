@@ -234,12 +234,41 @@ static const char *reserve_hint(const stow_pool_t *pool, uint64_t cached_bytes)
     return "";
 }
 
+/* A page-mapped pool has no segments to split or release: after the retry
+ * it holds physical memory only under live blocks, and what is not allocated
+ * is the rest of granules that live blocks share (or blocks waiting for their
+ * streams). max_split_size_mb does not apply to it. */
+static void explain_vmm_oom(stow_pool_t *pool, size_t requested, uint64_t reserved,
+                            uint64_t active)
+{
+    const stow_stats_t *s = &pool->acct.s;
+    char req[32], res[32], alloc[32], beside[32], cap[32], lim[32];
+    format_bytes(req, sizeof req, requested);
+    format_bytes(res, sizeof res, reserved);
+    format_bytes(alloc, sizeof alloc, s->allocated_bytes[STOW_POOL_ALL].current);
+    format_bytes(beside, sizeof beside, reserved - active);
+    format_bytes(cap, sizeof cap, pool->capacity_bytes);
+    format_bytes(lim, sizeof lim, pool->limit_bytes);
+    snprintf(pool->oom_message, sizeof pool->oom_message,
+             "stowage: out of memory: tried to allocate %s (%zu bytes) in a page-mapped pool. "
+             "Device capacity %s, pool limit %s. The pool holds %s of physical memory, of "
+             "which %s is allocated and %s is not: the rest of granules that live blocks share. "
+             "Unused granules were unmapped and the request retried.%s",
+             req, requested, cap, lim, res, alloc, beside,
+             requested > pool->limit_bytes ? " The request alone is larger than the pool limit."
+                                           : "");
+}
+
 void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes)
 {
     stow__record(pool, STOW_REC_OOM, 0, requested, 0, stow__current_tag);
     const stow_stats_t *s = &pool->acct.s;
     uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
     uint64_t active = stow__acct_active_bytes(&pool->acct, STOW_POOL_ALL);
+    if (pool->vmm) {
+        explain_vmm_oom(pool, requested, reserved, active);
+        return;
+    }
     char req[32], seg[32], res[32], alloc[32], cached[32], largest[32], cap[32], lim[32];
     format_bytes(req, sizeof req, requested);
     format_bytes(seg, sizeof seg, segment_bytes);

@@ -98,6 +98,17 @@ s = stowage.memory_stats(0)
 assert s["num_ooms"] == 1, s["num_ooms"]
 assert "out of memory" in stowage.last_error(0), stowage.last_error(0)
 
+if os.environ.get("FAKE_CUDA_DEVICES") == "2":
+    # PyTorch names the device with every request: device 1 gets a pool of its own.
+    a0 = stowage.memory_allocated(0)
+    q = lib.stow_torch_malloc(3 * MiB, 1, None)
+    assert q, stowage.last_error(1)
+    roundtrip(q, 4096, 7)
+    assert stowage.memory_allocated(1) >= 3 * MiB
+    assert stowage.memory_allocated(0) == a0
+    lib.stow_torch_free(q, 3 * MiB, 1, None)
+    assert stowage.memory_allocated(1) == 0
+
 for p, n in ptrs:
     lib.stow_torch_free(p, n, 0, None)
 assert stowage.memory_allocated(0) == 0
@@ -115,8 +126,9 @@ print("OK", stowage.memory_stats(0).get("reserved_bytes.all.peak"))
 @unittest.skipUnless(os.path.exists(os.path.join(FAKE_DIR, "libcuda.so.1")),
                      "no emulated driver in %s (build the tests first)" % FAKE_DIR)
 class FakeCudaTorchEntry(unittest.TestCase):
-    def run_child(self, conf):
+    def run_child(self, conf, devices=1):
         env = dict(os.environ)
+        env["FAKE_CUDA_DEVICES"] = str(devices)
         env.pop("STOWAGE_BACKEND", None)
         env["STOWAGE_CONF"] = conf
         env["LD_LIBRARY_PATH"] = FAKE_DIR + (
@@ -138,6 +150,9 @@ class FakeCudaTorchEntry(unittest.TestCase):
 
     def test_expandable_segments_spelling(self):
         self.run_child("expandable_segments:True")
+
+    def test_two_devices(self):
+        self.run_child("policy:vmm", devices=2)
 
 
 if __name__ == "__main__":

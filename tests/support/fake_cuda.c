@@ -812,9 +812,12 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDe
             LEAVE(violation(CUDA_ERROR_INVALID_VALUE,
                             "cuMemSetAccess: descriptor %zu (location %d/%d, flags %d)", i,
                             desc[i].location.type, desc[i].location.id, desc[i].flags));
-        if (desc[i].location.id == 0)
-            prot = desc[i].flags == 3 ? PROT_READ | PROT_WRITE
-                                      : desc[i].flags == 1 ? PROT_READ : PROT_NONE;
+        /* One host address space stands for every device: the widest access
+         * any descriptor grants (copies reach any device's memory). */
+        int p = desc[i].flags == 3 ? PROT_READ | PROT_WRITE
+                                   : desc[i].flags == 1 ? PROT_READ : PROT_NONE;
+        if (p > prot)
+            prot = p;
     }
     reservation_t *v = reservation_of(ptr);
     if (!v || size == 0 || size > v->size - (ptr - v->base) || (ptr - v->base) % GRAN_BYTES ||

@@ -798,3 +798,37 @@ static void fault_sweep(stow_policy_t policy)
 Test(cuda_gpu, fault_sweep_classic, .timeout = 300) { fault_sweep(STOW_POLICY_CLASSIC); }
 
 Test(cuda_gpu, fault_sweep_vmm, .timeout = 300) { fault_sweep(STOW_POLICY_VMM); }
+
+/* ---- two devices ---- */
+
+/* A thread working on device 0 calls the pool of device 1 (PyTorch passes the
+ * device with each request): the allocation is made in device 1's context and
+ * the thread gets device 0's context back. */
+Test(cuda_gpu, other_device_leaves_the_callers_context)
+{
+    stow_backend_t *b0 = gpu_or_skip();
+    if (stow_cuda_device_count() < 2) {
+        backend_done(b0);
+        cr_skip_test("one device (ctest's emulated driver has two)");
+    }
+    stow_backend_t *b1 = NULL;
+    char why[256];
+    cr_assert_eq(stow_cuda_backend_create(1, &b1, why, sizeof why), STOW_OK, "%s", why);
+    cr_assert_eq(stow_cuda_backend_device(b1), 1);
+    stow_pool_t *p0 = pool_on(b0, 1.0), *p1 = pool_on(b1, 1.0);
+    void *a = NULL, *c = NULL;
+    cr_assert_eq(stow_pool_alloc(p0, 4 * MiB, NULL, &a), STOW_OK);
+    cu_ctx_t ctx0 = NULL, after = NULL;
+    cr_assert_eq(drv.ctx_get_current(&ctx0), 0);
+    cr_assert_not_null(ctx0, "device 0's context is current after its pool's call");
+    cr_assert_eq(stow_pool_alloc(p1, 4 * MiB, NULL, &c), STOW_OK);
+    cr_assert_eq(drv.ctx_get_current(&after), 0);
+    cr_assert_eq(after, ctx0, "the call on device 1 gave the thread device 0's context back");
+    roundtrip(a, 1 * MiB, 1);
+    cr_assert_eq(stow_pool_free(p1, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(p0, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(p0, c), STOW_ENOTOWNED, "device 1's block is not device 0's");
+    cr_assert_eq(stow_pool_destroy(p1), STOW_OK);
+    stow_cuda_backend_destroy(b1);
+    pool_done(p0, b0);
+}

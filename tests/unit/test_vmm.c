@@ -750,3 +750,69 @@ Test(vmm, a_loop_that_remaps_now_and_then_is_not_raised)
     cr_assert_eq(stats().num_vmm_allowance_raises, 0);
     finish();
 }
+
+/* A request for more granules than the pool may hold fails before mapping
+ * any: before, the pool mapped granules up to its limit, failed, unmapped them
+ * for the out-of-memory retry, mapped them all again and failed, and was left
+ * holding the whole device for a few MiB of live data. */
+Test(vmm, a_request_beyond_the_limit_maps_nothing)
+{
+    make_vmm(64 * MIB, false);
+    void *a = alloc_ok(10 * MIB), *b = alloc_ok(8 * MIB);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK); /* 4 granules unused */
+    stow_stats_t before = stats();
+    void *out = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, 100 * MIB, NULL, &out), STOW_ENOMEM);
+    cr_assert_eq(stow_pool_alloc(pool, 60 * MIB, NULL, &out), STOW_ENOMEM,
+                 "30 granules wanted, 27 obtainable beside a's 5");
+    stow_stats_t after = stats();
+    cr_assert_eq(after.num_map_calls, before.num_map_calls, "no granule mapped for them");
+    cr_assert_leq(after.reserved_bytes[STOW_POOL_ALL].current,
+                  before.reserved_bytes[STOW_POOL_ALL].current);
+    cr_assert_eq(after.reserved_bytes[STOW_POOL_ALL].peak, before.reserved_bytes[STOW_POOL_ALL].peak);
+    cr_assert_eq(after.num_ooms, 2);
+    char msg[768];
+    cr_assert_gt(stow_pool_oom_message(pool, msg, sizeof msg), 0);
+    cr_assert_not_null(strstr(msg, "page-mapped pool"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "10.00 MiB of physical memory"), "a's 5 granules: %s", msg);
+    cr_assert_null(strstr(msg, "max_split_size_mb"), "does not apply here: %s", msg);
+    cr_assert_null(strstr(msg, "larger than the pool limit"), "60 MiB is not: %s", msg);
+    cr_assert_eq(stow_pool_alloc(pool, 100 * MIB, NULL, &out), STOW_ENOMEM);
+    cr_assert_gt(stow_pool_oom_message(pool, msg, sizeof msg), 0);
+    cr_assert_not_null(strstr(msg, "larger than the pool limit"), "%s", msg);
+    check();
+    void *c = alloc_ok(54 * MIB); /* 27 granules: exactly what is left */
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish();
+}
+
+/* The device refuses before the pool's limit (another pool holds part of it):
+ * the granules the failed request had mapped go back to the device, so the
+ * pool holds what it held before. */
+Test(vmm, a_request_the_device_refuses_midway_leaves_what_the_pool_held)
+{
+    make_vmm(64 * MIB, false);
+    stow_pool_t *other = NULL; /* a classic pool on the same device */
+    cr_assert_eq(stow_pool_create(NULL, sim, &other), STOW_OK);
+    void *held = NULL;
+    cr_assert_eq(stow_pool_alloc(other, 40 * MIB, NULL, &held), STOW_OK);
+    void *a = alloc_ok(4 * MIB);
+    stow_stats_t before = stats();
+    void *out = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, 30 * MIB, NULL, &out), STOW_ENOMEM,
+                 "15 granules wanted, the device has 10 left");
+    stow_stats_t after = stats();
+    cr_assert_eq(after.reserved_bytes[STOW_POOL_ALL].current,
+                 before.reserved_bytes[STOW_POOL_ALL].current, "what the attempt created went back");
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 40 * MIB + before.reserved_bytes[STOW_POOL_ALL].current);
+    check();
+    cr_assert_eq(stow_pool_free(other, held), STOW_OK);
+    cr_assert_eq(stow_pool_destroy(other), STOW_OK); /* its segment goes back */
+    void *d = alloc_ok(30 * MIB);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish();
+}
