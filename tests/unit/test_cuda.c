@@ -832,3 +832,44 @@ Test(cuda_gpu, other_device_leaves_the_callers_context)
     stow_cuda_backend_destroy(b1);
     pool_done(p0, b0);
 }
+
+/* scrub_on_free: a freed block is zeroed by cuMemsetD8Async on its stream
+ * before anyone can take it again; the next user reads zeros. */
+static void scrub_case(stow_policy_t policy)
+{
+    stow_backend_t *b = gpu_or_skip();
+    if (!b->scrub || (policy == STOW_POLICY_VMM && !b->va_reserve)) {
+        backend_done(b);
+        cr_skip_test("driver without cuMemsetD8Async or page mapping");
+    }
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = policy;
+    cfg.scrub_on_free = true;
+    stow_pool_t *pool = NULL;
+    cr_assert_eq(stow_pool_create(&cfg, b, &pool), STOW_OK);
+    size_t n = 3 * MiB;
+    void *p = NULL, *q = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, n, NULL, &p), STOW_OK);
+    roundtrip(p, n, 5); /* leaves a pattern behind */
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    cr_assert_eq(drv.ctx_synchronize(), 0);
+    cr_assert_eq(stow_pool_alloc(pool, n, NULL, &q), STOW_OK);
+    cr_assert_eq(q, p, "the same block comes back");
+    unsigned char *out = malloc(n);
+    cr_assert_not_null(out);
+    cr_assert_eq(drv.memcpy_dtoh(out, (cu_ptr_t)(uintptr_t)q, n), 0);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(out[i], 0, "byte %zu of the reused block is %u", i, out[i]);
+    free(out);
+    stow_stats_t st;
+    cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
+    cr_assert_geq(st.num_scrubs, 1);
+    cr_assert_eq(st.num_scrub_failures, 0);
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    pool_done(pool, b);
+}
+
+Test(cuda_gpu, scrub_on_free_classic) { scrub_case(STOW_POLICY_CLASSIC); }
+
+Test(cuda_gpu, scrub_on_free_vmm) { scrub_case(STOW_POLICY_VMM); }
