@@ -234,27 +234,36 @@ static const char *reserve_hint(const stow_pool_t *pool, uint64_t cached_bytes)
     return "";
 }
 
+/* The figures both out-of-memory messages give, formatted. */
+typedef struct oom_figures {
+    char requested[32], reserved[32], allocated[32], not_allocated[32], capacity[32], limit[32];
+} oom_figures_t;
+
+static void oom_figures(const stow_pool_t *pool, size_t requested, uint64_t reserved,
+                        uint64_t active, oom_figures_t *f)
+{
+    format_bytes(f->requested, sizeof f->requested, requested);
+    format_bytes(f->reserved, sizeof f->reserved, reserved);
+    format_bytes(f->allocated, sizeof f->allocated,
+                 pool->acct.s.allocated_bytes[STOW_POOL_ALL].current);
+    format_bytes(f->not_allocated, sizeof f->not_allocated, reserved - active);
+    format_bytes(f->capacity, sizeof f->capacity, pool->capacity_bytes);
+    format_bytes(f->limit, sizeof f->limit, pool->limit_bytes);
+}
+
 /* A page-mapped pool has no segments to split or release: after the retry
  * it holds physical memory only under live blocks, and what is not allocated
  * is the rest of granules that live blocks share (or blocks waiting for their
  * streams). max_split_size_mb does not apply to it. */
-static void explain_vmm_oom(stow_pool_t *pool, size_t requested, uint64_t reserved,
-                            uint64_t active)
+static void explain_vmm_oom(stow_pool_t *pool, size_t requested, const oom_figures_t *f)
 {
-    const stow_stats_t *s = &pool->acct.s;
-    char req[32], res[32], alloc[32], beside[32], cap[32], lim[32];
-    format_bytes(req, sizeof req, requested);
-    format_bytes(res, sizeof res, reserved);
-    format_bytes(alloc, sizeof alloc, s->allocated_bytes[STOW_POOL_ALL].current);
-    format_bytes(beside, sizeof beside, reserved - active);
-    format_bytes(cap, sizeof cap, pool->capacity_bytes);
-    format_bytes(lim, sizeof lim, pool->limit_bytes);
     snprintf(pool->oom_message, sizeof pool->oom_message,
              "stowage: out of memory: tried to allocate %s (%zu bytes) in a page-mapped pool. "
              "Device capacity %s, pool limit %s. The pool holds %s of physical memory, of "
              "which %s is allocated and %s is not: the rest of granules that live blocks share. "
              "Unused granules were unmapped and the request retried.%s",
-             req, requested, cap, lim, res, alloc, beside,
+             f->requested, requested, f->capacity, f->limit, f->reserved, f->allocated,
+             f->not_allocated,
              requested > pool->limit_bytes ? " The request alone is larger than the pool limit."
                                            : "");
 }
@@ -262,29 +271,24 @@ static void explain_vmm_oom(stow_pool_t *pool, size_t requested, uint64_t reserv
 void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes)
 {
     stow__record(pool, STOW_REC_OOM, 0, requested, 0, stow__current_tag);
-    const stow_stats_t *s = &pool->acct.s;
-    uint64_t reserved = s->reserved_bytes[STOW_POOL_ALL].current;
+    uint64_t reserved = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
     uint64_t active = stow__acct_active_bytes(&pool->acct, STOW_POOL_ALL);
+    oom_figures_t f;
+    oom_figures(pool, requested, reserved, active, &f);
     if (pool->vmm) {
-        explain_vmm_oom(pool, requested, reserved, active);
+        explain_vmm_oom(pool, requested, &f);
         return;
     }
-    char req[32], seg[32], res[32], alloc[32], cached[32], largest[32], cap[32], lim[32];
-    format_bytes(req, sizeof req, requested);
+    char seg[32], largest[32];
     format_bytes(seg, sizeof seg, segment_bytes);
-    format_bytes(res, sizeof res, reserved);
-    format_bytes(alloc, sizeof alloc, s->allocated_bytes[STOW_POOL_ALL].current);
-    format_bytes(cached, sizeof cached, reserved - active);
     format_bytes(largest, sizeof largest, stow__pool_largest_free(pool));
-    format_bytes(cap, sizeof cap, pool->capacity_bytes);
-    format_bytes(lim, sizeof lim, pool->limit_bytes);
     snprintf(pool->oom_message, sizeof pool->oom_message,
              "stowage: out of memory: tried to allocate %s (%zu bytes; a new segment of %s). "
              "Device capacity %s, pool limit %s. The pool has %s reserved, of which %s is "
              "allocated and %s is free but cached; the largest free block is %s. The cache was "
              "released and the request retried.%s",
-             req, requested, seg, cap, lim, res, alloc, cached, largest,
-             reserve_hint(pool, reserved - active));
+             f.requested, requested, seg, f.capacity, f.limit, f.reserved, f.allocated,
+             f.not_allocated, largest, reserve_hint(pool, reserved - active));
 }
 
 stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,

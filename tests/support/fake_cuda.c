@@ -101,9 +101,6 @@ enum {
 #define MAX_DEVICES 8
 #define LOCATION_DEVICE 1            /* CU_MEM_LOCATION_TYPE_DEVICE */
 #define ALLOCATION_PINNED 1          /* CU_MEM_ALLOCATION_TYPE_PINNED */
-#define HANDLE_MAGIC 0x46414b4548444cULL
-#define STREAM_MAGIC 0x46414b4553544dULL
-#define EVENT_MAGIC 0x46414b45455654ULL
 
 /* ---- state ---- */
 
@@ -118,7 +115,6 @@ typedef struct alloc {
 } alloc_t;
 
 typedef struct handle {
-    uint64_t magic;
     struct handle *next;
     uint64_t file_offset, size;
     int maps;
@@ -141,17 +137,19 @@ typedef struct reservation {
     granule_t *granules;
 } reservation_t;
 
-typedef struct stream {
-    uint64_t magic;
-    struct stream *next;
-    uint64_t done_at; /* tick at which the work queued so far completes */
-} stream_t;
+/* A stream or an event: both are a point in the queue of work, and the
+ * tick at which the work queued before it completes. Their handles are the
+ * records' addresses, looked up in one registry by kind, so that an event
+ * passed as a stream (or a destroyed one) is an unknown handle. */
+typedef enum work_kind { WORK_STREAM, WORK_EVENT } work_kind_t;
 
-typedef struct event {
-    uint64_t magic;
-    struct event *next;
-    uint64_t done_at;
-} event_t;
+typedef struct work {
+    struct work *next;
+    work_kind_t kind;
+    uint64_t done_at; /* tick at which the work queued so far completes */
+} work_t;
+typedef work_t stream_t;
+typedef work_t event_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local context_t *current; /* cuCtxGetCurrent: per thread */
@@ -164,8 +162,7 @@ static struct {
     alloc_t *allocs;
     handle_t *handles;
     reservation_t *reservations;
-    stream_t *streams;
-    event_t *events;
+    work_t *works; /* every live stream and event */
     stream_t default_stream;
     uint64_t tick;
     int device_fd;          /* the memfd physical handles live in */
@@ -393,9 +390,9 @@ EXPORT CUresult cuCtxSetCurrent(context_t *ctx)
 
 static void complete_all(void)
 {
-    for (stream_t *s = S.streams; s; s = s->next)
-        if (s->done_at > S.tick)
-            S.tick = s->done_at;
+    for (work_t *w = S.works; w; w = w->next)
+        if (w->done_at > S.tick)
+            S.tick = w->done_at;
     if (S.default_stream.done_at > S.tick)
         S.tick = S.default_stream.done_at;
 }
@@ -661,7 +658,6 @@ static void handle_free(handle_t *h)
     memset(&S.file_used[h->file_offset / GRAN_BYTES], 0, h->size / GRAN_BYTES);
     S.c.used_bytes -= h->size;
     S.c.handles--;
-    h->magic = 0;
     free(h);
 }
 
@@ -695,7 +691,6 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         S.c.used_bytes -= size;
         LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
     }
-    h->magic = HANDLE_MAGIC;
     h->file_offset = (uint64_t)first * GRAN_BYTES;
     h->size = size;
     h->next = S.handles;
@@ -841,23 +836,57 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDe
 
 /* ---- streams and events ---- */
 
+static uint64_t *work_count(work_kind_t kind)
+{
+    return kind == WORK_STREAM ? &S.c.streams : &S.c.events;
+}
+
+static work_t *work_new(work_kind_t kind)
+{
+    work_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->kind = kind;
+    w->next = S.works;
+    S.works = w;
+    ++*work_count(kind);
+    return w;
+}
+
+static work_t **work_link(work_kind_t kind, const void *value)
+{
+    for (work_t **link = &S.works; *link; link = &(*link)->next)
+        if (*link == value && (*link)->kind == kind)
+            return link;
+    return NULL;
+}
+
+/* False if value is not a live object of that kind. */
+static bool work_destroy(work_kind_t kind, const void *value)
+{
+    work_t **link = work_link(kind, value);
+    if (!link)
+        return false;
+    work_t *w = *link;
+    *link = w->next;
+    free(w);
+    --*work_count(kind);
+    return true;
+}
+
 /* NULL and the two special handles are the default stream. */
 static stream_t *stream_of(void *value)
 {
     if ((uintptr_t)value <= 2)
         return &S.default_stream;
-    for (stream_t *s = S.streams; s; s = s->next)
-        if (s == value)
-            return s;
-    return NULL;
+    work_t **link = work_link(WORK_STREAM, value);
+    return link ? *link : NULL;
 }
 
 static event_t *event_of(void *value)
 {
-    for (event_t *e = S.events; e; e = e->next)
-        if (e == value)
-            return e;
-    return NULL;
+    work_t **link = work_link(WORK_EVENT, value);
+    return link ? *link : NULL;
 }
 
 static void queue_work(stream_t *s)
@@ -872,13 +901,9 @@ EXPORT CUresult cuStreamCreate(stream_t **out, unsigned int flags)
     ENTER(need_context("cuStreamCreate"));
     if (!out || flags > 1)
         LEAVE(violation(CUDA_ERROR_INVALID_VALUE, "cuStreamCreate(flags %u)", flags));
-    stream_t *s = calloc(1, sizeof *s);
+    stream_t *s = work_new(WORK_STREAM);
     if (!s)
         LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-    s->magic = STREAM_MAGIC;
-    s->next = S.streams;
-    S.streams = s;
-    S.c.streams++;
     *out = s;
     LEAVE(CUDA_SUCCESS);
 }
@@ -886,15 +911,8 @@ EXPORT CUresult cuStreamCreate(stream_t **out, unsigned int flags)
 EXPORT CUresult cuStreamDestroy_v2(void *value)
 {
     ENTER(need_context("cuStreamDestroy_v2"));
-    for (stream_t **link = &S.streams; *link; link = &(*link)->next)
-        if (*link == value) {
-            stream_t *s = *link;
-            *link = s->next;
-            s->magic = 0;
-            free(s);
-            S.c.streams--;
-            LEAVE(CUDA_SUCCESS);
-        }
+    if (work_destroy(WORK_STREAM, value))
+        LEAVE(CUDA_SUCCESS);
     LEAVE(violation(CUDA_ERROR_INVALID_HANDLE, "cuStreamDestroy_v2(%p): not a stream", value));
 }
 
@@ -924,13 +942,9 @@ EXPORT CUresult cuEventCreate(event_t **out, unsigned int flags)
     ENTER(need_context("cuEventCreate"));
     if (!out || flags > 0xF)
         LEAVE(violation(CUDA_ERROR_INVALID_VALUE, "cuEventCreate(flags %u)", flags));
-    event_t *e = calloc(1, sizeof *e);
+    event_t *e = work_new(WORK_EVENT);
     if (!e)
         LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-    e->magic = EVENT_MAGIC;
-    e->next = S.events;
-    S.events = e;
-    S.c.events++;
     *out = e;
     LEAVE(CUDA_SUCCESS);
 }
@@ -965,15 +979,8 @@ EXPORT CUresult cuEventQuery(void *ev)
 EXPORT CUresult cuEventDestroy_v2(void *ev)
 {
     ENTER(need_context("cuEventDestroy_v2"));
-    for (event_t **link = &S.events; *link; link = &(*link)->next)
-        if (*link == ev) {
-            event_t *e = *link;
-            *link = e->next;
-            e->magic = 0;
-            free(e);
-            S.c.events--;
-            LEAVE(CUDA_SUCCESS);
-        }
+    if (work_destroy(WORK_EVENT, ev))
+        LEAVE(CUDA_SUCCESS);
     LEAVE(violation(CUDA_ERROR_INVALID_HANDLE, "cuEventDestroy_v2(%p): not an event", ev));
 }
 
