@@ -55,45 +55,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cuda_abi.h"
 #include "fake_cuda.h"
 
 #define EXPORT __attribute__((visibility("default")))
 /* The driver's own prototypes are in cuda.h, which this file must not need. */
 #pragma GCC diagnostic ignored "-Wmissing-prototypes"
 
-/* Driver ABI types and codes (cuda.h; stable since CUDA 11.2). */
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct {
-    int type, id;
-} CUmemLocation;
-typedef struct {
-    int type;
-    int requestedHandleTypes;
-    CUmemLocation location;
-    void *win32HandleMetaData;
-    unsigned char allocFlags[8];
-} CUmemAllocationProp;
-typedef struct {
-    CUmemLocation location;
-    int flags;
-} CUmemAccessDesc;
-
-enum {
-    CUDA_SUCCESS = 0,
-    CUDA_ERROR_INVALID_VALUE = 1,
-    CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_NOT_INITIALIZED = 3,
-    CUDA_ERROR_NO_DEVICE = 100,
-    CUDA_ERROR_INVALID_DEVICE = 101,
-    CUDA_ERROR_INVALID_CONTEXT = 201,
-    CUDA_ERROR_INVALID_HANDLE = 400,
-    CUDA_ERROR_NOT_READY = 600,
-    CUDA_ERROR_NOT_SUPPORTED = 801,
-    CUDA_ERROR_UNKNOWN = 999,
-};
+/* Driver ABI types and codes: cuda_abi.h. */
 
 #define MiB ((uint64_t)1 << 20)
 #define PAGE_BYTES (2 * MiB)         /* cuMemAlloc's rounding */

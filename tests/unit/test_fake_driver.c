@@ -19,36 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_abi.h"
 #include "fake_cuda.h"
-
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemHandle;
-typedef struct {
-    int type, id;
-} CUmemLocation;
-typedef struct {
-    int type;
-    int requestedHandleTypes;
-    CUmemLocation location;
-    void *win32HandleMetaData;
-    unsigned char allocFlags[8];
-} CUmemAllocationProp;
-typedef struct {
-    CUmemLocation location;
-    int flags;
-} CUmemAccessDesc;
-
-enum {
-    OK = 0,
-    INVALID_VALUE = 1,
-    OUT_OF_MEMORY = 2,
-    NOT_INITIALIZED = 3,
-    INVALID_DEVICE = 101,
-    INVALID_CONTEXT = 201,
-    INVALID_HANDLE = 400,
-    NOT_READY = 600,
-};
 
 #define GRAN ((size_t)2 << 20)
 
@@ -63,9 +35,10 @@ static struct {
     CUresult (*mem_free)(CUdeviceptr);
     CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
     CUresult (*address_free)(CUdeviceptr, size_t);
-    CUresult (*create)(CUmemHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-    CUresult (*release)(CUmemHandle);
-    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemHandle, unsigned long long);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
     CUresult (*unmap)(CUdeviceptr, size_t);
     CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*htod)(CUdeviceptr, const void *, size_t);
@@ -136,9 +109,9 @@ static fake_cuda_counters_t counters(void)
 static void *start(void)
 {
     void *ctx = NULL;
-    cr_assert_eq(D.init(0), OK);
-    cr_assert_eq(D.retain(&ctx, 0), OK);
-    cr_assert_eq(D.set_current(ctx), OK);
+    cr_assert_eq(D.init(0), CUDA_SUCCESS);
+    cr_assert_eq(D.retain(&ctx, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.set_current(ctx), CUDA_SUCCESS);
     return ctx;
 }
 
@@ -150,25 +123,25 @@ static const CUmemAccessDesc read_write = {.location = {1, 0}, .flags = 3};
 typedef struct mapped_range {
     CUdeviceptr base;
     size_t size;
-    CUmemHandle handle;
+    CUmemGenericAllocationHandle handle;
     size_t mapped;
 } mapped_range_t;
 
 static mapped_range_t map_range(size_t granules, size_t mapped)
 {
     mapped_range_t r = {0, granules * GRAN, 0, mapped * GRAN};
-    cr_assert_eq(D.reserve(&r.base, r.size, 0, 0, 0), OK);
-    cr_assert_eq(D.create(&r.handle, r.mapped, &device_prop, 0), OK);
-    cr_assert_eq(D.map(r.base, r.mapped, 0, r.handle, 0), OK);
-    cr_assert_eq(D.set_access(r.base, r.mapped, &read_write, 1), OK);
+    cr_assert_eq(D.reserve(&r.base, r.size, 0, 0, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.create(&r.handle, r.mapped, &device_prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.map(r.base, r.mapped, 0, r.handle, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.set_access(r.base, r.mapped, &read_write, 1), CUDA_SUCCESS);
     return r;
 }
 
 static void unmap_range(mapped_range_t r)
 {
-    cr_assert_eq(D.unmap(r.base, r.mapped), OK);
-    cr_assert_eq(D.release(r.handle), OK);
-    cr_assert_eq(D.address_free(r.base, r.size), OK);
+    cr_assert_eq(D.unmap(r.base, r.mapped), CUDA_SUCCESS);
+    cr_assert_eq(D.release(r.handle), CUDA_SUCCESS);
+    cr_assert_eq(D.address_free(r.base, r.size), CUDA_SUCCESS);
 }
 
 /* The call must have been refused with `code`, counted once, and have
@@ -204,55 +177,55 @@ Test(fake_driver, a_correct_program_breaks_no_rule_and_leaves_nothing)
     (void)start();
     /* cuMemAlloc: data written reads back. */
     CUdeviceptr p = 0;
-    cr_assert_eq(D.mem_alloc(&p, 1000), OK);
+    cr_assert_eq(D.mem_alloc(&p, 1000), CUDA_SUCCESS);
     cr_expect_eq(counters().used_bytes, GRAN, "cuMemAlloc is charged in 2 MiB pages");
     const char msg[] = "stowage";
     char back[sizeof msg] = {0};
-    cr_assert_eq(D.htod(p + 100, msg, sizeof msg), OK);
-    cr_assert_eq(D.dtoh(back, p + 100, sizeof msg), OK);
+    cr_assert_eq(D.htod(p + 100, msg, sizeof msg), CUDA_SUCCESS);
+    cr_assert_eq(D.dtoh(back, p + 100, sizeof msg), CUDA_SUCCESS);
     cr_expect_str_eq(back, msg);
-    cr_assert_eq(D.mem_free(p), OK);
+    cr_assert_eq(D.mem_free(p), CUDA_SUCCESS);
 
     /* A handle mapped twice: written through one mapping, read through the other. */
     CUdeviceptr a = 0, b = 0;
-    CUmemHandle h = 0;
-    cr_assert_eq(D.reserve(&a, 2 * GRAN, 0, 0, 0), OK);
-    cr_assert_eq(D.reserve(&b, 2 * GRAN, 0, 0, 0), OK);
-    cr_assert_eq(D.create(&h, GRAN, &device_prop, 0), OK);
-    cr_assert_eq(D.map(a + GRAN, GRAN, 0, h, 0), OK);
-    cr_assert_eq(D.map(b, GRAN, 0, h, 0), OK);
-    cr_assert_eq(D.set_access(a + GRAN, GRAN, &read_write, 1), OK);
-    cr_assert_eq(D.set_access(b, GRAN, &read_write, 1), OK);
-    cr_assert_eq(D.release(h), OK); /* freed at its last unmap, as the driver does */
+    CUmemGenericAllocationHandle h = 0;
+    cr_assert_eq(D.reserve(&a, 2 * GRAN, 0, 0, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.reserve(&b, 2 * GRAN, 0, 0, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.create(&h, GRAN, &device_prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.map(a + GRAN, GRAN, 0, h, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.map(b, GRAN, 0, h, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.set_access(a + GRAN, GRAN, &read_write, 1), CUDA_SUCCESS);
+    cr_assert_eq(D.set_access(b, GRAN, &read_write, 1), CUDA_SUCCESS);
+    cr_assert_eq(D.release(h), CUDA_SUCCESS); /* freed at its last unmap, as the driver does */
     cr_expect_eq(counters().handles, 1);
     memset(back, 0, sizeof back);
-    cr_assert_eq(D.htod(a + GRAN + 4096, msg, sizeof msg), OK);
-    cr_assert_eq(D.dtoh(back, b + 4096, sizeof msg), OK);
+    cr_assert_eq(D.htod(a + GRAN + 4096, msg, sizeof msg), CUDA_SUCCESS);
+    cr_assert_eq(D.dtoh(back, b + 4096, sizeof msg), CUDA_SUCCESS);
     cr_expect_str_eq(back, msg);
-    cr_assert_eq(D.unmap(a + GRAN, GRAN), OK);
-    cr_assert_eq(D.unmap(b, GRAN), OK);
+    cr_assert_eq(D.unmap(a + GRAN, GRAN), CUDA_SUCCESS);
+    cr_assert_eq(D.unmap(b, GRAN), CUDA_SUCCESS);
     cr_expect_eq(counters().handles, 0, "the released handle goes with its last mapping");
-    cr_assert_eq(D.address_free(a, 2 * GRAN), OK);
-    cr_assert_eq(D.address_free(b, 2 * GRAN), OK);
+    cr_assert_eq(D.address_free(a, 2 * GRAN), CUDA_SUCCESS);
+    cr_assert_eq(D.address_free(b, 2 * GRAN), CUDA_SUCCESS);
 
     /* Stream order: an event recorded after queued work completes a few queries later. */
     mapped_range_t r = map_range(1, 1);
     void *s = NULL, *e = NULL;
-    cr_assert_eq(D.stream_create(&s, 1), OK);
-    cr_assert_eq(D.event_create(&e, 2), OK);
-    cr_assert_eq(D.htod_async(r.base, msg, sizeof msg, s), OK);
-    cr_assert_eq(D.event_record(e, s), OK);
+    cr_assert_eq(D.stream_create(&s, 1), CUDA_SUCCESS);
+    cr_assert_eq(D.event_create(&e, 2), CUDA_SUCCESS);
+    cr_assert_eq(D.htod_async(r.base, msg, sizeof msg, s), CUDA_SUCCESS);
+    cr_assert_eq(D.event_record(e, s), CUDA_SUCCESS);
     int not_ready = 0;
     CUresult q;
-    while ((q = D.event_query(e)) == NOT_READY)
+    while ((q = D.event_query(e)) == CUDA_ERROR_NOT_READY)
         cr_assert(++not_ready < 100, "the event never completed");
-    cr_expect_eq(q, OK);
+    cr_expect_eq(q, CUDA_SUCCESS);
     cr_expect_geq(not_ready, 1, "completion is not immediate");
-    cr_expect_eq(D.stream_query(s), OK);
-    cr_assert_eq(D.event_destroy(e), OK);
-    cr_assert_eq(D.stream_destroy(s), OK);
+    cr_expect_eq(D.stream_query(s), CUDA_SUCCESS);
+    cr_assert_eq(D.event_destroy(e), CUDA_SUCCESS);
+    cr_assert_eq(D.stream_destroy(s), CUDA_SUCCESS);
     unmap_range(r);
-    cr_assert_eq(D.release_ctx(0), OK);
+    cr_assert_eq(D.release_ctx(0), CUDA_SUCCESS);
 
     fake_cuda_counters_t c = counters();
     cr_expect_eq(c.violations, 0, "last: %s", c.last_violation);
@@ -265,29 +238,29 @@ Test(fake_driver, a_correct_program_breaks_no_rule_and_leaves_nothing)
 Test(fake_driver, calls_before_init_or_without_a_context_are_refused)
 {
     CUdeviceptr p = 0;
-    REFUSED(D.mem_alloc(&p, 4096), NOT_INITIALIZED, "before cuInit");
+    REFUSED(D.mem_alloc(&p, 4096), CUDA_ERROR_NOT_INITIALIZED, "before cuInit");
     void *ctx = NULL;
-    cr_assert_eq(D.init(0), OK);
-    REFUSED(D.mem_alloc(&p, 4096), INVALID_CONTEXT, "no current context");
-    REFUSED(D.set_current(&p), INVALID_CONTEXT, "not a context");
-    REFUSED(D.retain(&ctx, 1), INVALID_DEVICE, "device 1");
-    REFUSED(D.release_ctx(0), INVALID_CONTEXT, "more often than retained");
-    cr_assert_eq(D.retain(&ctx, 0), OK);
-    cr_assert_eq(D.set_current(ctx), OK);
-    cr_assert_eq(D.release_ctx(0), OK);
-    REFUSED(D.mem_alloc(&p, 4096), INVALID_CONTEXT, "released primary context");
-    REFUSED(D.set_current(ctx), INVALID_CONTEXT, "not retained");
+    cr_assert_eq(D.init(0), CUDA_SUCCESS);
+    REFUSED(D.mem_alloc(&p, 4096), CUDA_ERROR_INVALID_CONTEXT, "no current context");
+    REFUSED(D.set_current(&p), CUDA_ERROR_INVALID_CONTEXT, "not a context");
+    REFUSED(D.retain(&ctx, 1), CUDA_ERROR_INVALID_DEVICE, "device 1");
+    REFUSED(D.release_ctx(0), CUDA_ERROR_INVALID_CONTEXT, "more often than retained");
+    cr_assert_eq(D.retain(&ctx, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.set_current(ctx), CUDA_SUCCESS);
+    cr_assert_eq(D.release_ctx(0), CUDA_SUCCESS);
+    REFUSED(D.mem_alloc(&p, 4096), CUDA_ERROR_INVALID_CONTEXT, "released primary context");
+    REFUSED(D.set_current(ctx), CUDA_ERROR_INVALID_CONTEXT, "not retained");
 }
 
 Test(fake_driver, cuMemFree_takes_only_the_bases_cuMemAlloc_returned)
 {
     (void)start();
     CUdeviceptr p = 0;
-    cr_assert_eq(D.mem_alloc(&p, 3 * GRAN), OK);
-    REFUSED(D.mem_free(p + 512), INVALID_VALUE, "not a cuMemAlloc base");
-    cr_assert_eq(D.mem_free(p), OK);
-    REFUSED(D.mem_free(p), INVALID_VALUE, "not a cuMemAlloc base");
-    REFUSED(D.mem_alloc(&p, 0), INVALID_VALUE, "0 bytes");
+    cr_assert_eq(D.mem_alloc(&p, 3 * GRAN), CUDA_SUCCESS);
+    REFUSED(D.mem_free(p + 512), CUDA_ERROR_INVALID_VALUE, "not a cuMemAlloc base");
+    cr_assert_eq(D.mem_free(p), CUDA_SUCCESS);
+    REFUSED(D.mem_free(p), CUDA_ERROR_INVALID_VALUE, "not a cuMemAlloc base");
+    REFUSED(D.mem_alloc(&p, 0), CUDA_ERROR_INVALID_VALUE, "0 bytes");
 }
 
 Test(fake_driver, copies_reach_only_allocated_or_accessible_memory)
@@ -295,30 +268,31 @@ Test(fake_driver, copies_reach_only_allocated_or_accessible_memory)
     (void)start();
     const char byte = 7;
     CUdeviceptr p = 0;
-    cr_assert_eq(D.mem_alloc(&p, 4096), OK);
-    REFUSED(D.htod(p + 4000, &byte, 200), INVALID_VALUE, "not allocated");
-    cr_assert_eq(D.mem_free(p), OK);
-    REFUSED(D.htod(p, &byte, 1), INVALID_VALUE, "not allocated");
+    cr_assert_eq(D.mem_alloc(&p, 4096), CUDA_SUCCESS);
+    REFUSED(D.htod(p + 4000, &byte, 200), CUDA_ERROR_INVALID_VALUE, "not allocated");
+    cr_assert_eq(D.mem_free(p), CUDA_SUCCESS);
+    REFUSED(D.htod(p, &byte, 1), CUDA_ERROR_INVALID_VALUE, "not allocated");
 
     CUdeviceptr base = 0;
-    CUmemHandle h = 0;
-    cr_assert_eq(D.reserve(&base, 2 * GRAN, 0, 0, 0), OK);
-    REFUSED(D.htod(base, &byte, 1), INVALID_VALUE, "not mapped with access");
-    cr_assert_eq(D.create(&h, GRAN, &device_prop, 0), OK);
-    cr_assert_eq(D.map(base, GRAN, 0, h, 0), OK);
-    REFUSED(D.htod(base, &byte, 1), INVALID_VALUE, "not mapped with access");
+    CUmemGenericAllocationHandle h = 0;
+    cr_assert_eq(D.reserve(&base, 2 * GRAN, 0, 0, 0), CUDA_SUCCESS);
+    REFUSED(D.htod(base, &byte, 1), CUDA_ERROR_INVALID_VALUE, "not mapped with access");
+    cr_assert_eq(D.create(&h, GRAN, &device_prop, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.map(base, GRAN, 0, h, 0), CUDA_SUCCESS);
+    REFUSED(D.htod(base, &byte, 1), CUDA_ERROR_INVALID_VALUE, "not mapped with access");
     const CUmemAccessDesc read_only = {.location = {1, 0}, .flags = 1};
-    cr_assert_eq(D.set_access(base, GRAN, &read_only, 1), OK);
-    REFUSED(D.htod(base, &byte, 1), INVALID_VALUE, "not mapped with access");
-    cr_assert_eq(D.set_access(base, GRAN, &read_write, 1), OK);
-    cr_expect_eq(D.htod(base + GRAN - 1, &byte, 1), OK);
+    cr_assert_eq(D.set_access(base, GRAN, &read_only, 1), CUDA_SUCCESS);
+    REFUSED(D.htod(base, &byte, 1), CUDA_ERROR_INVALID_VALUE, "not mapped with access");
+    cr_assert_eq(D.set_access(base, GRAN, &read_write, 1), CUDA_SUCCESS);
+    cr_expect_eq(D.htod(base + GRAN - 1, &byte, 1), CUDA_SUCCESS);
     /* One byte past the mapped granule, into the unmapped one. */
-    REFUSED(D.htod(base + GRAN - 1, &byte, 2), INVALID_VALUE, "not mapped with access");
-    REFUSED(D.set_access(base + GRAN, GRAN, &read_write, 1), INVALID_VALUE, "not mapped");
-    cr_assert_eq(D.unmap(base, GRAN), OK);
-    REFUSED(D.htod(base, &byte, 1), INVALID_VALUE, "not mapped with access");
-    cr_assert_eq(D.release(h), OK);
-    cr_assert_eq(D.address_free(base, 2 * GRAN), OK);
+    REFUSED(D.htod(base + GRAN - 1, &byte, 2), CUDA_ERROR_INVALID_VALUE, "not mapped with access");
+    REFUSED(D.set_access(base + GRAN, GRAN, &read_write, 1), CUDA_ERROR_INVALID_VALUE,
+            "not mapped");
+    cr_assert_eq(D.unmap(base, GRAN), CUDA_SUCCESS);
+    REFUSED(D.htod(base, &byte, 1), CUDA_ERROR_INVALID_VALUE, "not mapped with access");
+    cr_assert_eq(D.release(h), CUDA_SUCCESS);
+    cr_assert_eq(D.address_free(base, 2 * GRAN), CUDA_SUCCESS);
     cr_expect_eq(counters().violations, 8);
 }
 
@@ -326,31 +300,34 @@ Test(fake_driver, mappings_are_whole_granules_never_stacked_and_unmapped_whole)
 {
     (void)start();
     mapped_range_t r = map_range(4, 2); /* one mapping of granules 0-1 */
-    CUmemHandle h = 0;
-    cr_assert_eq(D.create(&h, 2 * GRAN, &device_prop, 0), OK);
-    REFUSED(D.map(r.base + GRAN, GRAN, 0, h, 0), INVALID_VALUE, "already mapped");
-    REFUSED(D.map(r.base + 2 * GRAN, GRAN, 4096, h, 0), INVALID_VALUE, "whole granules");
-    REFUSED(D.map(r.base + 2 * GRAN + 4096, GRAN, 0, h, 0), INVALID_VALUE, "whole granules");
-    REFUSED(D.map(r.base + 2 * GRAN, 3 * GRAN, 0, h, 0), INVALID_VALUE, "whole granules");
-    REFUSED(D.map(r.base + 3 * GRAN, 2 * GRAN, 0, h, 0), INVALID_VALUE,
+    CUmemGenericAllocationHandle h = 0;
+    cr_assert_eq(D.create(&h, 2 * GRAN, &device_prop, 0), CUDA_SUCCESS);
+    REFUSED(D.map(r.base + GRAN, GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE, "already mapped");
+    REFUSED(D.map(r.base + 2 * GRAN, GRAN, 4096, h, 0), CUDA_ERROR_INVALID_VALUE,
+            "whole granules");
+    REFUSED(D.map(r.base + 2 * GRAN + 4096, GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE,
+            "whole granules");
+    REFUSED(D.map(r.base + 2 * GRAN, 3 * GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE,
+            "whole granules");
+    REFUSED(D.map(r.base + 3 * GRAN, 2 * GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE,
             "not inside a reservation");
-    REFUSED(D.map(r.base + 2 * GRAN, GRAN, 0, h + 8, 0), INVALID_VALUE, "unknown");
-    REFUSED(D.unmap(r.base, GRAN), INVALID_VALUE, "does not cover");
-    REFUSED(D.unmap(r.base + GRAN, GRAN), INVALID_VALUE, "does not cover");
-    REFUSED(D.unmap(r.base + 2 * GRAN, GRAN), INVALID_VALUE, "not mapped");
-    REFUSED(D.unmap(r.base, 4096), INVALID_VALUE, "not whole granules");
-    REFUSED(D.address_free(r.base, r.size), INVALID_VALUE, "still mapped");
-    REFUSED(D.address_free(r.base, GRAN), INVALID_VALUE, "reserved with");
-    REFUSED(D.reserve(&r.base, GRAN + 4096, 0, 0, 0), INVALID_VALUE, "whole granules");
-    REFUSED(D.create(&h, GRAN / 2, &device_prop, 0), INVALID_VALUE, "whole granules");
+    REFUSED(D.map(r.base + 2 * GRAN, GRAN, 0, h + 8, 0), CUDA_ERROR_INVALID_VALUE, "unknown");
+    REFUSED(D.unmap(r.base, GRAN), CUDA_ERROR_INVALID_VALUE, "does not cover");
+    REFUSED(D.unmap(r.base + GRAN, GRAN), CUDA_ERROR_INVALID_VALUE, "does not cover");
+    REFUSED(D.unmap(r.base + 2 * GRAN, GRAN), CUDA_ERROR_INVALID_VALUE, "not mapped");
+    REFUSED(D.unmap(r.base, 4096), CUDA_ERROR_INVALID_VALUE, "not whole granules");
+    REFUSED(D.address_free(r.base, r.size), CUDA_ERROR_INVALID_VALUE, "still mapped");
+    REFUSED(D.address_free(r.base, GRAN), CUDA_ERROR_INVALID_VALUE, "reserved with");
+    REFUSED(D.reserve(&r.base, GRAN + 4096, 0, 0, 0), CUDA_ERROR_INVALID_VALUE, "whole granules");
+    REFUSED(D.create(&h, GRAN / 2, &device_prop, 0), CUDA_ERROR_INVALID_VALUE, "whole granules");
     const CUmemAllocationProp host_prop = {.type = 1, .location = {2, 0}};
-    REFUSED(D.create(&h, GRAN, &host_prop, 0), INVALID_VALUE, "location type 2");
-    cr_assert_eq(D.map(r.base + 2 * GRAN, 2 * GRAN, 0, h, 0), OK);
-    cr_assert_eq(D.release(h), OK);
-    REFUSED(D.release(h), INVALID_VALUE, "released twice");
-    REFUSED(D.map(r.base, GRAN, 0, h, 0), INVALID_VALUE, "already released");
-    cr_assert_eq(D.unmap(r.base + 2 * GRAN, 2 * GRAN), OK);
-    REFUSED(D.release(h), INVALID_VALUE, "not a handle");
+    REFUSED(D.create(&h, GRAN, &host_prop, 0), CUDA_ERROR_INVALID_VALUE, "location type 2");
+    cr_assert_eq(D.map(r.base + 2 * GRAN, 2 * GRAN, 0, h, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.release(h), CUDA_SUCCESS);
+    REFUSED(D.release(h), CUDA_ERROR_INVALID_VALUE, "released twice");
+    REFUSED(D.map(r.base, GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE, "already released");
+    cr_assert_eq(D.unmap(r.base + 2 * GRAN, 2 * GRAN), CUDA_SUCCESS);
+    REFUSED(D.release(h), CUDA_ERROR_INVALID_VALUE, "not a handle");
     unmap_range(r);
     fake_cuda_counters_t c = counters();
     cr_expect_eq(c.violations, 18);
@@ -361,23 +338,23 @@ Test(fake_driver, streams_and_events_are_known_by_kind)
 {
     (void)start();
     void *s = NULL, *e = NULL;
-    cr_assert_eq(D.stream_create(&s, 0), OK);
-    cr_assert_eq(D.event_create(&e, 0), OK);
+    cr_assert_eq(D.stream_create(&s, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.event_create(&e, 0), CUDA_SUCCESS);
     /* Each handle is only what it was created as. */
-    REFUSED(D.event_record(s, s), INVALID_HANDLE, "unknown event");
-    REFUSED(D.event_record(e, e), INVALID_HANDLE, "unknown stream");
-    REFUSED(D.stream_query(e), INVALID_HANDLE, "not a stream");
-    REFUSED(D.event_query(s), INVALID_HANDLE, "not an event");
-    REFUSED(D.stream_destroy(e), INVALID_HANDLE, "not a stream");
-    REFUSED(D.event_destroy(s), INVALID_HANDLE, "not an event");
+    REFUSED(D.event_record(s, s), CUDA_ERROR_INVALID_HANDLE, "unknown event");
+    REFUSED(D.event_record(e, e), CUDA_ERROR_INVALID_HANDLE, "unknown stream");
+    REFUSED(D.stream_query(e), CUDA_ERROR_INVALID_HANDLE, "not a stream");
+    REFUSED(D.event_query(s), CUDA_ERROR_INVALID_HANDLE, "not an event");
+    REFUSED(D.stream_destroy(e), CUDA_ERROR_INVALID_HANDLE, "not a stream");
+    REFUSED(D.event_destroy(s), CUDA_ERROR_INVALID_HANDLE, "not an event");
     /* The default stream (NULL, and the legacy / per-thread handles 1 and 2) is always there. */
-    cr_expect_eq(D.event_record(e, NULL), OK);
-    cr_expect_eq(D.event_record(e, (void *)2), OK);
-    cr_assert_eq(D.event_destroy(e), OK);
-    cr_assert_eq(D.stream_destroy(s), OK);
-    REFUSED(D.event_destroy(e), INVALID_HANDLE, "not an event");
-    REFUSED(D.stream_destroy(s), INVALID_HANDLE, "not a stream");
-    REFUSED(D.stream_query(s), INVALID_HANDLE, "not a stream");
+    cr_expect_eq(D.event_record(e, NULL), CUDA_SUCCESS);
+    cr_expect_eq(D.event_record(e, (void *)2), CUDA_SUCCESS);
+    cr_assert_eq(D.event_destroy(e), CUDA_SUCCESS);
+    cr_assert_eq(D.stream_destroy(s), CUDA_SUCCESS);
+    REFUSED(D.event_destroy(e), CUDA_ERROR_INVALID_HANDLE, "not an event");
+    REFUSED(D.stream_destroy(s), CUDA_ERROR_INVALID_HANDLE, "not a stream");
+    REFUSED(D.stream_query(s), CUDA_ERROR_INVALID_HANDLE, "not a stream");
     fake_cuda_counters_t c = counters();
     cr_expect_eq(c.violations, 9);
     cr_expect_eq(c.streams + c.events, 0);
@@ -387,33 +364,33 @@ Test(fake_driver, the_device_runs_out_without_a_violation)
 {
     (void)start(); /* 64 MiB */
     CUdeviceptr p = 0, q = 0;
-    CUmemHandle h = 0;
-    cr_assert_eq(D.mem_alloc(&p, 40u << 20), OK);
-    cr_expect_eq(D.mem_alloc(&q, 30u << 20), OUT_OF_MEMORY);
-    cr_expect_eq(D.create(&h, 26u << 20, &device_prop, 0), OUT_OF_MEMORY);
-    cr_assert_eq(D.create(&h, 24u << 20, &device_prop, 0), OK);
+    CUmemGenericAllocationHandle h = 0;
+    cr_assert_eq(D.mem_alloc(&p, 40u << 20), CUDA_SUCCESS);
+    cr_expect_eq(D.mem_alloc(&q, 30u << 20), CUDA_ERROR_OUT_OF_MEMORY);
+    cr_expect_eq(D.create(&h, 26u << 20, &device_prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    cr_assert_eq(D.create(&h, 24u << 20, &device_prop, 0), CUDA_SUCCESS);
     fake_cuda_counters_t c = counters();
     cr_expect_eq(c.used_bytes, 64u << 20);
     cr_expect_eq(c.violations, 0);
-    cr_assert_eq(D.release(h), OK);
-    cr_assert_eq(D.mem_free(p), OK);
+    cr_assert_eq(D.release(h), CUDA_SUCCESS);
+    cr_assert_eq(D.mem_free(p), CUDA_SUCCESS);
     cr_expect_eq(counters().used_bytes, 0);
 }
 
 Test(fake_driver, a_requested_failure_fails_that_call_alone_and_does_nothing)
 {
     (void)start();
-    CUmemHandle h = 0;
-    D.fail_nth("cuMemCreate", 2, OUT_OF_MEMORY);
-    cr_assert_eq(D.create(&h, GRAN, &device_prop, 0), OK);
-    CUmemHandle h2 = 0;
-    cr_expect_eq(D.create(&h2, GRAN, &device_prop, 0), OUT_OF_MEMORY);
+    CUmemGenericAllocationHandle h = 0;
+    D.fail_nth("cuMemCreate", 2, CUDA_ERROR_OUT_OF_MEMORY);
+    cr_assert_eq(D.create(&h, GRAN, &device_prop, 0), CUDA_SUCCESS);
+    CUmemGenericAllocationHandle h2 = 0;
+    cr_expect_eq(D.create(&h2, GRAN, &device_prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
     fake_cuda_counters_t c = counters();
     cr_expect_eq(c.handles, 1, "the failed call created nothing");
     cr_expect_eq(c.used_bytes, GRAN);
     cr_expect_eq(c.faults_injected, 1);
     cr_expect_eq(c.violations, 0);
-    cr_expect_eq(D.create(&h2, GRAN, &device_prop, 0), OK, "only the one call fails");
-    cr_assert_eq(D.release(h), OK);
-    cr_assert_eq(D.release(h2), OK);
+    cr_expect_eq(D.create(&h2, GRAN, &device_prop, 0), CUDA_SUCCESS, "only the one call fails");
+    cr_assert_eq(D.release(h), CUDA_SUCCESS);
+    cr_assert_eq(D.release(h2), CUDA_SUCCESS);
 }
