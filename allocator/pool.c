@@ -121,11 +121,20 @@ static size_t limit_for(double fraction, size_t capacity_bytes)
     return fraction >= 1.0 ? capacity_bytes : (size_t)(fraction * (double)capacity_bytes);
 }
 
+/* A backend's event methods come as a set: with none the pool treats every
+ * stream as one and reuses a freed block on any stream at once, which on a
+ * device with several streams would hand memory to one while another still
+ * uses it. So a backend with some of them but not all is refused rather than
+ * taken for a single-stream one. */
 static bool backend_valid(const stow_backend_t *b)
 {
-    return b && b->abi_version == STOW_BACKEND_ABI && b->reserve && b->release && b->mem_info &&
+    if (!b)
+        return false;
+    int event_methods = !!b->event_record + !!b->event_query + !!b->event_destroy;
+    return b->abi_version == STOW_BACKEND_ABI && b->reserve && b->release && b->mem_info &&
            b->synchronize && b->granularity_bytes >= STOW_MIN_BLOCK_BYTES &&
-           (b->granularity_bytes & (b->granularity_bytes - 1)) == 0;
+           (b->granularity_bytes & (b->granularity_bytes - 1)) == 0 &&
+           (event_methods == 0 || event_methods == 3);
 }
 
 stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st)

@@ -192,7 +192,8 @@ typedef struct stow_pool stow_pool_t; /* opaque */
  * Creates a pool on `backend` with `config` (NULL: defaults, then STOWAGE_CONF is
  * NOT read; call stow_config_from_env yourself to honour it).
  * Ownership: the pool borrows `backend`, which must outlive it.
- * Thread safety: safe. Errors: STOW_EINVAL (bad config or backend ABI, or a
+ * Thread safety: safe. Errors: STOW_EINVAL (bad config, a backend of another
+ * ABI or missing a required method, some but not all of its event methods, or a
  * memory fraction that leaves the pool less than one backend granule),
  * STOW_ENOSYS (policy not available), STOW_EHOSTMEM.
  */

@@ -55,7 +55,8 @@ struct stow_backend {
     stow_status_t (*synchronize)(void *ctx);
 
     /* Stream ordering. All three NULL: the backend has a single stream and every
-     * free is reusable at once by any stream. */
+     * free is reusable at once by any stream. Some but not all of them:
+     * stow_pool_create refuses the backend (STOW_EINVAL). */
     /* Records a new event after the work queued so far on `stream`. */
     stow_status_t (*event_record)(void *ctx, stow_stream_t stream, stow_event_t *out);
     /* *done = whether all work before the event has completed. Never blocks. */

@@ -8,7 +8,8 @@
  * stow_sim_fail_random on every backend call kind) and capacity changes, on
  * the classic pool (quick lists at their default depth, or a configuration bit
  * picks 0-8) or (a configuration bit) the page-mapped one (with its small
- * range and quick lists, or, a setup bit, one range for every request).
+ * range and quick lists, or, a setup bit, one range for every request), on a
+ * backend with events or (a setup bit) a single-stream one without them.
  *
  * A shadow model of the live (ptr, block, requested) set is compared with
  * stow_pool_stats after every call; stow_pool_check must pass; a returned
@@ -430,6 +431,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_backend.event_record = fz_event_record;
     fz_backend.event_query = fz_event_query;
     fz_backend.event_destroy = fz_event_destroy;
+    if ((setup >> 6) & 1) { /* a single-stream backend: every stream shares one order */
+        fz_backend.event_record = NULL;
+        fz_backend.event_query = NULL;
+        fz_backend.event_destroy = NULL;
+    }
 
     stow_config_t cfg;
     stow_config_default(&cfg);

@@ -82,6 +82,15 @@ Test(pool, create_rejects_bad_backend_and_config)
     bad = *b;
     bad.granularity_bytes = 3 * MIB;
     cr_assert_eq(stow_pool_create(NULL, &bad, &p), STOW_EINVAL);
+    /* Event methods come as a set: with one missing the pool would take the
+     * backend for a single-stream one and reuse blocks across its streams. */
+    bad = *b;
+    bad.event_query = NULL;
+    cr_assert_eq(stow_pool_create(NULL, &bad, &p), STOW_EINVAL);
+    bad = *b;
+    bad.event_record = NULL;
+    bad.event_destroy = NULL;
+    cr_assert_eq(stow_pool_create(NULL, &bad, &p), STOW_EINVAL);
     cr_assert_eq(p, (stow_pool_t *)0x1, "out untouched on error");
     stow_config_t c;
     stow_config_default(&c);

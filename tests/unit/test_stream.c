@@ -42,6 +42,24 @@ static void finish(void)
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
 
+/* A backend with no event methods (all three NULL): it has one stream, so
+ * every free is reusable at once whatever stream a request names. */
+static stow_backend_t single_stream;
+
+static void setup_single_stream(void)
+{
+    sim = ts_sim(0, false, true);
+    cr_assert_not_null(sim);
+    single_stream = *sim;
+    single_stream.event_record = NULL;
+    single_stream.event_query = NULL;
+    single_stream.event_destroy = NULL;
+    stow_config_t c;
+    stow_config_default(&c);
+    c.release_idle_on_grow = false;
+    cr_assert_eq(stow_pool_create(&c, &single_stream, &pool), STOW_OK);
+}
+
 static void *alloc_on(stow_stream_t s, size_t size)
 {
     void *p = NULL;
@@ -263,5 +281,51 @@ Test(stream, out_of_memory_synchronizes_and_reuses_other_streams_blocks)
     check();
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, hold), STOW_OK);
+    finish();
+}
+
+Test(stream, without_events_every_stream_reuses_a_free_at_once, .init = setup_single_stream)
+{
+    /* Large (index), small (quick list) and mid-sized (mid ring) blocks: each
+     * freed on S1 goes back to the next request of its size on S2. */
+    static const size_t sizes[] = {16 * MIB, 4096, 256 << 10};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        stow_stats_t before, after;
+        stow_pool_stats(pool, &before);
+        void *a = alloc_on(S1, sizes[i]);
+        cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+        cr_assert_eq(alloc_on(S2, sizes[i]), a, "size %zu", sizes[i]);
+        stow_pool_stats(pool, &after);
+        cr_assert_eq(after.num_device_alloc, before.num_device_alloc + (i == 0 ? 1 : i == 1),
+                     "size %zu: no segment beyond the first of each pool", sizes[i]);
+        if (i > 0)
+            cr_assert_eq(after.num_quick_hits, before.num_quick_hits + 1, "size %zu", sizes[i]);
+        cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+        check();
+    }
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_event_records, 0);
+    cr_assert_eq(s.num_sync_all_streams, 0);
+    finish();
+}
+
+Test(stream, without_events_record_stream_is_accepted_and_orders_nothing,
+     .init = setup_single_stream)
+{
+    void *a = alloc_on(S1, 16 * MIB);
+    cr_assert_eq(stow_record_stream(pool, a, S2), STOW_OK);
+    cr_assert_eq(stow_record_stream(pool, (char *)a + 512, S2), STOW_ENOTOWNED);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 0, "nothing waits for an event");
+    cr_assert_eq(alloc_on(S2, 16 * MIB), a);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.num_event_records, 0);
+    cr_assert_eq(s.num_sync_all_streams, 0, "empty_cache has no stream to wait for");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 0);
     finish();
 }
