@@ -427,6 +427,10 @@ void stow__stream_drop_pending(stow_pool_t *pool);
 stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b);
 /* Turns PENDING blocks whose events completed into FREE blocks. */
 void stow__stream_process_pending(stow_pool_t *pool);
+/* Keeps b (out of the live map, its scrub refused) PENDING with no event to
+ * wait for: a synchronize (stow__stream_clear_all_synchronized) releases it,
+ * and making it free scrubs it again. */
+void stow__stream_park_unscrubbed(stow_pool_t *pool, stow_block_t *b);
 /* Moves blocks freed on other streams into `any` once a clearance event
  * recorded after their free completed; returns whether any moved. Used on a
  * miss only with reuse_other_streams_on_miss. */

@@ -100,8 +100,14 @@ void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_
             if (stow__backend_status(pool, pool->backend->scrub(
                                                pool->backend->ctx, (void *)b->addr, b->size_bytes,
                                                b->owner->is_any ? NULL : b->owner->stream)) !=
-                STOW_OK)
+                STOW_OK) {
+                /* Still the last owner's data: reused, it would reach the
+                 * next owner. It waits, unscrubbed and out of reach, for the
+                 * next synchronize, where the scrub is tried again. */
                 pool->acct.s.num_scrub_failures++;
+                stow__stream_park_unscrubbed(pool, b);
+                return;
+            }
         }
         if (seg->granules)
             stow__vmm_unback(pool, b);
@@ -651,7 +657,9 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
     /* First, so that the blocks merge under the streams they were freed on,
      * before those move to `any` together. */
     stow__quick_flush(pool);
-    if (pool->has_events) {
+    /* Without events only a block whose scrub was refused can be pending: the
+     * synchronize is what lets its scrub be tried again. */
+    if (pool->has_events || pool->pending) {
         pool->acct.s.num_sync_all_streams++;
         st = stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
         if (st == STOW_OK)

@@ -203,7 +203,7 @@ static stow_status_t reserve_within_limit(stow_pool_t *pool, stow_stream_state_t
 void stow__segment_release_cache_for_retry(stow_pool_t *pool)
 {
     stow__quick_flush(pool);
-    if (pool->has_events) {
+    if (pool->has_events || pool->pending) { /* pending without events: a refused scrub */
         pool->acct.s.num_sync_all_streams++;
         if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) ==
             STOW_OK) {

@@ -192,6 +192,29 @@ stow_status_t stow__stream_add_use(stow_pool_t *pool, stow_block_t *b, stow_stre
     return STOW_OK;
 }
 
+static void pending_link(stow_pool_t *pool, stow_block_t *b)
+{
+    b->left = NULL;
+    b->right = pool->pending;
+    if (pool->pending)
+        pool->pending->left = b;
+    pool->pending = b;
+}
+
+void stow__stream_park_unscrubbed(stow_pool_t *pool, stow_block_t *b)
+{
+    /* Back in the live map (a second free of it is refused, as for any
+     * PENDING block); the slot its removal just gave back is there. */
+    stow__ptr_map_put(&pool->live, b->addr, b);
+    b->state = BLOCK_PENDING;
+    stow__acct_pending(&pool->acct, b->pool_kind, b->size_bytes, true);
+    b->uses = calloc(1, sizeof *b->uses);
+    if (!b->uses)
+        return; /* no room to list it: it stays PENDING until the pool is destroyed */
+    b->uses->events_outstanding = 1; /* what it waits for: a synchronize */
+    pending_link(pool, b);
+}
+
 stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b)
 {
     stow_stream_uses_t *u = b->uses;
@@ -220,11 +243,7 @@ stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b)
     }
     b->state = BLOCK_PENDING;
     stow__acct_pending(&pool->acct, b->pool_kind, b->size_bytes, true);
-    b->left = NULL;
-    b->right = pool->pending;
-    if (pool->pending)
-        pool->pending->left = b;
-    pool->pending = b;
+    pending_link(pool, b);
     if (u->events_outstanding == 0)
         stow__stream_process_pending(pool);
     return STOW_OK;

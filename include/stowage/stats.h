@@ -75,7 +75,7 @@ typedef enum {
     X(retry_time_ns, "host time spent releasing the cache and retrying")          \
     X(num_idle_releases, "cached segments released to make room (not by empty_cache)")   \
     X(num_scrubs, "blocks zeroed at free (scrub_on_free)")                                \
-    X(num_scrub_failures, "scrubs the backend refused (block still freed)")    \
+    X(num_scrub_failures, "scrubs the backend refused (block kept until one succeeds)") \
     X(num_quick_hits, "allocations served from a quick list or mid ring (small pool or range)") \
     X(num_quick_flushes, "quick lists (or mid rings alone) flushed before growing or releasing") \
     X(num_vmm_allowance_raises, "times a page-mapped pool that kept remapping raised its slack")

@@ -9,7 +9,8 @@
  * the classic pool (quick lists at their default depth, or a configuration bit
  * picks 0-8) or (a configuration bit) the page-mapped one (with its small
  * range and quick lists, or, a setup bit, one range for every request), on a
- * backend with events or (a setup bit) a single-stream one without them.
+ * backend with events or (a setup bit) a single-stream one without them, and
+ * (a setup bit) with every freed block scrubbed.
  *
  * A shadow model of the live (ptr, block, requested) set is compared with
  * stow_pool_stats after every call; stow_pool_check must pass; a returned
@@ -350,7 +351,8 @@ static void fz_inject(fz_in_t *in)
         STOW_SIM_RESERVE,      STOW_SIM_RELEASE,     STOW_SIM_MEM_INFO,
         STOW_SIM_SYNCHRONIZE,  STOW_SIM_EVENT_RECORD, STOW_SIM_EVENT_QUERY,
         STOW_SIM_EVENT_DESTROY, STOW_SIM_VA_RESERVE,  STOW_SIM_PHYS_CREATE,
-        STOW_SIM_MAP,          STOW_SIM_UNMAP,       STOW_SIM_PHYS_RELEASE};
+        STOW_SIM_MAP,          STOW_SIM_UNMAP,       STOW_SIM_PHYS_RELEASE,
+        STOW_SIM_SCRUB};
     static const stow_status_t statuses[] = {STOW_OK, STOW_ENOMEM, STOW_EBACKEND, STOW_EHOSTMEM};
     uint8_t how = fz_u8(in);
     stow_sim_call_t kind = kinds[fz_u8(in) % (sizeof kinds / sizeof kinds[0])];
@@ -450,6 +452,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cfg.memory_fraction = (1 + fz_u8(&in) % 100) / 100.0;
     cfg.release_idle_on_grow = !(conf & 16);
     cfg.reuse_other_streams_on_miss = (setup >> 4) & 1;
+    cfg.scrub_on_free = (setup >> 7) & 1; /* a refused scrub keeps its block out of reach */
     if (conf & 128) { /* quick lists and mid ring: off, or short enough to fill and flush often */
         cfg.quick_depth = fz_u8(&in) % 9;
         cfg.quick_mid_slots = fz_u8(&in) % (STOW_QUICK_MID_SLOTS_MAX + 1);

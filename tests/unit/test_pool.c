@@ -520,6 +520,52 @@ Test(pool, concurrent_threads_keep_books_exact)
     finish_pool();
 }
 
+/* A refused scrub leaves the last owner's bytes in the block: it must not be
+ * handed out until a later scrub (after a synchronize) succeeds. */
+Test(pool, a_block_whose_scrub_failed_is_not_reused_until_scrubbed)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.scrub_on_free = true;
+    c.release_idle_on_grow = false;
+    sim = ts_sim(64 * MIB, true, false); /* host-backed: real bytes to check */
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    unsigned char *a = alloc_ok(5000);
+    memset(a, 0xAB, 5000);
+    stow_sim_fail_nth(sim, STOW_SIM_SCRUB, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK, "the free itself succeeds");
+    stow_stats_t s = stats_now();
+    cr_assert_eq(s.num_scrub_failures, 1);
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 5120, "waits, counted as active");
+    cr_assert_eq(stow_pool_free(pool, a), STOW_ENOTOWNED, "a second free is refused");
+    check_pool();
+    unsigned char *b = alloc_ok(5000);
+    cr_assert_neq(b, a, "the unscrubbed block is not handed out");
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    /* The scrub fails again at the next synchronize: it keeps waiting. */
+    stow_sim_fail_nth(sim, STOW_SIM_SCRUB, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    s = stats_now();
+    cr_assert_eq(s.num_scrub_failures, 2);
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 5120);
+    check_pool();
+    /* Then it succeeds: the block is free, zeroed, and comes back. */
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    s = stats_now();
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 0);
+    cr_assert_eq(s.num_scrub_failures, 2);
+    unsigned char *d = alloc_ok(5000);
+    for (size_t i = 0; i < 5000; i++)
+        cr_assert_eq(d[i], 0, "byte %zu not scrubbed", i);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    /* A block still waiting at destroy goes with its segment. */
+    unsigned char *e = alloc_ok(5000);
+    stow_sim_fail_nth(sim, STOW_SIM_SCRUB, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_pool_free(pool, e), STOW_OK);
+    finish_pool();
+}
+
 Test(pool, scrub_on_free_zeroes_blocks_before_reuse)
 {
     stow_config_t c;

@@ -310,6 +310,45 @@ Test(stream, without_events_every_stream_reuses_a_free_at_once, .init = setup_si
     finish();
 }
 
+/* With no events a refused scrub is the only thing that keeps a block
+ * pending: empty_cache must still synchronize and try it again. */
+Test(stream, without_events_a_refused_scrub_is_retried_at_empty_cache)
+{
+    sim = ts_sim(64 * MIB, true, false);
+    cr_assert_not_null(sim);
+    single_stream = *sim;
+    single_stream.event_record = NULL;
+    single_stream.event_query = NULL;
+    single_stream.event_destroy = NULL;
+    stow_config_t c;
+    stow_config_default(&c);
+    c.scrub_on_free = true;
+    c.release_idle_on_grow = false;
+    cr_assert_eq(stow_pool_create(&c, &single_stream, &pool), STOW_OK);
+    unsigned char *a = alloc_on(S1, 3 * MIB);
+    memset(a, 0xCD, 3 * MIB);
+    stow_sim_fail_nth(sim, STOW_SIM_SCRUB, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    unsigned char *b = alloc_on(S2, 3 * MIB);
+    cr_assert_neq(b, a, "the unscrubbed block is not reused on any stream");
+    check();
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK); /* b keeps the segment */
+    stow_stats_t s;
+    stow_pool_stats(pool, &s);
+    cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 3 * MIB, "a scrubbed and freed, b live");
+    cr_assert_eq(s.num_scrub_failures, 1);
+    cr_assert_eq(s.num_sync_all_streams, 1);
+    check();
+    unsigned char *d = alloc_on(S1, 3 * MIB);
+    cr_assert_eq(d, a, "the scrubbed block is reusable again");
+    for (size_t i = 0; i < 3 * MIB; i++)
+        if (d[i])
+            cr_assert_fail("byte %zu not scrubbed", i);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish();
+}
+
 Test(stream, without_events_record_stream_is_accepted_and_orders_nothing,
      .init = setup_single_stream)
 {
