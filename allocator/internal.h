@@ -304,6 +304,17 @@ static inline void stow__segment_block_left(stow_pool_t *pool, stow_segment_t *s
 }
 /* Recomputes the largest free block after an index lost it (slow path). */
 void stow__pool_recompute_largest_free(stow_pool_t *pool);
+
+/* Whether empty_cache and the out-of-memory retry synchronize the device
+ * before they give memory back: with events, to hand every stream's frees to
+ * all; without, when a block whose scrub was refused waits for one (the only
+ * pending block there can be), and in page-mapped pools, whose unmapping is
+ * not stream-ordered even on a single-stream backend. A classic pool without
+ * events releases at once: release itself waits for queued work (backend.h). */
+static inline bool stow__pool_release_needs_sync(const stow_pool_t *pool)
+{
+    return pool->has_events || pool->pending || pool->vmm;
+}
 /* The largest block one request could get from the cache. Inline: every
  * allocation and free reads it, and the cached value is almost always valid. */
 static inline uint64_t stow__pool_largest_free(stow_pool_t *pool)

@@ -657,9 +657,7 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
     /* First, so that the blocks merge under the streams they were freed on,
      * before those move to `any` together. */
     stow__quick_flush(pool);
-    /* Without events only a block whose scrub was refused can be pending: the
-     * synchronize is what lets its scrub be tried again. */
-    if (pool->has_events || pool->pending) {
+    if (stow__pool_release_needs_sync(pool)) {
         pool->acct.s.num_sync_all_streams++;
         st = stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
         if (st == STOW_OK)

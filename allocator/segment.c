@@ -128,8 +128,10 @@ size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes
 
 void stow__segment_release_all(stow_pool_t *pool)
 {
-    /* Destroy path: every pending event is moot, every segment goes. */
-    if (pool->has_events && (pool->pending || pool->stream_count)) {
+    /* Destroy path: every pending event is moot, every segment goes, after
+     * the device finished what may still use them (granules are unmapped,
+     * which does not wait; a classic segment's release waits itself). */
+    if (pool->pending || pool->vmm || (pool->has_events && pool->stream_count)) {
         pool->acct.s.num_sync_all_streams++;
         stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
     }
@@ -203,16 +205,21 @@ static stow_status_t reserve_within_limit(stow_pool_t *pool, stow_stream_state_t
 void stow__segment_release_cache_for_retry(stow_pool_t *pool)
 {
     stow__quick_flush(pool);
-    if (pool->has_events || pool->pending) { /* pending without events: a refused scrub */
+    bool synced = true;
+    if (stow__pool_release_needs_sync(pool)) {
         pool->acct.s.num_sync_all_streams++;
-        if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) ==
-            STOW_OK) {
+        synced = stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) ==
+                 STOW_OK;
+        if (synced) {
             stow__stream_clear_all_synchronized(pool);
             if (pool->pending)
                 stow__stream_process_pending(pool);
         }
     }
-    if (pool->vmm)
+    /* Unused granules may still be under queued work until a synchronize
+     * succeeded: unmapped anyway, their next owner's data could be overwritten
+     * by the last one's kernels (found by fuzz_api's device-work oracle). */
+    if (pool->vmm && synced)
         stow__vmm_release_unused(pool);
     stow__segment_release_idle(pool, true, 0);
 }

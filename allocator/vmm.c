@@ -13,8 +13,10 @@
  * that only when live blocks themselves pin more granules (blocks that share
  * a granule with a free hole).
  *
- * Stream safety: a granule is remapped only after a device synchronize (once
- * per allocation that remaps), because unmapping is not stream-ordered.
+ * Stream safety: a granule is unmapped only after a device synchronize (once
+ * per allocation that remaps; before empty_cache, the out-of-memory retry and
+ * destroy unmap), because unmapping is not stream-ordered: not even on a
+ * backend without events, whose single stream still queues work.
  * Reserved bytes = physical granules the pool holds (mapped or not).
  */
 #include "allocator/internal.h"
@@ -405,8 +407,10 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
     }
     if (!pool->run_head)
         return STOW_ENOMEM;
-    if (!*synced && pool->has_events) {
-        /* The granule's last block may still be used by queued work. */
+    if (!*synced) {
+        /* The granule's last block may still be used by queued work, on any
+         * stream or on a single-stream backend's only one: unmapping is not
+         * stream-ordered. */
         pool->acct.s.num_sync_all_streams++;
         if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) !=
             STOW_OK)
@@ -493,8 +497,9 @@ static void give_back_created(stow_pool_t *pool, stow_segment_t *seg, size_t fir
     }
     if (pool->phys_count <= phys_before)
         return;
-    if (!synced && pool->has_events) {
-        /* A granule the span held unused before may still be used by queued work. */
+    if (!synced) {
+        /* A granule the span held unused before may still be used by queued
+         * work (on a single-stream backend too). */
         pool->acct.s.num_sync_all_streams++;
         if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) !=
             STOW_OK)

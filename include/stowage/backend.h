@@ -46,17 +46,20 @@ struct stow_backend {
      * STOW_OK with *out != NULL, or STOW_ENOMEM (device full), or STOW_EBACKEND. */
     stow_status_t (*reserve)(void *ctx, size_t size_bytes, stow_stream_t stream, void **out);
     /* pre: (ptr, size_bytes) is exactly a pair that reserve returned, not yet released.
-     * Memory may still be in use by queued stream work only if the backend's release
-     * synchronizes (cudaFree does); the pool calls synchronize first otherwise. */
+     * Work queued before the blocks in it were freed may still use the range: release
+     * must wait for it (cuMemFree does), since a classic pool does not synchronize
+     * first. */
     stow_status_t (*release)(void *ctx, void *ptr, size_t size_bytes);
     /* Free and total device bytes as the device sees them. */
     stow_status_t (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
     /* Waits until all work queued on all streams has completed. */
     stow_status_t (*synchronize)(void *ctx);
 
-    /* Stream ordering. All three NULL: the backend has a single stream and every
-     * free is reusable at once by any stream. Some but not all of them:
-     * stow_pool_create refuses the backend (STOW_EINVAL). */
+    /* Stream ordering. All three NULL: the backend has a single stream (its work
+     * runs in order, maybe after the call that queued it) and every free is
+     * reusable at once by any stream; page-mapped pools still synchronize before
+     * they unmap. Some but not all of them: stow_pool_create refuses the backend
+     * (STOW_EINVAL). */
     /* Records a new event after the work queued so far on `stream`. */
     stow_status_t (*event_record)(void *ctx, stow_stream_t stream, stow_event_t *out);
     /* *done = whether all work before the event has completed. Never blocks. */
@@ -68,7 +71,8 @@ struct stow_backend {
      * va_reserve: a virtual range of size_bytes (multiple of granularity), no
      * physical memory behind it. phys_create: a physical handle of size_bytes,
      * counted against the device capacity (STOW_ENOMEM when full). map: maps the
-     * whole handle at va and grants access. unmap: unmaps [va, va+size_bytes). */
+     * whole handle at va and grants access. unmap: unmaps [va, va+size_bytes); it
+     * need not wait for queued work: the pool synchronizes before it unmaps. */
     stow_status_t (*va_reserve)(void *ctx, size_t size_bytes, void **out);
     stow_status_t (*va_release)(void *ctx, void *va, size_t size_bytes);
     stow_status_t (*phys_create)(void *ctx, size_t size_bytes, stow_phys_t *out);

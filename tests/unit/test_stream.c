@@ -46,9 +46,10 @@ static void finish(void)
  * every free is reusable at once whatever stream a request names. */
 static stow_backend_t single_stream;
 
-static void setup_single_stream(void)
+/* A pool over `device` seen through single_stream, with or without scrubs. */
+static void single_stream_pool(stow_backend_t *device, bool scrub_on_free)
 {
-    sim = ts_sim(0, false, true);
+    sim = device;
     cr_assert_not_null(sim);
     single_stream = *sim;
     single_stream.event_record = NULL;
@@ -57,8 +58,11 @@ static void setup_single_stream(void)
     stow_config_t c;
     stow_config_default(&c);
     c.release_idle_on_grow = false;
+    c.scrub_on_free = scrub_on_free;
     cr_assert_eq(stow_pool_create(&c, &single_stream, &pool), STOW_OK);
 }
+
+static void setup_single_stream(void) { single_stream_pool(ts_sim(0, false, true), false); }
 
 static void *alloc_on(stow_stream_t s, size_t size)
 {
@@ -314,17 +318,7 @@ Test(stream, without_events_every_stream_reuses_a_free_at_once, .init = setup_si
  * pending: empty_cache must still synchronize and try it again. */
 Test(stream, without_events_a_refused_scrub_is_retried_at_empty_cache)
 {
-    sim = ts_sim(64 * MIB, true, false);
-    cr_assert_not_null(sim);
-    single_stream = *sim;
-    single_stream.event_record = NULL;
-    single_stream.event_query = NULL;
-    single_stream.event_destroy = NULL;
-    stow_config_t c;
-    stow_config_default(&c);
-    c.scrub_on_free = true;
-    c.release_idle_on_grow = false;
-    cr_assert_eq(stow_pool_create(&c, &single_stream, &pool), STOW_OK);
+    single_stream_pool(ts_sim(64 * MIB, true, false), true); /* host-backed: real bytes */
     unsigned char *a = alloc_on(S1, 3 * MIB);
     memset(a, 0xCD, 3 * MIB);
     stow_sim_fail_nth(sim, STOW_SIM_SCRUB, 1, STOW_EBACKEND);

@@ -406,6 +406,70 @@ Test(vmm, device_capacity_is_reached_by_remapping)
     finish();
 }
 
+/* Unmapping is not stream-ordered, so a backend's single stream (no event
+ * methods) is waited for too: before a remap, before empty_cache unmaps, and
+ * at destroy. */
+Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
+{
+    static stow_backend_t single_stream;
+    sim = ts_sim(0, false, true);
+    cr_assert_not_null(sim);
+    single_stream = *sim;
+    single_stream.event_record = NULL;
+    single_stream.event_query = NULL;
+    single_stream.event_destroy = NULL;
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    cr_assert_eq(stow_pool_create(&cfg, &single_stream, &pool), STOW_OK);
+    void *a = alloc_ok(4 * MIB);
+    void *b = alloc_ok(4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    void *c = alloc_ok(6 * MIB); /* a's two granules move under it (as above) */
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_unmap_calls, 2);
+    cr_assert_eq(s.num_sync_all_streams, 1, "the remap waited for the stream");
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    s = stats();
+    cr_assert_eq(s.num_unmap_calls, 5, "c's three granules");
+    cr_assert_eq(s.num_sync_all_streams, 2, "empty_cache waited before unmapping them");
+    check();
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    stow_sim_counters_t before;
+    stow_sim_counters(sim, &before);
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    stow_sim_counters_t after;
+    stow_sim_counters(sim, &after);
+    cr_assert_eq(after.calls[STOW_SIM_SYNCHRONIZE], before.calls[STOW_SIM_SYNCHRONIZE] + 1,
+                 "destroy waited before unmapping b's granules");
+    cr_assert_eq(after.reserved_bytes, 0);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+/* The out-of-memory retry unmaps unused granules only once the device
+ * synchronized: if that fails, queued work may still use them. */
+Test(vmm, a_failed_synchronize_at_the_retry_unmaps_nothing)
+{
+    make_vmm(8 * MIB, true);
+    void *a = alloc_ok(6 * MIB);
+    void *b = alloc_ok(2 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK); /* three granules unused */
+    stow_sim_fail_random(sim, STOW_SIM_SYNCHRONIZE, 1, 7); /* every synchronize fails */
+    void *out = NULL;
+    stow_status_t st = stow_pool_alloc(pool, 8 * MIB, NULL, &out);
+    cr_assert(st == STOW_ENOMEM || st == STOW_EBACKEND, "%s", stow_strerror(st));
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_unmap_calls, 0, "nothing unmapped without a synchronize");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 8 * MIB);
+    check();
+    stow_sim_fail_random(sim, STOW_SIM_SYNCHRONIZE, 0, 0);
+    void *c = alloc_ok(6 * MIB); /* now a's granules can move */
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish();
+}
+
 Test(vmm, empty_cache_returns_unused_physical_memory)
 {
     make_vmm(0, false);
