@@ -30,7 +30,11 @@
  * is done at once on the host but completes, as far as queries can tell, only
  * FAKE_CUDA_LAG ticks later; every cuEventQuery / cuStreamQuery is one tick.
  * So events recorded after queued work answer CUDA_ERROR_NOT_READY a few times
- * before they complete, and the pool's deferred-free path is exercised.
+ * before they complete, and the pool's deferred-free path is exercised. The
+ * granules such work touches stay busy until then: a cuMemUnmap of a busy
+ * granule, which on a GPU succeeds and leaves the queued work writing into
+ * whatever is mapped there next (unmapping is not stream-ordered), succeeds
+ * here too but counts as a violation.
  *
  * Environment: FAKE_CUDA_TOTAL_MB (default 4096), FAKE_CUDA_DEVICES (default
  * 1; 0 emulates a driver without a device), FAKE_CUDA_INIT_ERROR (cuInit
@@ -98,6 +102,7 @@ typedef struct mapping {
 typedef struct granule {
     mapping_t *map; /* NULL: not mapped */
     bool access;
+    uint64_t busy_until; /* tick at which queued work that touches it completes */
 } granule_t;
 
 typedef struct reservation {
@@ -720,7 +725,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     m->handle = h;
     h->maps++;
     for (uint64_t i = first; i < first + n; i++)
-        v->granules[i] = (granule_t){m, false};
+        v->granules[i] = (granule_t){m, false, 0};
     S.c.mappings++;
     LEAVE(CUDA_SUCCESS);
 }
@@ -735,6 +740,16 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         LEAVE(violation(CUDA_ERROR_INVALID_VALUE,
                         "cuMemUnmap(0x%llx, %zu): not whole granules of a reservation", ptr, size));
     uint64_t first = (ptr - v->base) / GRAN_BYTES, n = size / GRAN_BYTES;
+    for (uint64_t i = first; i < first + n; i++)
+        if (v->granules[i].busy_until > S.tick) {
+            (void)violation(CUDA_SUCCESS,
+                            "cuMemUnmap(0x%llx, %zu): granule at 0x%llx is still used by queued "
+                            "work (done at tick %llu, now %llu)",
+                            ptr, size, (unsigned long long)(v->base + i * GRAN_BYTES),
+                            (unsigned long long)v->granules[i].busy_until,
+                            (unsigned long long)S.tick);
+            break;
+        }
     /* The range must be whole mappings, each mapped and wholly inside it. */
     for (uint64_t i = first; i < first + n;) {
         mapping_t *m = v->granules[i].map;
@@ -750,7 +765,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         mapping_t *m = v->granules[i].map;
         uint64_t k = m->size / GRAN_BYTES;
         for (uint64_t j = i; j < i + k; j++)
-            v->granules[j] = (granule_t){NULL, false};
+            v->granules[j] = (granule_t){NULL, false, 0};
         (void)mmap((void *)(uintptr_t)m->base, m->size, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
         handle_t *h = m->handle;
@@ -974,6 +989,18 @@ static bool device_range_ok(uint64_t addr, uint64_t n)
     return true;
 }
 
+/* Work queued on s now touches [addr, addr+n) of a reservation, if it lies in one. */
+static void mark_busy(uint64_t addr, uint64_t n, const stream_t *s)
+{
+    reservation_t *v = reservation_of(addr);
+    if (!v || !n)
+        return;
+    for (uint64_t i = (addr - v->base) / GRAN_BYTES; i <= (addr + n - 1 - v->base) / GRAN_BYTES;
+         i++)
+        if (v->granules[i].busy_until < s->done_at)
+            v->granules[i].busy_until = s->done_at;
+}
+
 static CUresult copy_check(const char *fn, uint64_t dev, const void *host, size_t n)
 {
     if (!host && n)
@@ -1013,6 +1040,7 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n,
     if (r == CUDA_SUCCESS && n) {
         memcpy((void *)(uintptr_t)dst, src, n);
         queue_work(s);
+        mark_busy(dst, n, s);
     }
     LEAVE(r);
 }
@@ -1028,6 +1056,7 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, 
     if (r == CUDA_SUCCESS && n) {
         memset((void *)(uintptr_t)dst, value, n);
         queue_work(s);
+        mark_busy(dst, n, s);
     }
     LEAVE(r);
 }

@@ -461,6 +461,45 @@ Test(cuda_gpu, vmm_pool_write_read)
     pool_done(pool, b);
 }
 
+/* A block freed with work still queued on its stream: when its granules move
+ * under the next block, the pool must have waited for that work first
+ * (unmapping is not stream-ordered). The emulated driver counts an unmap of
+ * granules under queued work as a violation (fake_check_clean). */
+Test(cuda_gpu, vmm_unmaps_only_after_queued_work_finished)
+{
+    stow_backend_t *b = gpu_or_skip();
+    if (!b->va_reserve || b->granularity_bytes != 2 * MiB) {
+        backend_done(b);
+        cr_skip_test("driver without page mapping in 2 MiB granules");
+    }
+    stow_pool_t *pool = pool_with(b, STOW_POLICY_VMM, 1.0);
+    cu_stream_t s = NULL;
+    cr_assert_eq(drv.stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */), 0);
+    void *a = NULL, *c = NULL, *keep = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MiB, s, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MiB, s, &keep), STOW_OK);
+    size_t n = 4 * MiB;
+    unsigned char *host = malloc(n);
+    cr_assert_not_null(host);
+    memset(host, 0x5A, n);
+    cr_assert_eq(drv.memcpy_htod_async((cu_ptr_t)(uintptr_t)a, host, n, s), 0);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK); /* the copy may still be running */
+    /* 6 MiB does not fit a's hole: one new granule, then a's two move under it. */
+    cr_assert_eq(stow_pool_alloc(pool, 6 * MiB, s, &c), STOW_OK);
+    stow_stats_t st;
+    cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
+    cr_assert_eq(st.num_unmap_calls, 2, "a's granules were remapped");
+    cr_assert_geq(st.num_sync_all_streams, 1, "after waiting for the device");
+    fake_check_clean("remap after a free with queued work");
+    roundtrip(c, 6 * MiB, 3);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, keep), STOW_OK);
+    cr_assert_eq(drv.stream_synchronize(s), 0);
+    cr_assert_eq(drv.stream_destroy(s), 0);
+    free(host);
+    pool_done(pool, b);
+}
+
 /* 8 bytes naming allocation `id`, written at both ends of its block, checked
  * when it is freed: blocks that overlapped, memory unmapped or remapped under a
  * live block, or a block handed out twice would read back something else. */

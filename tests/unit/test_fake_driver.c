@@ -47,6 +47,7 @@ static struct {
     CUresult (*stream_create)(void **, unsigned);
     CUresult (*stream_destroy)(void *);
     CUresult (*stream_query)(void *);
+    CUresult (*ctx_synchronize)(void);
     CUresult (*event_create)(void **, unsigned);
     CUresult (*event_record)(void *, void *);
     CUresult (*event_query)(void *);
@@ -90,6 +91,7 @@ static void open_driver(void)
     *(void **)&D.stream_create = sym("cuStreamCreate");
     *(void **)&D.stream_destroy = sym("cuStreamDestroy_v2");
     *(void **)&D.stream_query = sym("cuStreamQuery");
+    *(void **)&D.ctx_synchronize = sym("cuCtxSynchronize");
     *(void **)&D.event_create = sym("cuEventCreate");
     *(void **)&D.event_record = sym("cuEventRecord");
     *(void **)&D.event_query = sym("cuEventQuery");
@@ -332,6 +334,37 @@ Test(fake_driver, mappings_are_whole_granules_never_stacked_and_unmapped_whole)
     fake_cuda_counters_t c = counters();
     cr_expect_eq(c.violations, 18);
     cr_expect_eq(c.used_bytes + c.reservations + c.handles + c.mappings, 0);
+}
+
+/* Unmapping is not stream-ordered: a GPU unmaps at once, under work still
+ * queued, which then writes into whatever is mapped there next. The driver
+ * does it too (no error to return) but counts the violation. */
+Test(fake_driver, an_unmap_under_queued_work_is_done_and_counted)
+{
+    (void)start();
+    mapped_range_t r = map_range(2, 2);
+    void *s = NULL;
+    cr_assert_eq(D.stream_create(&s, 1), CUDA_SUCCESS);
+    const char msg[] = "stowage";
+    cr_assert_eq(D.htod_async(r.base + GRAN + 8, msg, sizeof msg, s), CUDA_SUCCESS);
+    fake_cuda_counters_t before = counters();
+    cr_expect_eq(D.unmap(r.base, r.mapped), CUDA_SUCCESS, "as on a GPU");
+    fake_cuda_counters_t after = counters();
+    cr_expect_eq(after.violations, before.violations + 1);
+    cr_expect(strstr(after.last_violation, "still used by queued work"), "%s",
+              after.last_violation);
+    cr_expect_eq(after.mappings, before.mappings - 1, "unmapped all the same");
+    /* After a synchronize the same unmap is correct. */
+    cr_assert_eq(D.map(r.base, r.mapped, 0, r.handle, 0), CUDA_SUCCESS);
+    cr_assert_eq(D.set_access(r.base, r.mapped, &read_write, 1), CUDA_SUCCESS);
+    cr_assert_eq(D.htod_async(r.base + 8, msg, sizeof msg, s), CUDA_SUCCESS);
+    cr_assert_eq(D.ctx_synchronize(), CUDA_SUCCESS);
+    unmap_range(r);
+    cr_assert_eq(D.stream_destroy(s), CUDA_SUCCESS);
+    cr_assert_eq(D.release_ctx(0), CUDA_SUCCESS);
+    fake_cuda_counters_t c = counters();
+    cr_expect_eq(c.violations, after.violations, "last: %s", c.last_violation);
+    cr_expect_eq(c.used_bytes + c.reservations + c.handles + c.mappings + c.streams, 0);
 }
 
 Test(fake_driver, streams_and_events_are_known_by_kind)
