@@ -18,6 +18,12 @@
  * everything is freed, stow_pool_destroy returns STOW_OK and the device holds
  * no byte. Any violation aborts (a libFuzzer crash).
  *
+ * A second model, of the device's own work (the oracle below), checks what
+ * the books cannot show: that no block is handed to a stream while another
+ * stream's queued work may still use its bytes, that no granule is unmapped
+ * under a live block or under work still queued, and that with scrub_on_free
+ * no block is handed out before a scrub covered it.
+ *
  * The backend seen by the pool is a thin wrapper around the simulated device
  * that counts injected faults (failed calls that capacity does not explain) and
  * aborts if the pool ever misuses the backend (EINVAL from the device).
@@ -64,6 +70,7 @@ static uint64_t fz_bytes(fz_in_t *in, unsigned n)
 static uint8_t fz_u8(fz_in_t *in) { return (uint8_t)fz_bytes(in, 1); }
 
 /* ---- the wrapper backend ---- */
+static void fz_streams_done(unsigned mask); /* the oracle, below */
 static stow_backend_t *fz_sim;       /* the simulated device */
 static stow_backend_t fz_backend;    /* what the pool sees */
 static size_t fz_capacity;           /* current device capacity (bytes) */
@@ -116,6 +123,8 @@ static stow_status_t fz_synchronize(void *ctx)
     uint64_t before = fz_failures();
     stow_status_t st = fz_sim->synchronize(ctx);
     fz_after_call(st, before, false, "synchronize");
+    if (st == STOW_OK)
+        fz_streams_done((1u << FZ_STREAMS) - 1);
     return st;
 }
 static stow_status_t fz_event_record(void *ctx, stow_stream_t stream, stow_event_t *out)
@@ -140,10 +149,158 @@ static stow_status_t fz_event_destroy(void *ctx, stow_event_t ev)
     return st;
 }
 
+/* ---- the device-work oracle ----
+ * What the device would see, kept beside the pool and never read from it: a
+ * logical clock; per stream, the time up to which its queued work is known
+ * complete (complete_stream, or a synchronize that succeeded); per freed
+ * block, its range, the streams that used it with the time of their last use
+ * there (the free; a scrub is a later use on its own stream) and whether a
+ * scrub covered it since. On the simulated device work is pending only with
+ * manual events: otherwise every event is complete when recorded and there is
+ * nothing to check but the scrubs and the live blocks under an unmap. */
+#define FZ_MAX_REGIONS 1024
+
+typedef struct fz_region {
+    uintptr_t lo, hi;
+    uint64_t last_use[FZ_STREAMS]; /* 0: not a user */
+    bool scrubbed;
+} fz_region_t;
+
+typedef struct fz_oracle {
+    bool reuse_checks;  /* manual events, a backend with events: reuse must wait */
+    bool unmap_checks;  /* manual events: an unmap must wait, whatever the backend */
+    bool scrub_checks;  /* scrub_on_free */
+    uint64_t clock;
+    uint64_t done_upto[FZ_STREAMS];
+    fz_region_t regions[FZ_MAX_REGIONS];
+    unsigned n_regions;
+    const struct fz_state *state; /* the shadow live set, for the unmap check */
+    uintptr_t freeing;            /* the block a free call is freeing: live no more */
+} fz_oracle_t;
+static fz_oracle_t fz_or;
+
+static const stow_stream_t fz_streams[FZ_STREAMS] = {
+    NULL, (stow_stream_t)(uintptr_t)0x11, (stow_stream_t)(uintptr_t)0x22,
+    (stow_stream_t)(uintptr_t)0x33};
+
+static unsigned fz_stream_index(stow_stream_t stream)
+{
+    for (unsigned i = 0; i < FZ_STREAMS; i++)
+        if (fz_streams[i] == stream)
+            return i;
+    FUZZ_CHECK(false, "the pool named a stream nobody used: %p", stream);
+    return 0;
+}
+
+static void fz_streams_done(unsigned mask)
+{
+    fz_or.clock++;
+    for (unsigned i = 0; i < FZ_STREAMS; i++)
+        if (mask >> i & 1)
+            fz_or.done_upto[i] = fz_or.clock;
+}
+
+/* Whether work of region r's users other than stream `except` (FZ_STREAMS:
+ * none excepted) may still be queued; names the first such stream. */
+static bool fz_region_busy(const fz_region_t *r, unsigned except, unsigned *who)
+{
+    for (unsigned u = 0; u < FZ_STREAMS; u++)
+        if (u != except && r->last_use[u] && fz_or.done_upto[u] <= r->last_use[u]) {
+            *who = u;
+            return true;
+        }
+    return false;
+}
+
+static bool fz_region_settled(const fz_region_t *r)
+{
+    unsigned who;
+    return (r->scrubbed || !fz_or.scrub_checks) && !fz_region_busy(r, FZ_STREAMS, &who);
+}
+
+static void fz_region_drop(unsigned i) { fz_or.regions[i] = fz_or.regions[--fz_or.n_regions]; }
+
+/* A block about to be freed; false when no room is left (it goes unchecked). */
+static bool fz_region_add(uintptr_t lo, uintptr_t hi, unsigned users)
+{
+    for (unsigned i = fz_or.n_regions; fz_or.n_regions == FZ_MAX_REGIONS && i-- > 0;)
+        if (fz_region_settled(&fz_or.regions[i]))
+            fz_region_drop(i);
+    if (fz_or.n_regions == FZ_MAX_REGIONS)
+        return false;
+    fz_region_t *r = &fz_or.regions[fz_or.n_regions++];
+    *r = (fz_region_t){.lo = lo, .hi = hi};
+    fz_or.clock++;
+    for (unsigned u = 0; u < FZ_STREAMS; u++)
+        if (users >> u & 1)
+            r->last_use[u] = fz_or.clock;
+    return true;
+}
+
+static bool fz_overlaps(uintptr_t lo, uintptr_t hi, uintptr_t lo2, uintptr_t hi2)
+{
+    return lo < hi2 && lo2 < hi;
+}
+
+/* Block [lo, hi) was just handed out on stream t. */
+static void fz_oracle_handed_out(uintptr_t lo, uintptr_t hi, unsigned t)
+{
+    for (unsigned i = fz_or.n_regions; i-- > 0;) {
+        const fz_region_t *r = &fz_or.regions[i];
+        if (!fz_overlaps(lo, hi, r->lo, r->hi))
+            continue;
+        FUZZ_CHECK(!fz_or.scrub_checks || r->scrubbed,
+                   "block [%#lx,%#lx) handed out over [%#lx,%#lx), freed and never scrubbed",
+                   (unsigned long)lo, (unsigned long)hi, (unsigned long)r->lo,
+                   (unsigned long)r->hi);
+        unsigned who;
+        FUZZ_CHECK(!fz_or.reuse_checks || !fz_region_busy(r, t, &who),
+                   "block [%#lx,%#lx) handed to stream %u while stream %u's queued work may "
+                   "still use [%#lx,%#lx), freed there",
+                   (unsigned long)lo, (unsigned long)hi, t, who, (unsigned long)r->lo,
+                   (unsigned long)r->hi);
+        /* The new block's own free will say all a later reuse must wait for. */
+        if (lo <= r->lo && r->hi <= hi)
+            fz_region_drop(i);
+    }
+}
+
+static stow_status_t fz_scrub(void *ctx, void *ptr, size_t size, stow_stream_t stream)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->scrub(ctx, ptr, size, stream);
+    fz_after_call(st, before, false, "scrub");
+    if (st != STOW_OK)
+        return st;
+    uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
+    unsigned u = fz_stream_index(stream);
+    fz_or.clock++;
+    for (unsigned i = 0; i < fz_or.n_regions; i++) {
+        fz_region_t *r = &fz_or.regions[i];
+        if (lo <= r->lo && r->hi <= hi) {
+            r->scrubbed = true;
+            r->last_use[u] = fz_or.clock; /* the zeroing is work queued on that stream */
+        }
+    }
+    return st;
+}
+
+static void fz_oracle_unmapping(uintptr_t lo, uintptr_t hi);
+
+static stow_status_t fz_unmap(void *ctx, void *va, size_t size)
+{
+    fz_oracle_unmapping((uintptr_t)va, (uintptr_t)va + size);
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->unmap(ctx, va, size);
+    fz_after_call(st, before, false, "unmap");
+    return st;
+}
+
 /* ---- the shadow model ---- */
 typedef struct fz_live {
     uintptr_t ptr;
     size_t block, req;
+    unsigned users; /* bit i: fz_streams[i] used it (its allocation, record_stream) */
 } fz_live_t;
 
 typedef struct fz_state {
@@ -158,9 +315,26 @@ typedef struct fz_state {
     bool rounding;          /* roundup_power2_divisions set */
 } fz_state_t;
 
-static const stow_stream_t fz_streams[FZ_STREAMS] = {
-    NULL, (stow_stream_t)(uintptr_t)0x11, (stow_stream_t)(uintptr_t)0x22,
-    (stow_stream_t)(uintptr_t)0x33};
+/* Unmapping is not stream-ordered: no live block may be under the range,
+ * and no freed one whose users' work may still be queued. */
+static void fz_oracle_unmapping(uintptr_t lo, uintptr_t hi)
+{
+    const fz_state_t *s = fz_or.state;
+    for (unsigned i = 0; s && i < s->n_live; i++)
+        FUZZ_CHECK(s->live[i].ptr == fz_or.freeing ||
+                       !fz_overlaps(lo, hi, s->live[i].ptr, s->live[i].ptr + s->live[i].block),
+                   "unmap of [%#lx,%#lx) under live block [%#lx,+%zu)", (unsigned long)lo,
+                   (unsigned long)hi, (unsigned long)s->live[i].ptr, s->live[i].block);
+    for (unsigned i = 0; fz_or.unmap_checks && i < fz_or.n_regions; i++) {
+        const fz_region_t *r = &fz_or.regions[i];
+        unsigned who;
+        FUZZ_CHECK(!fz_overlaps(lo, hi, r->lo, r->hi) || !fz_region_busy(r, FZ_STREAMS, &who),
+                   "unmap of [%#lx,%#lx) while stream %u's queued work may still use "
+                   "[%#lx,%#lx), freed there",
+                   (unsigned long)lo, (unsigned long)hi, who, (unsigned long)r->lo,
+                   (unsigned long)r->hi);
+    }
+}
 
 static stow_stats_t fz_stats(fz_state_t *s)
 {
@@ -242,6 +416,7 @@ static void fz_alloc(fz_state_t *s, fz_in_t *in)
     stow_stats_t before = fz_stats(s);
     void *sentinel = (void *)(uintptr_t)0xdead0000, *p = sentinel;
     stow_status_t st = stow_pool_alloc(s->pool, size, stream, &p);
+    unsigned t = fz_stream_index(stream);
     if (size == 0)
         FUZZ_CHECK(st == STOW_EINVAL, "alloc(0) returned %s", stow_strerror(st));
     if (size > SIZE_MAX - ((size_t)1 << 30))
@@ -272,7 +447,8 @@ static void fz_alloc(fz_state_t *s, fz_in_t *in)
         FUZZ_CHECK(hi <= s->live[i].ptr || s->live[i].ptr + s->live[i].block <= lo,
                  "new block [%#lx,%#lx) overlaps live [%#lx,+%zu)", (unsigned long)lo,
                  (unsigned long)hi, (unsigned long)s->live[i].ptr, s->live[i].block);
-    s->live[s->n_live++] = (fz_live_t){lo, block, req};
+    fz_oracle_handed_out(lo, hi, t);
+    s->live[s->n_live++] = (fz_live_t){lo, block, req, 1u << t};
     s->alloc_bytes += block;
     s->req_bytes += req;
 }
@@ -304,8 +480,14 @@ static void fz_free(fz_state_t *s, fz_in_t *in)
             return;
         unsigned i = pick % s->n_live;
         fz_live_t b = s->live[i];
+        /* Its range is freed as the call runs (a scrub, an unmap may follow). */
+        bool added = fz_region_add(b.ptr, b.ptr + b.block, b.users);
+        fz_or.freeing = b.ptr;
         stow_status_t st = stow_pool_free(s->pool, (void *)b.ptr);
+        fz_or.freeing = 0;
         if (st != STOW_OK) {
+            if (added)
+                fz_or.n_regions--; /* nothing was freed */
             /* Only a backend failure may refuse a valid free, and then nothing changed. */
             FUZZ_CHECK(st == STOW_EBACKEND || st == STOW_EHOSTMEM, "free returned %s",
                      stow_strerror(st));
@@ -433,6 +615,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_backend.event_record = fz_event_record;
     fz_backend.event_query = fz_event_query;
     fz_backend.event_destroy = fz_event_destroy;
+    fz_backend.scrub = fz_scrub;
+    fz_backend.unmap = fz_unmap;
+    memset(&fz_or, 0, sizeof fz_or);
+    fz_or.unmap_checks = sc.manual_events;
+    fz_or.reuse_checks = sc.manual_events && !((setup >> 6) & 1);
+    fz_or.scrub_checks = (setup >> 7) & 1;
     if ((setup >> 6) & 1) { /* a single-stream backend: every stream shares one order */
         fz_backend.event_record = NULL;
         fz_backend.event_query = NULL;
@@ -474,6 +662,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_state_t *s = calloc(1, sizeof *s);
     FUZZ_CHECK(s != NULL, "host memory");
     s->rounding = (conf & 2) != 0;
+    fz_or.state = s;
     stow_status_t st = stow_pool_create(&cfg, &fz_backend, &s->pool);
     if (st != STOW_OK) {
         /* A memory fraction leaving less than one 2 MiB granule is refused. */
@@ -503,9 +692,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t pick = fz_u8(&in);
             stow_stream_t stream = fz_streams[fz_u8(&in) % FZ_STREAMS];
             if (s->n_live) {
-                st = stow_record_stream(s->pool, (void *)s->live[pick % s->n_live].ptr, stream);
+                fz_live_t *b = &s->live[pick % s->n_live];
+                st = stow_record_stream(s->pool, (void *)b->ptr, stream);
                 FUZZ_CHECK(st == STOW_OK || st == STOW_EHOSTMEM, "record_stream: %s",
                          stow_strerror(st));
+                if (st == STOW_OK)
+                    b->users |= 1u << fz_stream_index(stream);
             } else {
                 FUZZ_CHECK(stow_record_stream(s->pool, (void *)(uintptr_t)0x1000, stream) ==
                              STOW_ENOTOWNED,
@@ -537,10 +729,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             break;
         case 11: what = "scope"; fz_scope(s, &in); break;
-        case 12:
+        case 12: {
             what = "complete_stream";
-            stow_sim_complete_stream(fz_sim, fz_streams[fz_u8(&in) % FZ_STREAMS]);
+            unsigned i = fz_u8(&in) % FZ_STREAMS;
+            stow_sim_complete_stream(fz_sim, fz_streams[i]);
+            fz_streams_done(1u << i);
             break;
+        }
         case 13: what = "inject"; fz_inject(&in); break;
         case 14: {
             what = "capacity";
@@ -577,16 +772,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     bool complete = !(setup & 8);
     if (complete)
-        for (int i = 0; i < FZ_STREAMS; i++)
+        for (int i = 0; i < FZ_STREAMS; i++) {
             stow_sim_complete_stream(fz_sim, fz_streams[i]);
+            fz_streams_done(1u << i);
+        }
     while (s->scope_depth) {
         stow_scope_result_t r;
         FUZZ_CHECK(stow_scope_pop(s->pool, &r) == STOW_OK, "final pop");
         s->scope_depth--;
     }
     while (s->n_live) {
-        fz_live_t b = s->live[--s->n_live];
+        fz_live_t b = s->live[s->n_live - 1];
+        (void)fz_region_add(b.ptr, b.ptr + b.block, b.users);
+        fz_or.freeing = b.ptr;
         st = stow_pool_free(s->pool, (void *)b.ptr);
+        fz_or.freeing = 0;
+        s->n_live--;
         FUZZ_CHECK(st == STOW_OK, "final free: %s", stow_strerror(st));
         s->alloc_bytes -= b.block;
         s->req_bytes -= b.req;
