@@ -424,8 +424,14 @@ stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_
 /* ---- segment.c (continued) ---- */
 void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes);
 /* Before a retry: synchronize, make every free block reusable by all streams,
- * complete pending blocks, release idle memory. */
+ * complete pending blocks, release idle memory (unused granules only once
+ * stow__segment_sync_for_release succeeded). */
 void stow__segment_release_cache_for_retry(stow_pool_t *pool);
+/* Before empty_cache or the retry gives memory back: synchronizes the device
+ * (when stow__pool_release_needs_sync) and hands every stream's frees to all,
+ * completing pending blocks. Returns whether unused granules may be unmapped
+ * now: false when a synchronize failed. */
+bool stow__segment_sync_for_release(stow_pool_t *pool);
 
 /* ---- stream.c ---- */
 stow_stream_state_t *stow__stream_get(stow_pool_t *pool, stow_stream_t stream);

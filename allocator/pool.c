@@ -657,13 +657,9 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
     /* First, so that the blocks merge under the streams they were freed on,
      * before those move to `any` together. */
     stow__quick_flush(pool);
-    if (stow__pool_release_needs_sync(pool)) {
-        pool->acct.s.num_sync_all_streams++;
-        st = stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
-        if (st == STOW_OK)
-            stow__stream_clear_all_synchronized(pool);
-    }
-    if (pool->vmm && st == STOW_OK)
+    if (!stow__segment_sync_for_release(pool))
+        st = STOW_EBACKEND; /* nothing unmapped: queued work may still use it */
+    else if (pool->vmm)
         stow__vmm_release_unused(pool);
     stow__segment_release_idle(pool, true, 0);
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));

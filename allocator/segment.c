@@ -199,27 +199,39 @@ static stow_status_t reserve_within_limit(stow_pool_t *pool, stow_stream_state_t
     return st;
 }
 
+static bool synchronize_all(stow_pool_t *pool)
+{
+    pool->acct.s.num_sync_all_streams++;
+    return stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) == STOW_OK;
+}
+
+bool stow__segment_sync_for_release(stow_pool_t *pool)
+{
+    if (!stow__pool_release_needs_sync(pool))
+        return true;
+    if (!synchronize_all(pool))
+        return false;
+    uint64_t scrubs_before = pool->acct.s.num_scrubs;
+    stow__stream_clear_all_synchronized(pool);
+    /* Pending blocks just freed were scrubbed on their streams: that memset is
+     * queued work again, on granules about to be unmapped, so it is waited for
+     * too (a classic segment's release waits by itself). Found by fuzz_api's
+     * device-work oracle. */
+    if (pool->vmm && pool->acct.s.num_scrubs != scrubs_before)
+        return synchronize_all(pool);
+    return true;
+}
+
 /* Releases everything cached that can be released: after a device
  * synchronize, blocks freed on any stream are free for all, so split-off
  * pieces from different streams merge and whole segments come back. */
 void stow__segment_release_cache_for_retry(stow_pool_t *pool)
 {
     stow__quick_flush(pool);
-    bool synced = true;
-    if (stow__pool_release_needs_sync(pool)) {
-        pool->acct.s.num_sync_all_streams++;
-        synced = stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) ==
-                 STOW_OK;
-        if (synced) {
-            stow__stream_clear_all_synchronized(pool);
-            if (pool->pending)
-                stow__stream_process_pending(pool);
-        }
-    }
     /* Unused granules may still be under queued work until a synchronize
      * succeeded: unmapped anyway, their next owner's data could be overwritten
      * by the last one's kernels (found by fuzz_api's device-work oracle). */
-    if (pool->vmm && synced)
+    if (stow__segment_sync_for_release(pool) && pool->vmm)
         stow__vmm_release_unused(pool);
     stow__segment_release_idle(pool, true, 0);
 }

@@ -5,9 +5,10 @@
  * (sizes from 0 to SIZE_MAX), free (live, foreign, interior, double, NULL),
  * record_stream, empty_cache, stats/summary/JSON, peak resets, scopes, several
  * streams, manual event completion, fault injection (stow_sim_fail_nth /
- * stow_sim_fail_random on every backend call kind) and capacity changes, on
- * the classic pool (quick lists at their default depth, or a configuration bit
- * picks 0-8) or (a configuration bit) the page-mapped one (with its small
+ * stow_sim_fail_random on every backend call kind), capacity changes and
+ * memory-fraction changes (stow_pool_set_memory_fraction), on the classic
+ * pool (quick lists at their default depth, or a configuration bit picks
+ * 0-8) or (a configuration bit) the page-mapped one (with its small
  * range and quick lists, or, a setup bit, one range for every request), on a
  * backend with events or (a setup bit) a single-stream one without them, and
  * (a setup bit) with every freed block scrubbed.
@@ -576,6 +577,28 @@ static void fz_scope(fz_state_t *s, fz_in_t *in)
     }
 }
 
+/* set_memory_fraction as PyTorch calls it at run time: (0, 1] only, never a
+ * limit below one granule, and memory already reserved is kept. */
+static void fz_memory_fraction(fz_state_t *s, double fraction)
+{
+    stow_stats_t before = fz_stats(s);
+    stow_status_t st = stow_pool_set_memory_fraction(s->pool, fraction);
+    stow_stats_t after = fz_stats(s);
+    stow_config_t cfg;
+    stow_pool_config(s->pool, &cfg);
+    if (!(fraction > 0.0 && fraction <= 1.0))
+        FUZZ_CHECK(st == STOW_EINVAL, "memory fraction %g accepted", fraction);
+    FUZZ_CHECK(st == STOW_OK || st == STOW_EINVAL, "set_memory_fraction: %s", stow_strerror(st));
+    if (st == STOW_OK)
+        FUZZ_CHECK(cfg.memory_fraction == fraction && after.limit_bytes >= 2 * FZ_MIB,
+                   "fraction %g: limit %llu", fraction, (unsigned long long)after.limit_bytes);
+    else
+        FUZZ_CHECK(after.limit_bytes == before.limit_bytes, "a refused fraction moved the limit");
+    FUZZ_CHECK(after.reserved_bytes[STOW_POOL_ALL].current ==
+                   before.reserved_bytes[STOW_POOL_ALL].current,
+               "a new limit released or reserved memory by itself");
+}
+
 static void fz_report(void)
 {
     fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu injected_faults=%llu\n",
@@ -738,8 +761,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 13: what = "inject"; fz_inject(&in); break;
         case 14: {
+            uint8_t b = fz_u8(&in);
+            if (b >= 240) { /* the last sixteen values: the pool's limit instead */
+                what = "memory_fraction";
+                fz_memory_fraction(s, fz_u8(&in) / 200.0);
+                break;
+            }
             what = "capacity";
-            size_t cap = (size_t)(1 + fz_u8(&in)) * 4 * FZ_MIB;
+            size_t cap = (size_t)(1 + b) * 4 * FZ_MIB;
             stow_sim_set_capacity(fz_sim, cap);
             fz_capacity = cap;
             break;

@@ -500,6 +500,41 @@ Test(cuda_gpu, vmm_unmaps_only_after_queued_work_finished)
     pool_done(pool, b);
 }
 
+/* scrub_on_free with a block recorded on a second stream: empty_cache
+ * completes it, queues its cuMemsetD8Async and unmaps its granules, which it
+ * may do only after that memset finished. */
+Test(cuda_gpu, vmm_empty_cache_waits_for_the_scrubs_it_queued)
+{
+    stow_backend_t *b = gpu_or_skip();
+    if (!b->va_reserve || !b->scrub) {
+        backend_done(b);
+        cr_skip_test("driver without page mapping or cuMemsetD8Async");
+    }
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    cfg.scrub_on_free = true;
+    stow_pool_t *pool = NULL;
+    cr_assert_eq(stow_pool_create(&cfg, b, &pool), STOW_OK);
+    cu_stream_t s1 = NULL, s2 = NULL;
+    cr_assert_eq(drv.stream_create(&s1, 1), 0);
+    cr_assert_eq(drv.stream_create(&s2, 1), 0);
+    void *a = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, 8 * MiB, s1, &a), STOW_OK);
+    roundtrip(a, 8 * MiB, 9);
+    cr_assert_eq(stow_record_stream(pool, a, s2), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_stats_t st;
+    cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
+    cr_assert_eq(st.num_scrubs, 1);
+    cr_assert_geq(st.num_unmap_calls, 4, "a's granules went back");
+    fake_check_clean("empty_cache after a scrub it queued");
+    cr_assert_eq(drv.stream_destroy(s1), 0);
+    cr_assert_eq(drv.stream_destroy(s2), 0);
+    pool_done(pool, b);
+}
+
 /* 8 bytes naming allocation `id`, written at both ends of its block, checked
  * when it is freed: blocks that overlapped, memory unmapped or remapped under a
  * live block, or a block handed out twice would read back something else. */

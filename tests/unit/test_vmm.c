@@ -447,6 +447,39 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
 
+/* empty_cache completes a block that waited for another stream and scrubs
+ * it: that memset is queued work on granules it then unmaps, so it waits for
+ * the device a second time. */
+Test(vmm, a_block_scrubbed_at_empty_cache_is_unmapped_after_its_scrub)
+{
+    sim = ts_sim(0, false, true); /* manual events; the scrub is counted, not done */
+    cr_assert_not_null(sim);
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    cfg.scrub_on_free = true;
+    cr_assert_eq(stow_pool_create(&cfg, sim, &pool), STOW_OK);
+    stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+    void *a = NULL, *keep = alloc_ok(4 * MIB);
+    cr_assert_eq(stow_pool_alloc(pool, 8 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_record_stream(pool, a, s2), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK); /* waits for s2 */
+    stow_stats_t before = stats();
+    cr_assert_eq(before.num_scrubs, 0);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_stats_t after = stats();
+    cr_assert_eq(after.num_scrubs, 1, "a became free at the synchronize and was scrubbed");
+    cr_assert_eq(after.num_unmap_calls, before.num_unmap_calls + 4, "then its granules went");
+    cr_assert_eq(after.num_sync_all_streams, before.num_sync_all_streams + 2,
+                 "once for the streams, once more for the scrub before the unmaps");
+    check();
+    /* With nothing scrubbed on the way, one synchronize is enough. */
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(stats().num_sync_all_streams, after.num_sync_all_streams + 1);
+    cr_assert_eq(stow_pool_free(pool, keep), STOW_OK);
+    finish();
+}
+
 /* The out-of-memory retry unmaps unused granules only once the device
  * synchronized: if that fails, queued work may still use them. */
 Test(vmm, a_failed_synchronize_at_the_retry_unmaps_nothing)
