@@ -331,6 +331,13 @@ static inline uint64_t stow__pool_largest_free(stow_pool_t *pool)
     return pool->largest_free_cache;
 }
 stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st);
+/* Waits for all work queued on every stream (counted in
+ * num_sync_all_streams); whether the backend did. */
+static inline bool stow__pool_synchronize(stow_pool_t *pool)
+{
+    pool->acct.s.num_sync_all_streams++;
+    return stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) == STOW_OK;
+}
 
 /* ---- segment.c ---- */
 /* Slow path: reserves a segment for a request of `rounded` bytes on `ss` and

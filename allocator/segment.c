@@ -131,10 +131,8 @@ void stow__segment_release_all(stow_pool_t *pool)
     /* Destroy path: every pending event is moot, every segment goes, after
      * the device finished what may still use them (granules are unmapped,
      * which does not wait; a classic segment's release waits itself). */
-    if (pool->pending || pool->vmm || (pool->has_events && pool->stream_count)) {
-        pool->acct.s.num_sync_all_streams++;
-        stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx));
-    }
+    if (pool->pending || pool->vmm || (pool->has_events && pool->stream_count))
+        (void)stow__pool_synchronize(pool);
     stow__stream_drop_pending(pool);
     while (pool->segments) {
         stow_segment_t *seg = pool->segments;
@@ -199,17 +197,11 @@ static stow_status_t reserve_within_limit(stow_pool_t *pool, stow_stream_state_t
     return st;
 }
 
-static bool synchronize_all(stow_pool_t *pool)
-{
-    pool->acct.s.num_sync_all_streams++;
-    return stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) == STOW_OK;
-}
-
 bool stow__segment_sync_for_release(stow_pool_t *pool)
 {
     if (!stow__pool_release_needs_sync(pool))
         return true;
-    if (!synchronize_all(pool))
+    if (!stow__pool_synchronize(pool))
         return false;
     uint64_t scrubs_before = pool->acct.s.num_scrubs;
     stow__stream_clear_all_synchronized(pool);
@@ -218,7 +210,7 @@ bool stow__segment_sync_for_release(stow_pool_t *pool)
      * too (a classic segment's release waits by itself). Found by fuzz_api's
      * device-work oracle. */
     if (pool->vmm && pool->acct.s.num_scrubs != scrubs_before)
-        return synchronize_all(pool);
+        return stow__pool_synchronize(pool);
     return true;
 }
 

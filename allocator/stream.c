@@ -233,9 +233,7 @@ stow_status_t stow__stream_defer_free(stow_pool_t *pool, stow_block_t *b)
     }
     if (need_sync) {
         /* No event to wait for: only a full synchronize orders the reuse. */
-        pool->acct.s.num_sync_all_streams++;
-        if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) !=
-            STOW_OK) {
+        if (!stow__pool_synchronize(pool)) {
             /* Keep the block out of reach for good rather than risk a race;
              * empty_cache or destroy (which synchronize) recover it. */
             u->events_outstanding++;

@@ -411,9 +411,7 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
         /* The granule's last block may still be used by queued work, on any
          * stream or on a single-stream backend's only one: unmapping is not
          * stream-ordered. */
-        pool->acct.s.num_sync_all_streams++;
-        if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) !=
-            STOW_OK)
+        if (!stow__pool_synchronize(pool))
             return STOW_EBACKEND;
         *synced = true;
     }
@@ -500,9 +498,7 @@ static void give_back_created(stow_pool_t *pool, stow_segment_t *seg, size_t fir
     if (!synced) {
         /* A granule the span held unused before may still be used by queued
          * work (on a single-stream backend too). */
-        pool->acct.s.num_sync_all_streams++;
-        if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) !=
-            STOW_OK)
+        if (!stow__pool_synchronize(pool))
             return;
     }
     for (size_t i = end; i > first && pool->phys_count > phys_before;) {

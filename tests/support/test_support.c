@@ -47,6 +47,15 @@ stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_even
     return stow_sim_create(&c, &b) == STOW_OK ? b : NULL;
 }
 
+stow_backend_t ts_single_stream(const stow_backend_t *device)
+{
+    stow_backend_t b = *device;
+    b.event_record = NULL;
+    b.event_query = NULL;
+    b.event_destroy = NULL;
+    return b;
+}
+
 int ts_cli(const char *subcommand, const char *args, char *out, size_t out_len)
 {
     char exe[4096], cmd[8192];

@@ -32,6 +32,9 @@ static inline uint64_t ts_xorshift(uint64_t *state)
 
 /* A simulated device with the given capacity (0 = unlimited). */
 stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_events);
+/* `device` seen as a backend with no event methods (one stream): a copy that
+ * shares its context, valid while `device` lives. */
+stow_backend_t ts_single_stream(const stow_backend_t *device);
 
 /* Runs `build/stowage SUBCOMMAND ARGS` (the CLI next to the test binary),
  * capturing stdout and stderr into out; returns the exit status. Skips the

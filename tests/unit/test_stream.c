@@ -51,10 +51,7 @@ static void single_stream_pool(stow_backend_t *device, bool scrub_on_free)
 {
     sim = device;
     cr_assert_not_null(sim);
-    single_stream = *sim;
-    single_stream.event_record = NULL;
-    single_stream.event_query = NULL;
-    single_stream.event_destroy = NULL;
+    single_stream = ts_single_stream(sim);
     stow_config_t c;
     stow_config_default(&c);
     c.release_idle_on_grow = false;

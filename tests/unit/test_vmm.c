@@ -414,10 +414,7 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
     static stow_backend_t single_stream;
     sim = ts_sim(0, false, true);
     cr_assert_not_null(sim);
-    single_stream = *sim;
-    single_stream.event_record = NULL;
-    single_stream.event_query = NULL;
-    single_stream.event_destroy = NULL;
+    single_stream = ts_single_stream(sim);
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
