@@ -145,8 +145,12 @@ struct stow_segment {
                                      granule at or above it is unmapped) */
     uint64_t *mapped_bits;        /* vmm: bit i set <=> granules[i] is mapped */
     uint64_t *unused_bits;        /* vmm: bit i set <=> granules[i] is unused (in a run) */
-    uint64_t *run_start_bits;     /* vmm: bit i set <=> a run starts at granules[i] (the three
-                                     bitmaps share one allocation, mapped_bits first) */
+    uint64_t *run_start_bits;     /* vmm: bit i set <=> a run starts at granules[i] */
+    uint64_t *seen_live_bits;     /* vmm: bit i set => granules[i] held a live block at some
+                                     time since the pool's remap count last began a run of
+                                     windows (vmm.c, adaptive allowance); every live granule's
+                                     bit is set. The four bitmaps share one allocation,
+                                     mapped_bits first. */
 };
 
 typedef struct stow_free_index {

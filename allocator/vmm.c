@@ -89,6 +89,17 @@ static size_t prev_set_bit(const uint64_t *bits, size_t i)
     return w * 64 + 63 - (size_t)__builtin_clzll(word);
 }
 
+/* Bits set in x. __builtin_popcountll is a libgcc call on baseline x86-64
+ * (no POPCNT instruction assumed), which placement makes tens of thousands of
+ * times per training step; this is the same count inline. */
+static unsigned popcount64(uint64_t x)
+{
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
 /* ---- runs of unused granules (oldest first) and free handles ---- */
 
 static size_t granule_no(const stow_segment_t *seg, const stow_granule_t *g)
@@ -313,8 +324,54 @@ static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 #define ADAPT_MIN_GAIN 0.05
 #define ADAPT_MIN_SLACK 0.005
 
-/* The end of a run of hot windows: raise the slack by half if the last raise
- * (if any) cut the remap rate enough, else keep it for good. */
+/* The footprint of a run of windows: the granules its live blocks touched.
+ * A run may begin where a window begins with none hot before it; from there
+ * the seen-live bits are the granules live then, and stow__vmm_back_span adds
+ * every span it backs. Cost: a pass over the bitmap words of the granules
+ * ever mapped, once per window of a pool that remaps. */
+static void seen_live_restart(stow_pool_t *pool)
+{
+    for (stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
+        if (!seg->granules)
+            continue;
+        size_t words = (seg->granules_touched + 63) / 64;
+        for (size_t w = 0; w < words; w++)
+            seg->seen_live_bits[w] = seg->mapped_bits[w] & ~seg->unused_bits[w];
+    }
+}
+
+static uint64_t seen_live_count(const stow_pool_t *pool)
+{
+    uint64_t n = 0;
+    for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
+        if (!seg->granules)
+            continue;
+        size_t words = (seg->granules_touched + 63) / 64;
+        for (size_t w = 0; w < words; w++)
+            n += popcount64(seg->seen_live_bits[w]);
+    }
+    return n;
+}
+
+/* The slack whose allowance holds the run's footprint, plus the granule that
+ * rounding the allowance down can cost: what keeps a loop whose layout
+ * repeats from remapping at all. */
+static double footprint_slack(const stow_pool_t *pool)
+{
+    double live_hw_granules =
+        (double)pool->live_bytes_high_water / (double)pool->granularity_bytes;
+    if (live_hw_granules <= 0)
+        return 0;
+    return ((double)seen_live_count(pool) + 1.0) / live_hw_granules - 1.0;
+}
+
+/* The end of a run of hot windows: unless the last raise (if any) failed to
+ * cut the remap rate enough (then the slack stays, for good), raise the slack
+ * to cover the run's footprint, or by half when the footprint is covered
+ * already (the layout itself still moves). Until the thirty-first session
+ * every raise was by half: a loop whose footprint lay further above the
+ * allowance crept up in raises that each helped too little, and stopped
+ * there, remapping on every step (docs/design.md, adaptive allowance). */
 static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
 {
     double rate = (double)a->hot_remaps / (double)a->hot_ops;
@@ -322,7 +379,8 @@ static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
         a->settled = true; /* the last raise did not help: keep it, no more */
         return;
     }
-    a->slack = a->slack * ADAPT_GROWTH;
+    double needed = footprint_slack(pool);
+    a->slack = needed > a->slack ? needed : a->slack * ADAPT_GROWTH;
     if (a->slack < ADAPT_MIN_SLACK)
         a->slack = ADAPT_MIN_SLACK; /* from a slack of 0 */
     if (a->slack >= pool->config.vmm_slack_max) {
@@ -354,6 +412,8 @@ static void note_remap(stow_pool_t *pool)
         }
         a->window_start_op = pool->op_count;
         a->window_remaps = 0;
+        if (a->hot_windows == 0)
+            seen_live_restart(pool); /* a run may begin with this window */
     }
     a->window_remaps++;
 }
@@ -570,6 +630,10 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
         update_idle(pool);
         return st;
     }
+    /* The granules that become live join the footprint of the adaptive
+     * allowance's run (the only place a granule becomes live: a block inside
+     * one granule a live block holds takes the fast path, and its bit is set). */
+    bits_fill(seg->seen_live_bits, first, end, true);
     pool->live_bytes = bytes_after;
     pool->live_bytes_high_water = bytes_high_water;
     update_idle(pool);
@@ -585,17 +649,6 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
 typedef struct span_cost {
     size_t unmapped, fresh;
 } span_cost_t;
-
-/* Bits set in x. __builtin_popcountll is a libgcc call on baseline x86-64
- * (no POPCNT instruction assumed), which placement makes tens of thousands of
- * times per training step; this is the same count inline. */
-static unsigned popcount64(uint64_t x)
-{
-    x -= (x >> 1) & 0x5555555555555555ull;
-    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-    return (unsigned)((x * 0x0101010101010101ull) >> 56);
-}
 
 static size_t mapped_in(const stow_segment_t *seg, size_t first, size_t end)
 {
@@ -785,7 +838,8 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     stow_segment_t *seg = calloc(1, sizeof *seg);
     stow_block_t *b = stow__block_new(&pool->blocks);
     stow_granule_t *granules = calloc(size / g, sizeof *granules);
-    uint64_t *mapped_bits = calloc(3 * words, sizeof *mapped_bits); /* mapped, unused, run starts */
+    /* mapped, unused, run starts, seen live */
+    uint64_t *mapped_bits = calloc(4 * words, sizeof *mapped_bits);
     if (!seg || !b || !granules || !mapped_bits) {
         free(seg);
         free(granules);
@@ -808,6 +862,7 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     seg->mapped_bits = mapped_bits;
     seg->unused_bits = mapped_bits + words;
     seg->run_start_bits = mapped_bits + 2 * words;
+    seg->seen_live_bits = mapped_bits + 3 * words;
     stow__stat2_add(pool->acct.s.segment, kind, 1);
     stow__segment_install(pool, seg, b, ss, (uintptr_t)va, size, kind);
     *out = b;
@@ -865,9 +920,9 @@ void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
                                                          seg->size_bytes));
     stow__stat2_sub(pool->acct.s.segment, seg->pool_kind, 1);
     free(seg->granules);
-    free(seg->mapped_bits); /* and the two bitmaps after it */
+    free(seg->mapped_bits); /* and the three bitmaps after it */
     seg->granules = NULL;
-    seg->mapped_bits = seg->unused_bits = seg->run_start_bits = NULL;
+    seg->mapped_bits = seg->unused_bits = seg->run_start_bits = seg->seen_live_bits = NULL;
 }
 
 void stow__vmm_release_all_handles(stow_pool_t *pool)
@@ -900,7 +955,8 @@ static bool segment_of_pool(const stow_pool_t *pool, const stow_segment_t *seg)
 
 /* One range against its blocks: every live block on mapped granules that are
  * not unused, the edge counts, mapped == live or unused (never both), run
- * starts only on unused granules, nothing marked at or above granules_touched.
+ * starts only on unused granules, every live granule seen live (the adaptive
+ * allowance's footprint), nothing marked at or above granules_touched.
  * Adds to the counts of stow__vmm_check. */
 static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_segment_t *seg,
                                             uint64_t counts[4], uint64_t *extra,
@@ -940,7 +996,8 @@ static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_
      * a look (a 64 GiB range has 32768 granules). */
     if (!bits_clear_from(seg->mapped_bits, touched, n) ||
         !bits_clear_from(seg->unused_bits, touched, n) ||
-        !bits_clear_from(seg->run_start_bits, touched, n)) {
+        !bits_clear_from(seg->run_start_bits, touched, n) ||
+        !bits_clear_from(seg->seen_live_bits, touched, n)) {
         snprintf(why, why_len, "vmm: bits set above granule %zu", touched);
         st = STOW_EINVAL;
         goto out;
@@ -949,12 +1006,14 @@ static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_
         const stow_granule_t *g = &seg->granules[i];
         bool mapped = bit_at(seg->mapped_bits, i), unused = bit_at(seg->unused_bits, i);
         bool run_start = bit_at(seg->run_start_bits, i);
+        bool seen = bit_at(seg->seen_live_bits, i);
         if (mapped != (g->phys != 0) || g->edges != edges[i] ||
-            mapped != (covered[i] || unused) || (run_start && !unused)) {
+            mapped != (covered[i] || unused) || (run_start && !unused) || (covered[i] && !seen)) {
             snprintf(why, why_len,
                      "vmm: granule %zu: mapped bit %d, mapped %d, unused %d, run start %d, live %d, "
-                     "edges %u (blocks say %u)",
-                     i, mapped, g->phys != 0, unused, run_start, covered[i], g->edges, edges[i]);
+                     "seen live %d, edges %u (blocks say %u)",
+                     i, mapped, g->phys != 0, unused, run_start, covered[i], seen, g->edges,
+                     edges[i]);
             st = STOW_EINVAL;
             goto out;
         }

@@ -97,8 +97,10 @@ typedef struct stow_config {
                                       keeps remapping (at least one remap per 64 operations
                                       over 65,536 operations: a loop whose blocks need more
                                       granules, over a step, than the allowance) raises its
-                                      slack by half, up to this, as long as each raise cuts
-                                      the remapping by 5% or more; counted in
+                                      slack, up to this, to hold every granule its live
+                                      blocks touched over those operations (by half when
+                                      that is held already), as long as each raise cuts the
+                                      remapping by 5% or more; counted in
                                       num_vmm_allowance_raises (docs/design.md, adaptive
                                       allowance). Default 0.05; at or below vmm_slack: never
                                       raised; key "vmm_slack_max" */
