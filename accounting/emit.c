@@ -155,6 +155,11 @@ size_t stow_stats_summary(const stow_stats_t *s, char *buf, size_t buf_len)
             s->num_cache_hits, s->num_cache_misses, s->num_invalid_frees);
     put_row(&o, "Quick-list hits %" PRIu64 ", flushes %" PRIu64, s->num_quick_hits,
             s->num_quick_flushes);
+    /* A release count that keeps growing in a loop is a cudaFree and a
+     * cudaMalloc per step; kept segments stop it (docs/design.md, growth). */
+    if (s->num_idle_releases || s->num_idle_keeps)
+        put_row(&o, "Idle segments released to grow %" PRIu64 ", kept instead %" PRIu64,
+                s->num_idle_releases, s->num_idle_keeps);
     /* Page-mapped pools only: a map count that keeps growing in a loop is
      * remapping (docs/design.md, adaptive allowance). */
     if (s->num_map_calls || s->num_unmap_calls || s->num_vmm_allowance_raises)

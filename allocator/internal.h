@@ -194,6 +194,16 @@ typedef struct stow_vmm_adapt {
     bool settled;                /* no more raises: at the cap, or one that did not help */
 } stow_vmm_adapt_t;
 
+/* Growth that keeps releasing idle segments (classic pools, segment.c,
+ * keep_idle): growths past the high-water mark that released idle segments,
+ * counted by windows of pool operations. */
+typedef struct stow_idle_keep {
+    uint64_t window_start_op;    /* op_count when the current window began */
+    uint64_t window_releases;    /* growths in it that released idle segments */
+    unsigned hot_windows;        /* consecutive windows with one per 1,024 operations or more */
+    bool keeping;                /* after such a run: idle segments are kept, within the cap */
+} stow_idle_keep_t;
+
 struct stow_pool {
     stow_lock_t lock;                /* allocator/lock.h; each entry point takes it once */
     stow_config_t config;
@@ -214,6 +224,7 @@ struct stow_pool {
     stow_accounting_t acct;
     uint64_t op_count;               /* alloc + free calls, the GC clock */
     uint64_t reserved_high_water_bytes; /* highest reserved ever (not reset by users) */
+    stow_idle_keep_t idle_keep;      /* whether growth keeps idle segments (segment.c) */
     /* vmm policy (vmm.c); all zero for classic pools */
     bool vmm;
     stow_granule_t *run_head, *run_tail; /* runs of unused granules, oldest first */

@@ -32,6 +32,7 @@ void stow_config_default(stow_config_t *config)
     config->vmm_small_kb = STOW_VMM_SMALL_KB_DEFAULT;
     config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
     config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
+    config->keep_idle_max = 0.05;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)
@@ -63,6 +64,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
     if (!(c->vmm_slack_max >= 0.0 && c->vmm_slack_max <= 1.0))
         return fail(err, err_len, "key 'vmm_slack_max': must be in [0, 1]");
+    if (!(c->keep_idle_max >= 0.0 && c->keep_idle_max <= 1.0))
+        return fail(err, err_len, "key 'keep_idle_max': must be in [0, 1]");
     if (c->vmm_small_kb > STOW_SMALL_REQUEST_KB)
         return fail(err, err_len, "key 'vmm_small_kb': at most %u", STOW_SMALL_REQUEST_KB);
     if (c->quick_depth > STOW_QUICK_DEPTH_MAX)
@@ -261,11 +264,14 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         c->record_events = (size_t)n;
         return STOW_OK;
     }
-    if (!strcmp(key, "vmm_slack") || !strcmp(key, "vmm_slack_max")) {
+    if (!strcmp(key, "vmm_slack") || !strcmp(key, "vmm_slack_max") ||
+        !strcmp(key, "keep_idle_max")) {
         double f;
         if (!parse_double(v, &f) || !(f >= 0.0 && f <= 1.0))
             return fail(err, err_len, "key '%s': '%s' is not a number in [0, 1]", key, v);
-        *(!strcmp(key, "vmm_slack") ? &c->vmm_slack : &c->vmm_slack_max) = f;
+        *(!strcmp(key, "vmm_slack")       ? &c->vmm_slack
+          : !strcmp(key, "vmm_slack_max") ? &c->vmm_slack_max
+                                          : &c->keep_idle_max) = f;
         return STOW_OK;
     }
     if (!strcmp(key, "quick_depth"))

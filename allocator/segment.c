@@ -12,7 +12,10 @@
  * (no live block) are released first, oldest first, as far as that keeps the
  * mark where it is (release_idle_on_grow). Below the mark nothing is released:
  * that memory was needed once and will likely be again, so a repeating
- * workload reaches a steady state with no backend calls at all. The
+ * workload reaches a steady state with no backend calls at all. A loop whose
+ * step needs a little more than the mark would release and reserve segments
+ * on every step, so growth that keeps releasing keeps them instead, within
+ * keep_idle_max of the allocated peak (keep_idle). The
  * garbage-collection threshold, when set, is enforced the same way. When the
  * backend refuses, every idle segment is released and the reservation retried
  * once; then STOW_ENOMEM with an explanation.
@@ -302,6 +305,57 @@ void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segme
              f.not_allocated, largest, reserve_hint(pool, reserved - active));
 }
 
+/* Growth past the high-water mark that releases idle segments, in windows of
+ * KEEP_WINDOW_OPS pool operations: KEEP_HOT_WINDOWS windows in a row with one
+ * such growth per KEEP_OPS_PER_RELEASE operations or more (65,536 operations
+ * at least) make the pool keep idle segments from then on. A loop that needs
+ * a segment or two beyond the mark over its step otherwise released one and
+ * reserved another on every step, each a cudaFree (which synchronizes the
+ * device) and a cudaMalloc: MercuryB1/SQAttn as a loop, 224 calls a step at
+ * 1.0488 x live; kept, none at 1.0492 (docs/design.md, growth policy). */
+#define KEEP_WINDOW_OPS 8192
+#define KEEP_HOT_WINDOWS 8
+#define KEEP_OPS_PER_RELEASE 1024
+
+/* Whether a growth that would take reserved memory to reserved_after, past
+ * the high-water mark, keeps the idle segments instead of releasing them:
+ * only once growth has kept releasing them (above), only while reserved_after
+ * stays within (1 + keep_idle_max) x the allocated peak, so that what is kept
+ * stays bounded whatever the workload does next, and only while as much again
+ * stays free below the pool's limit. Kept segments are split by other sizes
+ * too, and the blocks placed in them are live: kept close to the limit, they
+ * left a loop that fits at 1.021 x live (releasing) failing thousands of
+ * requests on that device, the out-of-memory retry notwithstanding. */
+static bool keep_idle(stow_pool_t *pool, uint64_t reserved_after)
+{
+    stow_idle_keep_t *k = &pool->idle_keep;
+    double keep_max = pool->config.keep_idle_max;
+    if (keep_max <= 0.0)
+        return false;
+    if (k->keeping) {
+        double allocated_peak = (double)pool->acct.s.allocated_bytes[STOW_POOL_ALL].peak;
+        double reserved = (double)reserved_after, room = keep_max * allocated_peak;
+        if (reserved <= allocated_peak + room && reserved + room <= (double)pool->limit_bytes) {
+            pool->acct.s.num_idle_keeps++;
+            return true;
+        }
+        return false;
+    }
+    uint64_t ops = pool->op_count - k->window_start_op;
+    if (ops >= KEEP_WINDOW_OPS) {
+        bool hot = k->window_releases * KEEP_OPS_PER_RELEASE >= ops;
+        k->hot_windows = hot ? k->hot_windows + 1 : 0;
+        k->window_start_op = pool->op_count;
+        k->window_releases = 0;
+        if (k->hot_windows == KEEP_HOT_WINDOWS) {
+            k->keeping = true;
+            return keep_idle(pool, reserved_after);
+        }
+    }
+    k->window_releases++;
+    return false;
+}
+
 stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                                  size_t rounded, size_t requested, stow_block_t **out)
 {
@@ -322,7 +376,7 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
         pool->acct.s.num_idle_releases += stow__segment_release_idle(
             pool, false, (size_t)((double)(reserved + size) - gc * (double)pool->limit_bytes)) > 0;
     else if (pool->config.release_idle_on_grow && pool->acct.idle_segment_bytes &&
-             reserved + size > pool->reserved_high_water_bytes)
+             reserved + size > pool->reserved_high_water_bytes && !keep_idle(pool, reserved + size))
         pool->acct.s.num_idle_releases +=
             stow__segment_release_idle(pool, false, (size_t)(reserved + size -
                                                              pool->reserved_high_water_bytes)) > 0;

@@ -136,6 +136,14 @@ typedef struct stow_config {
                                       workloads on two streams then reserved 3-17% more
                                       (docs/design.md, streams); key
                                       "reuse_other_streams_on_miss" */
+    double keep_idle_max;          /* policy classic, with release_idle_on_grow: a pool whose
+                                      growth kept releasing idle segments (once per 1,024
+                                      operations or more, over 65,536: a loop that needs
+                                      them again every step) keeps them from then on, while
+                                      reserved memory stays within 1 + this times the
+                                      allocated peak; counted in num_idle_keeps. Default
+                                      0.05; 0: always released (docs/design.md, growth
+                                      policy); key "keep_idle_max" */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */

@@ -60,6 +60,7 @@ Test(options, defaults)
     cr_assert(!c.reuse_other_streams_on_miss);
     cr_assert(c.vmm_slack == 0.0095);
     cr_assert(c.vmm_slack_max == 0.05);
+    cr_assert(c.keep_idle_max == 0.05);
     cr_assert_eq(c.vmm_small_kb, 128);
     char err[64];
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_OK);
@@ -108,6 +109,10 @@ Test(options, every_key)
     cr_assert(!c.reuse_other_streams_on_miss);
     parse_ok(&c, "vmm_slack:0.02,vmm_slack_max:0.1");
     cr_assert(c.vmm_slack == 0.02 && c.vmm_slack_max == 0.1);
+    parse_ok(&c, "keep_idle_max:0.2");
+    cr_assert(c.keep_idle_max == 0.2 && c.vmm_slack_max == 0.1, "the other keys untouched");
+    parse_ok(&c, "keep_idle_max:0");
+    cr_assert(c.keep_idle_max == 0.0);
     parse_ok(&c, "vmm_slack_max:0");
     cr_assert(c.vmm_slack_max == 0.0 && c.vmm_slack == 0.02, "the other key untouched");
     parse_ok(&c, "vmm_small_kb:0");
@@ -216,6 +221,9 @@ Test(options, unknown_key)
     parse_bad("vmm_slack_max:1.5", "key 'vmm_slack_max'");
     parse_bad("vmm_slack_max:-0.1", "key 'vmm_slack_max'");
     parse_bad("vmm_slack_max:x", "key 'vmm_slack_max'");
+    parse_bad("keep_idle_max:1.5", "key 'keep_idle_max'");
+    parse_bad("keep_idle_max:-0.1", "key 'keep_idle_max'");
+    parse_bad("keep_idle_max:nan", "key 'keep_idle_max'");
     parse_bad("vmm_small_kb:1025", "key 'vmm_small_kb': '1025' is not a size in KiB up to 1024");
     parse_bad("vmm_small_kb:-1", "key 'vmm_small_kb'");
     parse_bad("vmm_small_kb:64k", "key 'vmm_small_kb'");
@@ -360,6 +368,10 @@ Test(options, validate_direct)
     c.vmm_slack_max = 2.0;
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
     cr_assert(strstr(err, "vmm_slack_max"));
+    stow_config_default(&c);
+    c.keep_idle_max = -1.0;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "keep_idle_max"));
     stow_config_default(&c);
     c.vmm_small_kb = 2048;
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
