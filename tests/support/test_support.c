@@ -73,3 +73,47 @@ int ts_cli(const char *subcommand, const char *args, char *out, size_t out_len)
     int status = pclose(p);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+static void *loop_alloc(stow_pool_t *pool, size_t size, stow_stream_t stream)
+{
+    void *p = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, size, stream, &p), STOW_OK, "alloc %zu", size);
+    return p;
+}
+
+void ts_loop_weights_alloc(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream,
+                           void **weights)
+{
+    for (size_t i = 0; i < loop->weight_count; i++)
+        weights[i] = loop_alloc(pool, (size_t)loop->weights_mib[i] << 20, stream);
+}
+
+void ts_loop_weights_free(stow_pool_t *pool, const ts_loop_t *loop, void **weights)
+{
+    for (size_t i = 0; i < loop->weight_count; i++)
+        cr_assert_eq(stow_pool_free(pool, weights[i]), STOW_OK);
+}
+
+void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream)
+{
+    cr_assert_leq(loop->slot_count, TS_LOOP_SLOTS_MAX);
+    void *slot[TS_LOOP_SLOTS_MAX] = {NULL};
+    size_t born[TS_LOOP_SLOTS_MAX] = {0}; /* when each slot's block was allocated */
+    for (size_t k = 0; k < loop->program_len; k++) {
+        unsigned i = loop->program[k];
+        if (slot[i]) {
+            cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
+            slot[i] = NULL;
+        } else {
+            slot[i] = loop_alloc(pool, loop->slot_kib[i] << 10, stream);
+            born[i] = k;
+        }
+    }
+    /* What the step left is freed oldest first. */
+    for (size_t k = 0; k < loop->program_len; k++)
+        for (size_t i = 0; i < loop->slot_count; i++)
+            if (slot[i] && born[i] == k) {
+                cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
+                slot[i] = NULL;
+            }
+}

@@ -36,6 +36,31 @@ stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_even
  * shares its context, valid while `device` lives. */
 stow_backend_t ts_single_stream(const stow_backend_t *device);
 
+/* A training loop of bench/random_loops.py (docs/design.md, adaptive
+ * allowance): weights that stay, then a step program over a few request
+ * sizes, each entry allocating its slot's size or, when that slot holds a
+ * block, freeing it; what a step leaves is freed oldest first. */
+typedef struct ts_loop {
+    const unsigned *weights_mib;
+    size_t weight_count;
+    const size_t *slot_kib;
+    size_t slot_count; /* at most TS_LOOP_SLOTS_MAX */
+    const unsigned char *program;
+    size_t program_len;
+} ts_loop_t;
+
+#define TS_LOOP(w, s, p) \
+    {w, sizeof w / sizeof w[0], s, sizeof s / sizeof s[0], p, sizeof p / sizeof p[0]}
+#define TS_LOOP_SLOTS_MAX 16
+
+/* Allocates the loop's weights on stream into weights[0 .. weight_count),
+ * and frees them; every call must succeed. */
+void ts_loop_weights_alloc(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream,
+                           void **weights);
+void ts_loop_weights_free(stow_pool_t *pool, const ts_loop_t *loop, void **weights);
+/* Runs one step of the loop on stream; every call must succeed. */
+void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream);
+
 /* Runs `build/stowage SUBCOMMAND ARGS` (the CLI next to the test binary),
  * capturing stdout and stderr into out; returns the exit status. Skips the
  * test when the CLI is not built. */

@@ -289,55 +289,42 @@ Test(pool, release_idle_on_grow_keeps_reserved_flat)
 }
 
 /* A loop that needs a segment or two beyond the high-water mark over its
- * step (seed 6 of bench/random_loops.py): weights that stay, then a step
- * program over twelve sizes, each entry allocating its slot's size or, when
- * that slot holds a block, freeing it; what the step leaves is freed oldest
- * first. Releasing idle segments on growth, it released and reserved on every
- * step for good (4 backend calls a step). */
+ * step (seed 6 of bench/random_loops.py). Releasing idle segments on growth,
+ * it released and reserved on every step for good (4 backend calls a step). */
 static const unsigned loop6_weights_mib[] = {64, 64, 24, 24, 24, 24, 64, 40, 64, 64, 64};
 static const size_t loop6_slot_kib[] = {262144, 133632, 1024,   4608,  262656, 41472,
                                         1536,   133120, 99840, 206336, 2048,   263680};
 static const unsigned char loop6_program[] = {
     10, 9, 10, 1, 6, 5,  1, 5,  6, 4,  7, 11, 1, 3, 11, 10, 4, 1, 0,  9, 3, 10, 5, 7, 3, 8, 9, 10,
     11, 8, 0,  10, 5, 3, 9, 6, 4, 5,  9, 1,  1, 8, 10, 8,  3, 1, 9, 10, 4, 4, 11, 3, 6, 7, 3, 2};
-#define LOOP6_SLOTS (sizeof loop6_slot_kib / sizeof loop6_slot_kib[0])
+static const ts_loop_t loop6 = TS_LOOP(loop6_weights_mib, loop6_slot_kib, loop6_program);
 
 /* Runs loop 6 for `steps` steps and returns the backend calls of its last
  * `tail` steps. */
 static uint64_t run_loop6(unsigned steps, unsigned tail)
 {
     void *weights[sizeof loop6_weights_mib / sizeof loop6_weights_mib[0]];
-    for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
-        weights[i] = alloc_ok(loop6_weights_mib[i] * MIB);
+    ts_loop_weights_alloc(pool, &loop6, NULL, weights);
     uint64_t tail_start = 0;
     for (unsigned step = 0; step < steps; step++) {
         if (step == steps - tail)
             tail_start = stats_now().num_backend_calls;
         if (step % 500 == 0)
             check_pool();
-        void *slot[LOOP6_SLOTS] = {NULL};
-        size_t born[LOOP6_SLOTS] = {0};
-        for (size_t k = 0; k < sizeof loop6_program; k++) {
-            unsigned i = loop6_program[k];
-            if (slot[i]) {
-                cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
-                slot[i] = NULL;
-            } else {
-                slot[i] = alloc_ok(loop6_slot_kib[i] * KIB);
-                born[i] = k;
-            }
-        }
-        for (size_t k = 0; k < sizeof loop6_program; k++)
-            for (size_t i = 0; i < LOOP6_SLOTS; i++)
-                if (slot[i] && born[i] == k) {
-                    cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
-                    slot[i] = NULL;
-                }
+        ts_loop_step(pool, &loop6, NULL);
     }
     uint64_t calls = stats_now().num_backend_calls - tail_start;
-    for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
-        cr_assert_eq(stow_pool_free(pool, weights[i]), STOW_OK);
+    ts_loop_weights_free(pool, &loop6, weights);
     return calls;
+}
+
+/* A pool on a device of capacity_bytes (0: unlimited) with keep_idle_max set. */
+static void make_pool_keeping(size_t capacity_bytes, double keep_idle_max)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    c.keep_idle_max = keep_idle_max;
+    make_pool(capacity_bytes, &c);
 }
 
 Test(pool, a_loop_that_keeps_releasing_idle_segments_keeps_them)
@@ -363,10 +350,7 @@ Test(pool, a_loop_that_keeps_releasing_idle_segments_keeps_them)
 
 Test(pool, with_keep_idle_max_0_the_same_loop_releases_on_every_step)
 {
-    stow_config_t c;
-    stow_config_default(&c);
-    c.keep_idle_max = 0.0;
-    make_pool(0, &c);
+    make_pool_keeping(0, 0.0);
     uint64_t tail_calls = run_loop6(2000, 200);
     cr_assert_eq(stats_now().num_idle_keeps, 0);
     cr_assert_geq(tail_calls, 200 * 2, "a release and a reserve a step at least, not %llu",
@@ -378,10 +362,7 @@ Test(pool, a_loop_kept_on_a_small_device_still_fits)
 {
     /* Kept segments are cache: under the device limit the out-of-memory
      * retry releases them, and the loop runs where it ran before. */
-    stow_config_t c;
-    stow_config_default(&c);
-    c.keep_idle_max = 0.0;
-    make_pool(0, &c);
+    make_pool_keeping(0, 0.0);
     (void)run_loop6(2000, 200);
     uint64_t need = stats_now().reserved_bytes[STOW_POOL_ALL].peak; /* releasing: 1.021 x */
     finish_pool();

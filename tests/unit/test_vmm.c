@@ -715,22 +715,6 @@ Test(vmm, failed_backing_after_a_carve_merges_back)
 
 /* ---- adaptive allowance ---- */
 
-/* Loops from bench/random_loops.py (docs/design.md, adaptive allowance):
- * weights that stay, then a step program over a few request sizes, each entry
- * allocating its slot's size or, when that slot holds a block, freeing it. */
-typedef struct loop_spec {
-    const unsigned *weights_mib;
-    size_t weight_count;
-    const size_t *slot_kib;
-    size_t slot_count;
-    const unsigned char *program;
-    size_t program_len;
-} loop_spec_t;
-
-#define LOOP_SPEC(w, s, p) \
-    {w, sizeof w / sizeof w[0], s, sizeof s / sizeof s[0], p, sizeof p / sizeof p[0]}
-#define LOOP_SLOTS_MAX 16
-
 /* Seed 4: remaps for good at the default slack; a raise by half stops it. */
 static const unsigned loop4_weights_mib[] = {24, 64, 24, 24, 40, 24, 64, 64, 40, 40,
                                              24, 40, 40, 64, 64};
@@ -739,7 +723,7 @@ static const unsigned char loop4_program[] = {
     2, 2, 6, 1, 6, 0, 2, 1, 0, 6, 5, 6, 2, 6, 2, 1, 1, 2, 2, 5, 6, 5, 6, 6, 2,
     0, 6, 4, 2, 5, 3, 4, 1, 1, 1, 3, 2, 0, 6, 6, 4, 6, 2, 0, 2, 4, 5, 2, 6, 6,
     4, 1, 3, 3, 4, 2, 3, 3, 1, 1, 2, 2, 6, 6, 0, 0, 0, 3, 5, 2, 4, 4, 5, 3};
-static const loop_spec_t loop4 = LOOP_SPEC(loop4_weights_mib, loop4_slot_kib, loop4_program);
+static const ts_loop_t loop4 = TS_LOOP(loop4_weights_mib, loop4_slot_kib, loop4_program);
 
 /* Seed 33: its step touches about 1.032 x its live peak in granules, so a
  * raise by half (1.0143) left it remapping about 110 granules a step, and
@@ -751,7 +735,7 @@ static const size_t loop33_slot_kib[] = {4608,  6656,   134656, 206336, 4608,
 static const unsigned char loop33_program[] = {
     4, 6, 4, 8, 7, 0, 9, 6, 4, 5, 8, 3, 1, 0, 5, 4, 3, 1, 5, 1, 5, 3,
     8, 4, 5, 0, 5, 8, 4, 8, 6, 6, 2, 1, 0, 5, 8, 1, 1, 2, 1, 1, 5, 0};
-static const loop_spec_t loop33 = LOOP_SPEC(loop33_weights_mib, loop33_slot_kib, loop33_program);
+static const ts_loop_t loop33 = TS_LOOP(loop33_weights_mib, loop33_slot_kib, loop33_program);
 
 /* A vmm pool on an unlimited device with the default settings but vmm_slack_max. */
 static void make_vmm_slack_max(double slack_max)
@@ -768,15 +752,13 @@ static void *loop_alloc(size_t size)
     return p;
 }
 
-/* Runs the loop for `steps` steps (weights allocated first, freed last) and
- * returns the map and unmap calls of its last `tail` steps. */
-static uint64_t run_loop(const loop_spec_t *loop, unsigned steps, unsigned tail)
+/* Runs the loop for `steps` steps on stream 1 (weights allocated first, freed
+ * last) and returns the map and unmap calls of its last `tail` steps. */
+static uint64_t run_loop(const ts_loop_t *loop, unsigned steps, unsigned tail)
 {
-    cr_assert_leq(loop->slot_count, LOOP_SLOTS_MAX);
     void *weights[32];
     cr_assert_leq(loop->weight_count, sizeof weights / sizeof weights[0]);
-    for (size_t i = 0; i < loop->weight_count; i++)
-        weights[i] = loop_alloc(loop->weights_mib[i] * MIB);
+    ts_loop_weights_alloc(pool, loop, (stow_stream_t)1, weights);
     uint64_t tail_start = 0;
     for (unsigned step = 0; step < steps; step++) {
         if (step == steps - tail) {
@@ -785,30 +767,11 @@ static uint64_t run_loop(const loop_spec_t *loop, unsigned steps, unsigned tail)
         }
         if (step % 500 == 0)
             check(); /* the invariants hold while the allowance moves */
-        void *slot[LOOP_SLOTS_MAX] = {NULL};
-        size_t born[LOOP_SLOTS_MAX] = {0}; /* when each slot's block was allocated */
-        for (size_t k = 0; k < loop->program_len; k++) {
-            unsigned i = loop->program[k];
-            if (slot[i]) {
-                cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
-                slot[i] = NULL;
-            } else {
-                slot[i] = loop_alloc(loop->slot_kib[i] * KIB);
-                born[i] = k;
-            }
-        }
-        /* What the step left is freed oldest first. */
-        for (size_t k = 0; k < loop->program_len; k++)
-            for (size_t i = 0; i < loop->slot_count; i++)
-                if (slot[i] && born[i] == k) {
-                    cr_assert_eq(stow_pool_free(pool, slot[i]), STOW_OK);
-                    slot[i] = NULL;
-                }
+        ts_loop_step(pool, loop, (stow_stream_t)1);
     }
     stow_stats_t s = stats();
     check();
-    for (size_t i = 0; i < loop->weight_count; i++)
-        cr_assert_eq(stow_pool_free(pool, weights[i]), STOW_OK);
+    ts_loop_weights_free(pool, loop, weights);
     return s.num_map_calls + s.num_unmap_calls - tail_start;
 }
 
@@ -885,7 +848,7 @@ Test(vmm, a_loop_that_remaps_now_and_then_is_not_raised)
         (void)run_loop(&loop4, 1, 1);
         void *w = loop_alloc(64 * MIB);
         for (int step = 0; step < 30; step++) {
-            void *p[LOOP_SLOTS_MAX];
+            void *p[TS_LOOP_SLOTS_MAX];
             for (size_t i = 0; i < loop4.slot_count; i++)
                 p[i] = loop_alloc(loop4.slot_kib[i] * KIB);
             for (size_t i = 0; i < loop4.slot_count; i++)
