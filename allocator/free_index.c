@@ -13,11 +13,18 @@
  * 0.06% up and 2.1% down on the real and held-out traces (docs/design.md).
  *
  * Larger blocks are binned by size (size_class.c: bins ordered by size, a
- * bitmap of non-empty bins); each bin is a treap keyed by (size, address) with
- * heap priorities hashed from the address, so the structure is deterministic.
- * Best fit = lower_bound((size, 0)) in the request's own bin, else the minimum
- * of the next non-empty bin: the smallest block that fits, lowest address
- * among equal sizes, in O(log n) without scanning free blocks.
+ * bitmap of non-empty bins). Best fit = the smallest (size, address) of at
+ * least (size, 0) in the request's own bin, else the smallest of the next
+ * non-empty bin: the smallest block that fits, lowest address among equal
+ * sizes. A bin is an unsorted doubly linked list, scanned whole for that key:
+ * on the real traces bins hold 1 to 48 blocks, and a push, an unlink and a
+ * short scan cost less than a treap's descents, whose branches on random
+ * priorities mispredict (resnet_multiscale_train: 0.946 x the time of treaps
+ * throughout, docs/benchmarks.md). A scan that meets more than
+ * STOW_BIN_LIST_MAX blocks turns the bin into a treap keyed by (size,
+ * address), priorities hashed from the address (deterministic), O(log n); it
+ * stays one until it is empty. The bin's root pointer says which it is (bit 0
+ * set: a treap), so the list paths read nothing more than before.
  */
 #include "allocator/internal.h"
 
@@ -77,12 +84,34 @@ static long next_exact(const stow_free_index_t *idx, size_t i)
     return (long)(w * 64 + (unsigned)__builtin_ctzll(idx->exact_bits[w]));
 }
 
-/* ---- treap bins (larger blocks) ---- */
+/* ---- bins (larger blocks): unsorted lists, treaps once found long ---- */
 
 static bool key_less(const stow_block_t *a, const stow_block_t *b)
 {
     return a->size_bytes < b->size_bytes ||
            (a->size_bytes == b->size_bytes && a->addr < b->addr);
+}
+
+/* A bin's root is the head of its list, or, tagged with bit 0 (block records
+ * are aligned), the root of its treap: the list paths test one bit of a
+ * pointer they load anyway. */
+#define TREAP_TAG ((uintptr_t)1)
+
+static bool is_treap(const stow_block_t *root) { return (uintptr_t)root & TREAP_TAG; }
+
+static stow_block_t *untag(stow_block_t *root)
+{
+    return (stow_block_t *)((uintptr_t)root & ~TREAP_TAG);
+}
+
+static stow_block_t *tag(stow_block_t *treap)
+{
+    return treap ? (stow_block_t *)((uintptr_t)treap | TREAP_TAG) : NULL;
+}
+
+bool stow__free_index_bin_is_treap(const stow_free_index_t *idx, unsigned bin)
+{
+    return is_treap(idx->root[bin]);
 }
 
 static uint32_t priority_of(uintptr_t addr)
@@ -129,29 +158,87 @@ static stow_block_t *treap_merge(stow_block_t *a, stow_block_t *b)
     return root;
 }
 
-static void bitmap_set(stow_free_index_t *idx, unsigned bin)
-{
-    idx->bitmap[bin / 64] |= (uint64_t)1 << (bin % 64);
-}
+/* Treaps are the rare case (bins found long): their paths stay out of line,
+ * so that the list paths stay small and need few registers. */
+#define STOW_COLD __attribute__((noinline, cold))
 
-static void bitmap_clear(stow_free_index_t *idx, unsigned bin)
+/* Inserts b into the (untagged) treap *root. */
+static void treap_insert(stow_block_t **root, stow_block_t *b)
 {
-    idx->bitmap[bin / 64] &= ~((uint64_t)1 << (bin % 64));
-}
-
-static void treap_insert(stow_free_index_t *idx, stow_block_t *b)
-{
-    unsigned bin = stow__free_bin_of(b->size_bytes);
-    b->bin = (uint16_t)bin;
     b->priority = priority_of(b->addr);
     b->left = b->right = NULL;
     /* Descend while the existing nodes outrank b, then split the rest under b. */
-    stow_block_t **link = &idx->root[bin];
+    stow_block_t **link = root;
     while (*link && (*link)->priority > b->priority)
         link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
     treap_split(*link, b, &b->left, &b->right);
     *link = b;
-    bitmap_set(idx, bin);
+}
+
+static STOW_COLD void bin_treap_insert(stow_free_index_t *idx, unsigned bin, stow_block_t *b)
+{
+    stow_block_t *t = untag(idx->root[bin]);
+    treap_insert(&t, b);
+    idx->root[bin] = tag(t);
+}
+
+static STOW_COLD void bin_treap_remove(stow_free_index_t *idx, unsigned bin, stow_block_t *b)
+{
+    stow_block_t *t = untag(idx->root[bin]), **link = &t;
+    while (*link != b) {
+        stow_assert_internal(*link != NULL);
+        link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
+    }
+    *link = treap_merge(b->left, b->right);
+    idx->root[bin] = tag(t); /* an emptied bin is an empty list */
+}
+
+/* A scan found the bin's list longer than STOW_BIN_LIST_MAX: it becomes a
+ * treap, and stays one until it is empty. */
+static STOW_COLD void list_to_treap(stow_free_index_t *idx, unsigned bin)
+{
+    stow_block_t *l = idx->root[bin], *t = NULL;
+    while (l) {
+        stow_block_t *next = l->right;
+        treap_insert(&t, l);
+        l = next;
+    }
+    idx->root[bin] = tag(t);
+}
+
+static void bin_insert(stow_free_index_t *idx, stow_block_t *b)
+{
+    unsigned bin = stow__free_bin_of(b->size_bytes);
+    b->bin = (uint16_t)bin;
+    stow_block_t *head = idx->root[bin];
+    if (STOW_UNLIKELY(is_treap(head))) {
+        bin_treap_insert(idx, bin, b);
+    } else {
+        b->left = NULL;
+        b->right = head;
+        if (head)
+            head->left = b;
+        idx->root[bin] = b;
+    }
+    idx->bitmap[bin / 64] |= (uint64_t)1 << (bin % 64);
+}
+
+static void bin_remove(stow_free_index_t *idx, stow_block_t *b)
+{
+    unsigned bin = b->bin;
+    if (STOW_UNLIKELY(is_treap(idx->root[bin]))) {
+        bin_treap_remove(idx, bin, b);
+    } else {
+        if (b->left)
+            b->left->right = b->right;
+        else
+            idx->root[bin] = b->right;
+        if (b->right)
+            b->right->left = b->left;
+    }
+    b->left = b->right = NULL;
+    if (!idx->root[bin])
+        idx->bitmap[bin / 64] &= ~((uint64_t)1 << (bin % 64));
 }
 
 void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
@@ -160,37 +247,19 @@ void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b)
     if (is_exact(b->size_bytes))
         exact_insert(idx, b);
     else
-        treap_insert(idx, b);
+        bin_insert(idx, b);
     idx->block_count++;
     idx->bytes += b->size_bytes;
 }
 
-void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_block_t **link)
-{
-    if (is_exact(b->size_bytes)) {
-        exact_remove(idx, b); /* its own links say where it is: link is not needed */
-    } else {
-        stow_assert_internal(*link == b);
-        *link = treap_merge(b->left, b->right);
-        b->left = b->right = NULL;
-        if (!idx->root[b->bin])
-            bitmap_clear(idx, b->bin);
-    }
-    idx->block_count--;
-    idx->bytes -= b->size_bytes;
-}
-
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b)
 {
-    stow_block_t **link = NULL;
-    if (!is_exact(b->size_bytes)) {
-        link = &idx->root[b->bin];
-        while (*link != b) {
-            stow_assert_internal(*link != NULL);
-            link = key_less(b, *link) ? &(*link)->left : &(*link)->right;
-        }
-    }
-    stow__free_index_remove_at(idx, b, link);
+    if (is_exact(b->size_bytes))
+        exact_remove(idx, b);
+    else
+        bin_remove(idx, b);
+    idx->block_count--;
+    idx->bytes -= b->size_bytes;
 }
 
 static int next_nonempty_bin(const stow_free_index_t *idx, unsigned from)
@@ -208,61 +277,86 @@ static int next_nonempty_bin(const stow_free_index_t *idx, unsigned from)
     }
 }
 
-stow_block_t *stow__free_index_best_fit_at(stow_free_index_t *idx, size_t size_bytes,
-                                          stow_block_t ***link_out)
+/* Smallest key of at least size_bytes in the (untagged) treap t, or NULL. */
+static stow_block_t *treap_best(stow_block_t *t, size_t size_bytes)
+{
+    stow_block_t *best = NULL;
+    while (t) {
+        if (t->size_bytes >= size_bytes) { /* (size, 0) <= (t.size, t.addr) */
+            best = t;
+            t = t->left;
+        } else {
+            t = t->right;
+        }
+    }
+    return best;
+}
+
+static STOW_COLD stow_block_t *bin_treap_best(stow_free_index_t *idx, unsigned bin,
+                                              size_t size_bytes)
+{
+    return treap_best(untag(idx->root[bin]), size_bytes);
+}
+
+/* Smallest key of bin with size >= size_bytes, or NULL. A list scan that
+ * meets more than STOW_BIN_LIST_MAX blocks turns the bin into a treap. */
+static stow_block_t *bin_best(stow_free_index_t *idx, unsigned bin, size_t size_bytes)
+{
+    stow_block_t *t = idx->root[bin], *best = NULL;
+    if (STOW_UNLIKELY(is_treap(t)))
+        return bin_treap_best(idx, bin, size_bytes);
+    for (unsigned n = 0; t; t = t->right) {
+        if (STOW_UNLIKELY(++n > STOW_BIN_LIST_MAX)) {
+            list_to_treap(idx, bin);
+            return bin_treap_best(idx, bin, size_bytes);
+        }
+        if (t->size_bytes >= size_bytes && (!best || key_less(t, best)))
+            best = t;
+    }
+    return best;
+}
+
+stow_block_t *stow__free_index_best_fit(stow_free_index_t *idx, size_t size_bytes)
 {
     if (is_exact(size_bytes)) {
         long i = next_exact(idx, exact_slot_at_least(size_bytes));
-        if (i >= 0) {
-            *link_out = &idx->exact[i];
+        if (i >= 0)
             return idx->exact[i];
-        }
-        size_bytes = STOW_EXACT_MAX_BYTES + 1; /* every treap block is at least that */
+        size_bytes = STOW_EXACT_MAX_BYTES + 1; /* every bin block is at least that */
     }
     unsigned bin = stow__free_bin_of(size_bytes);
     int b = next_nonempty_bin(idx, bin);
     if (b < 0)
         return NULL;
     if ((unsigned)b == bin) {
-        stow_block_t **best = NULL;
-        for (stow_block_t **link = &idx->root[bin]; *link;) {
-            if ((*link)->size_bytes >= size_bytes) { /* (size, 0) <= (t.size, t.addr) */
-                best = link;
-                link = &(*link)->left;
-            } else {
-                link = &(*link)->right;
-            }
-        }
-        if (best) {
-            *link_out = best;
-            return *best;
-        }
+        stow_block_t *best = bin_best(idx, bin, size_bytes);
+        if (best)
+            return best;
         b = next_nonempty_bin(idx, bin + 1);
         if (b < 0)
             return NULL;
     }
-    stow_block_t **link = &idx->root[b];
-    while ((*link)->left)
-        link = &(*link)->left;
-    *link_out = link;
-    return *link;
+    /* Every block of a higher bin fits: its smallest key. */
+    return bin_best(idx, (unsigned)b, 0);
 }
 
-stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes)
-{
-    stow_block_t **link;
-    /* Only reads idx: the link it reports is not used here. */
-    return stow__free_index_best_fit_at((stow_free_index_t *)idx, size_bytes, &link);
-}
-
-stow_block_t *stow__free_index_largest(const stow_free_index_t *idx)
+stow_block_t *stow__free_index_largest(stow_free_index_t *idx)
 {
     for (int w = STOW_FREE_BITMAP_WORDS - 1; w >= 0; w--) {
         if (!idx->bitmap[w])
             continue;
         unsigned bin = (unsigned)w * 64 + 63u - (unsigned)__builtin_clzll(idx->bitmap[w]);
-        stow_block_t *t = idx->root[bin];
-        while (t->right)
+        stow_block_t *t = idx->root[bin], *largest = t;
+        if (!is_treap(t)) {
+            unsigned n = 0;
+            for (; t && n <= STOW_BIN_LIST_MAX; t = t->right, n++)
+                if (key_less(largest, t))
+                    largest = t;
+            if (!t)
+                return largest;
+            list_to_treap(idx, bin);
+        }
+        for (t = untag(idx->root[bin]); t->right;)
             t = t->right;
         return t;
     }
@@ -287,7 +381,32 @@ static bool visit_tree(stow_block_t *t, size_t size_bytes, bool (*visit)(void *,
     return true;
 }
 
-void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_bytes,
+/* The bin's blocks of at least size_bytes in key order. */
+static bool visit_bin(stow_free_index_t *idx, unsigned bin, size_t size_bytes,
+                      bool (*visit)(void *, stow_block_t *), void *arg)
+{
+    if (!is_treap(idx->root[bin])) {
+        stow_block_t *sorted[STOW_BIN_LIST_MAX];
+        size_t n = 0;
+        for (stow_block_t *t = idx->root[bin]; t; t = t->right) {
+            if (n == STOW_BIN_LIST_MAX) {
+                list_to_treap(idx, bin);
+                return visit_tree(untag(idx->root[bin]), size_bytes, visit, arg);
+            }
+            size_t j = n++; /* insertion sort */
+            for (; j > 0 && key_less(t, sorted[j - 1]); j--)
+                sorted[j] = sorted[j - 1];
+            sorted[j] = t;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (sorted[i]->size_bytes >= size_bytes && !visit(arg, sorted[i]))
+                return false;
+        return true;
+    }
+    return visit_tree(untag(idx->root[bin]), size_bytes, visit, arg);
+}
+
+void stow__free_index_visit_fitting(stow_free_index_t *idx, size_t size_bytes,
                                     bool (*visit)(void *arg, stow_block_t *b), void *arg)
 {
     if (is_exact(size_bytes)) {
@@ -300,7 +419,7 @@ void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_by
     }
     for (int bin = next_nonempty_bin(idx, stow__free_bin_of(size_bytes)); bin >= 0;
          bin = next_nonempty_bin(idx, (unsigned)bin + 1))
-        if (!visit_tree(idx->root[bin], size_bytes, visit, arg))
+        if (!visit_bin(idx, (unsigned)bin, size_bytes, visit, arg))
             return;
 }
 
@@ -326,8 +445,12 @@ size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out
                  b = b->right)
                 out[n++] = b;
     }
-    for (unsigned bin = 0; bin < STOW_FREE_BINS; bin++)
-        if (idx->root[bin])
-            n = collect_tree(idx->root[bin], out, n);
+    for (unsigned bin = 0; bin < STOW_FREE_BINS; bin++) {
+        if (is_treap(idx->root[bin]))
+            n = collect_tree(untag(idx->root[bin]), out, n);
+        else /* a list's left links point back */
+            for (stow_block_t *b = idx->root[bin]; b; b = b->right)
+                out[n++] = b;
+    }
     return n;
 }

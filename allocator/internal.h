@@ -109,20 +109,21 @@ static inline unsigned stow__free_bin_of(size_t size_bytes)
 /* ---- free_index.c ---- */
 void stow__free_index_insert(stow_free_index_t *idx, stow_block_t *b);
 void stow__free_index_remove(stow_free_index_t *idx, stow_block_t *b);
-/* Removes b found at *link (from stow__free_index_best_fit_at, with idx not
- * changed since): the allocation path saves the second descent. A block of
- * at most 2 MiB needs no link (NULL is fine). */
-void stow__free_index_remove_at(stow_free_index_t *idx, stow_block_t *b, stow_block_t **link);
-/* Smallest block with size >= size_bytes, lowest address among equals; NULL if none. */
-stow_block_t *stow__free_index_best_fit(const stow_free_index_t *idx, size_t size_bytes);
-/* The same, also reporting the tree link that points at it (for remove_at). */
-stow_block_t *stow__free_index_best_fit_at(stow_free_index_t *idx, size_t size_bytes,
-                                          stow_block_t ***link_out);
-stow_block_t *stow__free_index_largest(const stow_free_index_t *idx);
+/* Smallest block with size >= size_bytes (most recently freed first among
+ * equal sizes up to 2 MiB, lowest address above); NULL if none. Not const: a
+ * bin found longer than STOW_BIN_LIST_MAX becomes a treap on the way, which
+ * holds the same blocks. */
+stow_block_t *stow__free_index_best_fit(stow_free_index_t *idx, size_t size_bytes);
+/* Largest block (any of them among equal sizes), NULL if none; may turn a
+ * long bin into a treap, as best_fit does. */
+stow_block_t *stow__free_index_largest(stow_free_index_t *idx);
+/* Whether a bin is held as a treap (tests; free_index.c). */
+bool stow__free_index_bin_is_treap(const stow_free_index_t *idx, unsigned bin);
 /* Calls visit(arg, b) for each block of at least size_bytes in increasing size
  * order (among equal sizes: most recently freed first up to 2 MiB, lowest
- * address first above) while it returns true. visit must not change idx. */
-void stow__free_index_visit_fitting(const stow_free_index_t *idx, size_t size_bytes,
+ * address first above) while it returns true. visit must not change idx; this
+ * may, as best_fit does, turn a long bin into a treap before visiting it. */
+void stow__free_index_visit_fitting(stow_free_index_t *idx, size_t size_bytes,
                                     bool (*visit)(void *arg, stow_block_t *b), void *arg);
 /* Appends every block of idx to out[] (capacity idx->block_count), in no order. */
 size_t stow__free_index_collect(const stow_free_index_t *idx, stow_block_t **out);
@@ -280,8 +281,6 @@ static inline void stow__record(stow_pool_t *pool, stow_rec_kind_t kind, uint64_
 /* Inserts a FREE block into its owner's index (with accounting). */
 void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b);
 void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b);
-/* The same for a block whose tree link is known (NULL: search for it). */
-void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t **link);
 /* Frees a block for good: coalesces and indexes it under `owner`. */
 void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
 /* A cached block (FREE in an index, or QUICK) counts in inactive_split while

@@ -24,24 +24,15 @@ void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b)
         pool->largest_free_cache = b->size_bytes;
 }
 
-void stow__pool_index_remove_at(stow_pool_t *pool, stow_block_t *b, stow_block_t **link)
+void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b)
 {
-    stow_free_index_t *idx = &b->owner->free[b->pool_kind];
-    if (link)
-        stow__free_index_remove_at(idx, b, link);
-    else
-        stow__free_index_remove(idx, b);
+    stow__free_index_remove(&b->owner->free[b->pool_kind], b);
     stow__pool_count_split(pool, b, false);
     if (b->size_bytes >= pool->largest_free_cache)
         pool->largest_free_dirty = true;
 }
 
-void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b)
-{
-    stow__pool_index_remove_at(pool, b, NULL);
-}
-
-static void largest_of_state(const stow_stream_state_t *ss, uint64_t *largest)
+static void largest_of_state(stow_stream_state_t *ss, uint64_t *largest)
 {
     for (unsigned k = STOW_POOL_SMALL; k <= STOW_POOL_LARGE; k++) {
         const stow_block_t *b = stow__free_index_largest(&ss->free[k]);
@@ -276,29 +267,18 @@ static bool block_acceptable(const stow_pool_t *pool, const stow_block_t *b, siz
     return b->size_bytes - rounded < c->max_non_split_rounding_bytes;
 }
 
-/* Best fit over the stream's own free blocks and those every stream may use;
- * *link is where the winner hangs in its tree (valid until an index changes). */
-static stow_block_t *find_fit_at(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
-                                 size_t rounded, stow_block_t ***link)
-{
-    stow_block_t *b = stow__free_index_best_fit_at(&ss->free[kind], rounded, link);
-    if (ss != pool->any && pool->any->free[kind].block_count) {
-        stow_block_t **any_link;
-        stow_block_t *a = stow__free_index_best_fit_at(&pool->any->free[kind], rounded, &any_link);
-        if (a && (!b || a->size_bytes < b->size_bytes ||
-                  (a->size_bytes == b->size_bytes && a->addr < b->addr))) {
-            b = a;
-            *link = any_link;
-        }
-    }
-    return (b && block_acceptable(pool, b, rounded)) ? b : NULL;
-}
-
+/* Best fit over the stream's own free blocks and those every stream may use. */
 static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                               size_t rounded)
 {
-    stow_block_t **link;
-    return find_fit_at(pool, ss, kind, rounded, &link);
+    stow_block_t *b = stow__free_index_best_fit(&ss->free[kind], rounded);
+    if (ss != pool->any && pool->any->free[kind].block_count) {
+        stow_block_t *a = stow__free_index_best_fit(&pool->any->free[kind], rounded);
+        if (a && (!b || a->size_bytes < b->size_bytes ||
+                  (a->size_bytes == b->size_bytes && a->addr < b->addr)))
+            b = a;
+    }
+    return (b && block_acceptable(pool, b, rounded)) ? b : NULL;
 }
 
 static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
@@ -380,12 +360,11 @@ static inline __attribute__((always_inline)) void hand_out(stow_pool_t *pool, st
     stow__record(pool, STOW_REC_ALLOC, b->addr, requested, ss->index, b->tag);
 }
 
-/* Hands out free block b (indexed; at *link in its tree, or link NULL) for a
- * request; cannot fail. */
-static void take_block(stow_pool_t *pool, stow_block_t *b, stow_block_t **link,
-                       stow_stream_state_t *ss, size_t rounded, size_t requested, bool hit)
+/* Hands out free block b (indexed) for a request; cannot fail. */
+static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
+                       size_t rounded, size_t requested, bool hit)
 {
-    stow__pool_index_remove_at(pool, b, link);
+    stow__pool_index_remove(pool, b);
     if (should_split(pool, b, rounded))
         split_block(pool, b, rounded);
     stow__ptr_map_put(&pool->live, b->addr, b);
@@ -552,14 +531,13 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         stow__unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }
-    stow_block_t **link = NULL;
-    stow_block_t *b = find_fit_at(pool, ss, kind, rounded, &link);
+    stow_block_t *b = find_fit(pool, ss, kind, rounded);
     if (pool->vmm && kind == STOW_POOL_SMALL && b && pool->quick_blocks &&
         !vmm_fits_held_granule(pool, b, rounded)) {
         /* Kept blocks hold granules: merge them before the small range maps
          * another, as a classic pool does before it grows. */
         stow__quick_flush(pool);
-        b = find_fit_at(pool, ss, kind, rounded, &link);
+        b = find_fit(pool, ss, kind, rounded);
     }
     bool hit = b != NULL, cached = hit;
     if (STOW_UNLIKELY(!hit)) {
@@ -569,7 +547,6 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             return st;
         }
     }
-    stow_block_t *fit = b;
     bool first_try = true;
     if (pool->vmm && hit)
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
@@ -579,12 +556,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         stow__unlock(&pool->lock);
         return st;
     }
-    /* The link found above is still b's unless the slow path, a placement
-     * elsewhere (a cut changes the index, a block at its start does not, but
-     * the link is another block's) or the backing's retry changed an index
-     * since. */
-    take_block(pool, b, hit && b == fit && first_try ? link : NULL, ss, rounded, size_bytes,
-               cached);
+    take_block(pool, b, ss, rounded, size_bytes, cached);
     if (pool->vmm) {
         b->extra_granules = (uint32_t)pool->placed_extra;
         pool->extra_granules_live += pool->placed_extra;

@@ -36,12 +36,16 @@
  *    first, found through a two-level bitmap. Constant-time insert and remove;
  *    best fit by size is exact, ties go to the most recently freed block.
  *  - larger: bins 0..15 would hold x exactly, and above that each power of two
- *    is cut into 8 bins, so a bin spans at most 12.5% of its lower bound; each
- *    bin is a treap keyed by (size, address). Bins are ordered by size, which
- *    makes "first non-empty bin at or above, then the smallest block in it" an
- *    exact best fit, lowest address among equal sizes. x < 2^55 gives at most
- *    16 + 51 * 8 = 424 bins. */
+ *    is cut into 8 bins, so a bin spans at most 12.5% of its lower bound; a
+ *    bin is an unsorted list, or a treap keyed by (size, address) once a scan
+ *    found it longer than STOW_BIN_LIST_MAX (free_index.c). Bins are ordered
+ *    by size, which makes "first non-empty bin at or above, then the smallest
+ *    block in it" an exact best fit, lowest address among equal sizes.
+ *    x < 2^55 gives at most 16 + 51 * 8 = 424 bins. */
 #define STOW_FREE_BINS 448
+/* A bin is an unsorted list until a scan meets more blocks in it than this
+ * (the real traces' bins hold at most 48 when scanned). */
+#define STOW_BIN_LIST_MAX 64
 #define STOW_FREE_BITMAP_WORDS (STOW_FREE_BINS / 64)
 #define STOW_EXACT_LISTS 4096
 #define STOW_EXACT_MAX_BYTES ((size_t)STOW_EXACT_LISTS * STOW_MIN_BLOCK_BYTES)
@@ -92,11 +96,11 @@ struct stow_block {
     stow_block_t *prev, *next;    /* address neighbours in the segment */
     stow_segment_t *segment;
     stow_stream_state_t *owner;   /* FREE: the index holding it; else the allocation stream */
-    stow_block_t *left, *right;   /* FREE: treap children, or exact-list prev / next;
+    stow_block_t *left, *right;   /* FREE: treap children, or list prev / next;
                                      PENDING: pending-list links; QUICK: right = next */
     stow_stream_uses_t *uses;     /* record_stream users, or NULL */
     uint64_t free_seq;            /* FREE: owner's free sequence number at insertion */
-    uint32_t priority;            /* treap heap priority (hash of addr) */
+    uint32_t priority;            /* FREE in a treap bin: heap priority (hash of addr) */
     uint8_t state;                /* stow_block_state_t */
     uint8_t pool_kind;            /* STOW_POOL_SMALL or STOW_POOL_LARGE */
     uint8_t size_class;           /* ALLOCATED: stats size class of the request */
@@ -154,7 +158,7 @@ struct stow_segment {
 };
 
 typedef struct stow_free_index {
-    stow_block_t *root[STOW_FREE_BINS];
+    stow_block_t *root[STOW_FREE_BINS];      /* list head, or treap root | 1 (free_index.c) */
     uint64_t bitmap[STOW_FREE_BITMAP_WORDS]; /* bit b set <=> root[b] != NULL */
     stow_block_t *exact[STOW_EXACT_LISTS];   /* [x - 1]: blocks of x * 512 bytes */
     uint64_t exact_bits[STOW_EXACT_WORDS];   /* bit i set <=> exact[i] != NULL */

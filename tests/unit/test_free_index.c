@@ -95,7 +95,7 @@ static int cmp_ptr(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void check_full(const stow_free_index_t *idx, const shadow_t *sh)
+static void check_full(stow_free_index_t *idx, const shadow_t *sh)
 {
     cr_assert_eq(idx->block_count, sh->count);
     size_t bytes = 0;
@@ -134,7 +134,7 @@ static void check_full(const stow_free_index_t *idx, const shadow_t *sh)
         cr_assert(l && l->size_bytes == shadow_max_size(sh));
 }
 
-static void check_best_fit(const stow_free_index_t *idx, const shadow_t *sh, size_t size)
+static void check_best_fit(stow_free_index_t *idx, const shadow_t *sh, size_t size)
 {
     stow_block_t *want = shadow_best_fit(sh, size);
     stow_block_t *got = stow__free_index_best_fit(idx, size);
@@ -448,4 +448,125 @@ Test(free_index, huge_sizes)
     free(a);
     free(c);
     free(idx);
+}
+
+typedef struct visit_log {
+    stow_block_t **seen;
+    size_t n;
+} visit_log_t;
+
+static bool log_visit(void *arg, stow_block_t *b)
+{
+    visit_log_t *log = arg;
+    log->seen[log->n++] = b;
+    return true;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    const stow_block_t *x = *(stow_block_t *const *)a, *y = *(stow_block_t *const *)b;
+    if (x->size_bytes != y->size_bytes)
+        return x->size_bytes < y->size_bytes ? -1 : 1;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* Blocks above 2 MiB, of at least size, must come in (size, address) order. */
+static void check_visit_order(stow_free_index_t *idx, const shadow_t *sh, size_t size)
+{
+    stow_block_t **want = malloc((sh->count + 1) * sizeof *want);
+    stow_block_t **seen = malloc((sh->count + 1) * sizeof *seen);
+    cr_assert(want && seen);
+    size_t n = 0;
+    for (size_t i = 0; i < sh->count; i++)
+        if (sh->items[i]->size_bytes >= size)
+            want[n++] = sh->items[i];
+    qsort(want, n, sizeof *want, cmp_key);
+    visit_log_t log = {seen, 0};
+    stow__free_index_visit_fitting(idx, size, log_visit, &log);
+    cr_assert_eq(log.n, n, "visit saw %zu blocks of at least %zu, want %zu", log.n, size, n);
+    cr_assert_eq(memcmp(seen, want, n * sizeof *seen), 0, "visit order");
+    free(want);
+    free(seen);
+}
+
+Test(free_index, a_long_bin_becomes_a_treap_and_a_list_again_when_empty)
+{
+    /* Bins hold an unsorted list until a scan finds more than
+     * STOW_BIN_LIST_MAX blocks in one; then a treap until the bin is empty.
+     * Equal and near sizes in one bin (4 MiB to 4.5 MiB), shuffled
+     * addresses: every query must still be the shadow's exact best fit. */
+    rng_state = 77;
+    enum { N = 3 * STOW_BIN_LIST_MAX };
+    stow_free_index_t *idx = index_new();
+    stow_block_t *blocks[N];
+    shadow_t sh = {calloc(N, sizeof(stow_block_t *)), 0};
+    cr_assert_not_null(sh.items);
+    for (size_t i = 0; i < N; i++) {
+        size_t size = 4 * MIB + (size_t)512 * (rng_next() % 4) * 256;
+        uintptr_t addr = (uintptr_t)0x200000000000ull + (uintptr_t)(rng_next() % 1000000) * 4096 * 1024 + i * 512;
+        blocks[i] = block_new(addr, size);
+    }
+    unsigned bin = stow__free_bin_of(4 * MIB);
+    for (size_t i = 0; i < N; i++) {
+        insert(idx, blocks[i]);
+        sh.items[sh.count++] = blocks[i];
+        check_best_fit(idx, &sh, 4 * MIB + 512 * (rng_next() % 600));
+        if (i == STOW_BIN_LIST_MAX - 1)
+            cr_assert_not(stow__free_index_bin_is_treap(idx, bin), "a short bin is a list");
+    }
+    cr_assert(stow__free_index_bin_is_treap(idx, bin), "a long bin scanned becomes a treap");
+    check_full(idx, &sh);
+    check_visit_order(idx, &sh, 4 * MIB);
+    check_visit_order(idx, &sh, 4 * MIB + 1024 * 256);
+    /* Drain in random order, checking on the way; empty, the bin is a list again. */
+    while (sh.count) {
+        size_t i = (size_t)(rng_next() % sh.count);
+        stow__free_index_remove(idx, sh.items[i]);
+        sh.items[i] = sh.items[--sh.count];
+        check_best_fit(idx, &sh, 4 * MIB);
+    }
+    cr_assert_not(stow__free_index_bin_is_treap(idx, bin), "an empty bin is a list");
+    check_full(idx, &sh);
+    /* A list too long for the largest-block lookup becomes a treap there too. */
+    for (size_t i = 0; i < N; i++) {
+        insert(idx, blocks[i]);
+        sh.items[sh.count++] = blocks[i];
+    }
+    cr_assert_not(stow__free_index_bin_is_treap(idx, bin), "inserts alone never scan");
+    check_visit_order(idx, &sh, 0);
+    cr_assert(stow__free_index_bin_is_treap(idx, bin), "visit converts a long list");
+    check_full(idx, &sh);
+    for (size_t i = 0; i < N; i++)
+        free(blocks[i]);
+    free(sh.items);
+    free(idx);
+}
+
+Test(free_index, visit_in_key_order_across_list_and_treap_bins)
+{
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        rng_state = seed;
+        enum { N = 400 };
+        stow_free_index_t *idx = index_new();
+        shadow_t sh = {calloc(N, sizeof(stow_block_t *)), 0};
+        cr_assert_not_null(sh.items);
+        for (size_t i = 0; i < N; i++) {
+            size_t size = random_block_size((unsigned)rng_next());
+            if (size == 0)
+                size = 512;
+            stow_block_t *b = block_new((uintptr_t)0x300000000000ull + (uintptr_t)i * 4096, size);
+            insert(idx, b);
+            sh.items[sh.count++] = b;
+        }
+        for (int q = 0; q < 8; q++) {
+            size_t size = random_block_size((unsigned)rng_next());
+            check_visit_order(idx, &sh, size > STOW_EXACT_MAX_BYTES ? size : STOW_EXACT_MAX_BYTES + 1);
+            check_best_fit(idx, &sh, size);
+        }
+        check_full(idx, &sh);
+        for (size_t i = 0; i < sh.count; i++)
+            free(sh.items[i]);
+        free(sh.items);
+        free(idx);
+    }
 }
