@@ -430,11 +430,10 @@ static uint64_t now_ns(void)
  * try once more (the block may differ then). */
 static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *ss,
                                        unsigned kind, size_t rounded, size_t requested,
-                                       stow_block_t **b, bool *first_try)
+                                       stow_block_t **b)
 {
     size_t final = should_split(pool, *b, rounded) ? rounded : (*b)->size_bytes;
     stow_status_t st = stow__vmm_back(pool, *b, final);
-    *first_try = st == STOW_OK; /* backing touches granules only, no free index */
     if (st == STOW_OK)
         return st;
     /* The block stays free: merge it back with what placement may have carved
@@ -547,11 +546,10 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             return st;
         }
     }
-    bool first_try = true;
     if (pool->vmm && hit)
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
     if (pool->vmm &&
-        (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b, &first_try)) != STOW_OK) {
+        (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
         pool->placed_extra = 0;
         stow__unlock(&pool->lock);
         return st;
