@@ -96,6 +96,7 @@ static bool key_less(const stow_block_t *a, const stow_block_t *b)
  * are aligned), the root of its treap: the list paths test one bit of a
  * pointer they load anyway. */
 #define TREAP_TAG ((uintptr_t)1)
+_Static_assert(_Alignof(stow_block_t) > TREAP_TAG, "block records leave bit 0 of their address clear");
 
 static bool is_treap(const stow_block_t *root) { return (uintptr_t)root & TREAP_TAG; }
 
