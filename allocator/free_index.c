@@ -17,10 +17,10 @@
  * least (size, 0) in the request's own bin, else the smallest of the next
  * non-empty bin: the smallest block that fits, lowest address among equal
  * sizes. A bin is an unsorted doubly linked list, scanned whole for that key:
- * on the real traces bins hold 1 to 48 blocks, and a push, an unlink and a
- * short scan cost less than a treap's descents, whose branches on random
- * priorities mispredict (resnet_multiscale_train: 0.946 x the time of treaps
- * throughout, docs/benchmarks.md). A scan that meets more than
+ * on the real traces most bins hold one to four blocks, and a push, an unlink
+ * and a short scan cost less than a treap's descents, whose branches on
+ * random priorities mispredict (resnet_multiscale_train: 0.95 x the time of
+ * treaps throughout, docs/benchmarks.md). A scan that meets more than
  * STOW_BIN_LIST_MAX blocks turns the bin into a treap keyed by (size,
  * address), priorities hashed from the address (deterministic), O(log n); it
  * stays one until it is empty. The bin's root pointer says which it is (bit 0

@@ -43,9 +43,11 @@
  *    block in it" an exact best fit, lowest address among equal sizes.
  *    x < 2^55 gives at most 16 + 51 * 8 = 424 bins. */
 #define STOW_FREE_BINS 448
-/* A bin is an unsorted list until a scan meets more blocks in it than this
- * (the real traces' bins hold at most 48 when scanned). */
-#define STOW_BIN_LIST_MAX 64
+/* A bin is an unsorted list until a scan meets more blocks in it than this.
+ * Most bins of the real traces hold one to four blocks when scanned, a few
+ * up to 48 (gpt2_train, vit_train), where a longer scan costs more than a
+ * treap's descent (docs/benchmarks.md: 16 against 8, 32 and 64). */
+#define STOW_BIN_LIST_MAX 16
 #define STOW_FREE_BITMAP_WORDS (STOW_FREE_BINS / 64)
 #define STOW_EXACT_LISTS 4096
 #define STOW_EXACT_MAX_BYTES ((size_t)STOW_EXACT_LISTS * STOW_MIN_BLOCK_BYTES)
