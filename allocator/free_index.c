@@ -28,6 +28,28 @@
  */
 #include "allocator/internal.h"
 
+/* ---- doubly linked lists (left = previous, right = next) ---- */
+
+static void list_push(stow_block_t **head, stow_block_t *b)
+{
+    b->left = NULL;
+    b->right = *head;
+    if (b->right)
+        b->right->left = b;
+    *head = b;
+}
+
+static void list_unlink(stow_block_t **head, stow_block_t *b)
+{
+    if (b->left)
+        b->left->right = b->right;
+    else
+        *head = b->right;
+    if (b->right)
+        b->right->left = b->left;
+    b->left = b->right = NULL;
+}
+
 /* ---- exact-size lists (blocks of at most STOW_EXACT_MAX_BYTES) ---- */
 
 static bool is_exact(size_t size_bytes) { return size_bytes <= STOW_EXACT_MAX_BYTES; }
@@ -44,11 +66,7 @@ static size_t exact_slot_at_least(size_t size_bytes)
 static void exact_insert(stow_free_index_t *idx, stow_block_t *b)
 {
     size_t i = exact_slot(b->size_bytes);
-    b->left = NULL;
-    b->right = idx->exact[i];
-    if (b->right)
-        b->right->left = b;
-    idx->exact[i] = b;
+    list_push(&idx->exact[i], b);
     idx->exact_bits[i / 64] |= (uint64_t)1 << (i % 64);
     idx->exact_words |= (uint64_t)1 << (i / 64);
 }
@@ -56,13 +74,7 @@ static void exact_insert(stow_free_index_t *idx, stow_block_t *b)
 static void exact_remove(stow_free_index_t *idx, stow_block_t *b)
 {
     size_t i = exact_slot(b->size_bytes);
-    if (b->left)
-        b->left->right = b->right;
-    else
-        idx->exact[i] = b->right;
-    if (b->right)
-        b->right->left = b->left;
-    b->left = b->right = NULL;
+    list_unlink(&idx->exact[i], b);
     if (!idx->exact[i]) {
         idx->exact_bits[i / 64] &= ~((uint64_t)1 << (i % 64));
         if (!idx->exact_bits[i / 64])
@@ -211,16 +223,10 @@ static void bin_insert(stow_free_index_t *idx, stow_block_t *b)
 {
     unsigned bin = stow__free_bin_of(b->size_bytes);
     b->bin = (uint16_t)bin;
-    stow_block_t *head = idx->root[bin];
-    if (STOW_UNLIKELY(is_treap(head))) {
+    if (STOW_UNLIKELY(is_treap(idx->root[bin])))
         bin_treap_insert(idx, bin, b);
-    } else {
-        b->left = NULL;
-        b->right = head;
-        if (head)
-            head->left = b;
-        idx->root[bin] = b;
-    }
+    else
+        list_push(&idx->root[bin], b);
     idx->bitmap[bin / 64] |= (uint64_t)1 << (bin % 64);
 }
 
@@ -229,15 +235,10 @@ static void bin_remove(stow_free_index_t *idx, stow_block_t *b)
     unsigned bin = b->bin;
     if (STOW_UNLIKELY(is_treap(idx->root[bin]))) {
         bin_treap_remove(idx, bin, b);
+        b->left = b->right = NULL;
     } else {
-        if (b->left)
-            b->left->right = b->right;
-        else
-            idx->root[bin] = b->right;
-        if (b->right)
-            b->right->left = b->left;
+        list_unlink(&idx->root[bin], b);
     }
-    b->left = b->right = NULL;
     if (!idx->root[bin])
         idx->bitmap[bin / 64] &= ~((uint64_t)1 << (bin % 64));
 }
