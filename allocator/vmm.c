@@ -516,7 +516,7 @@ static size_t mapped_in(const stow_segment_t *seg, size_t first, size_t end);
  * granules (remapped) and new ones up to its limit. */
 static uint64_t obtainable_handles(const stow_pool_t *pool)
 {
-    uint64_t may_hold = pool->limit_bytes / pool->granularity_bytes;
+    uint64_t may_hold = pool->limit_bytes >> pool->granularity_shift;
     uint64_t may_create = may_hold > pool->phys_count ? may_hold - pool->phys_count : 0;
     return pool->free_handle_count + pool->unused_count + may_create;
 }
@@ -586,11 +586,27 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
      * fast path, stow__vmm_back.) */
     /* The block counts at its edges, and the span's unused granules leave their
      * runs (so that obtain_handle below cannot take them): a few bitmap words
-     * and run entries, not a pass over the granules. A block over mapped
-     * granules, the steady state, needs nothing more. */
-    seg->granules[first].edges++;
+     * and run entries, not a pass over the granules. */
+    stow_granule_t *lo_g = &seg->granules[first], *hi_g = &seg->granules[end - 1];
+    bool lo_live = lo_g->edges != 0, hi_live = end - 1 != first && hi_g->edges != 0;
+    lo_g->edges++;
     if (end - 1 != first)
-        seg->granules[end - 1].edges++;
+        hi_g->edges++;
+    if (next_bit(seg->mapped_bits, first, end, false) == end) {
+        /* Every granule of the span is mapped, the steady state: only the
+         * edges can hold another live block (the interior lies inside one
+         * free block), so the unused ones are the span less its live edges,
+         * one stretch, and nothing needs mapping. This skips the scans of the
+         * unused bits and the count of obtainable handles. */
+        size_t lo = first + lo_live, hi = end - hi_live;
+        if (lo < hi)
+            unused_take(pool, seg, lo, hi);
+        bits_fill(seg->seen_live_bits, first, end, true);
+        pool->live_bytes = bytes_after;
+        pool->live_bytes_high_water = bytes_high_water;
+        update_idle(pool);
+        return STOW_OK;
+    }
     unused_take_within(pool, seg, first, end);
     /* More granules to map than the pool can get under its limit: fail before
      * mapping any (it used to map up to the limit first, then fail, and the
