@@ -191,6 +191,7 @@ typedef struct stow_vmm_adapt {
     uint64_t window_remaps;      /* remaps in it so far */
     uint64_t hot_ops, hot_remaps; /* over the run of consecutive hot windows */
     unsigned hot_windows;        /* that run's length */
+    unsigned warm_windows;       /* consecutive warm windows (hot ones included) */
     double rate_at_last_raise;   /* remaps per operation of the run that raised it; 0: none */
     bool settled;                /* no more raises: at the cap, or one that did not help */
 } stow_vmm_adapt_t;

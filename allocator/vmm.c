@@ -312,14 +312,25 @@ static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
  * (h200-costs.md), which can cost a training step tens of milliseconds. So a
  * pool that keeps remapping keeps more: when ADAPT_HOT_WINDOWS windows of
  * ADAPT_WINDOW_OPS pool operations in a row each remap at least once per
- * ADAPT_HOT_OPS_PER_REMAP operations, the slack grows by half (up to
- * vmm_slack_max), and again after the next such run, as long as each raise
- * cut the remap rate by ADAPT_MIN_GAIN or more; then it stays. The run is long
- * (65,536 operations) so that a pool settling by itself is not raised: on the
- * 225 traces of the held-out checks, a single replay never raises it. */
+ * ADAPT_HOT_OPS_PER_REMAP operations (hot), the slack grows (up to
+ * vmm_slack_max), and again after the next such run, as long as each raise cut
+ * the remap rate by ADAPT_MIN_GAIN or more; then it stays. The run is long
+ * (65,536 operations) so that a pool settling by itself is not raised: a
+ * single replay of a held-out trace never raises it. As many windows in a row
+ * that each remap at least once per ADAPT_WARM_OPS_PER_REMAP operations, some
+ * less than hot (a warm run), raise the slack only to a footprint within
+ * ADAPT_WARM_SLACK_FACTOR x vmm_slack, a small raise that ends the remapping,
+ * and never settle it. Why
+ * warm runs count at all: remapping belongs under memory pressure, not in a
+ * loop's steady state; while only hot runs did, vit_train's long run remapped
+ * 10 granules a step for good (one remap per about 215 operations), each
+ * allocation that remapped synchronizing the device, to keep 0.15 % of its
+ * memory (docs/design.md, adaptive allowance). */
 #define ADAPT_WINDOW_OPS 8192
 #define ADAPT_HOT_WINDOWS 8
 #define ADAPT_HOT_OPS_PER_REMAP 64
+#define ADAPT_WARM_OPS_PER_REMAP 1024
+#define ADAPT_WARM_SLACK_FACTOR 2.0
 #define ADAPT_GROWTH 1.5
 #define ADAPT_MIN_GAIN 0.05
 #define ADAPT_MIN_SLACK 0.005
@@ -391,6 +402,24 @@ static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
     pool->acct.s.num_vmm_allowance_raises++;
 }
 
+/* The end of a warm run: the slack goes to the footprint of the windows since
+ * the last one that was not hot, when that is above the slack and within
+ * ADAPT_WARM_SLACK_FACTOR x vmm_slack (and vmm_slack_max); else nothing
+ * changes. Rare remaps buy little memory: on the back-to-back mixes of
+ * docs/design.md (adaptive allowance), warm raises to footprints up to
+ * vmm_slack_max took pools to 1.033-1.038 x live and left them remapping. */
+static void end_warm_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
+{
+    double needed = footprint_slack(pool);
+    double limit = ADAPT_WARM_SLACK_FACTOR * pool->config.vmm_slack;
+    if (limit > pool->config.vmm_slack_max)
+        limit = pool->config.vmm_slack_max;
+    if (needed <= a->slack || needed > limit)
+        return;
+    a->slack = needed;
+    pool->acct.s.num_vmm_allowance_raises++;
+}
+
 /* Counts one remap and closes the window it ends, if any. */
 static void note_remap(stow_pool_t *pool)
 {
@@ -400,6 +429,7 @@ static void note_remap(stow_pool_t *pool)
     uint64_t ops = pool->op_count - a->window_start_op;
     if (ops >= ADAPT_WINDOW_OPS) {
         bool hot = a->window_remaps * ADAPT_HOT_OPS_PER_REMAP >= ops;
+        bool warm = a->window_remaps * ADAPT_WARM_OPS_PER_REMAP >= ops;
         if (hot) {
             a->hot_ops += ops;
             a->hot_remaps += a->window_remaps;
@@ -409,6 +439,16 @@ static void note_remap(stow_pool_t *pool)
         if (!hot || a->hot_windows == ADAPT_HOT_WINDOWS) { /* the run ends */
             a->hot_windows = 0;
             a->hot_ops = a->hot_remaps = 0;
+        }
+        /* Warm windows in a row, hot ones included; a hot run that ended with
+         * this window has decided for them. Eight of them end a warm run (not
+         * all hot: those would have ended a hot run now). */
+        bool hot_run_ended = hot && a->hot_windows == 0;
+        a->warm_windows = warm && !hot_run_ended ? a->warm_windows + 1 : 0;
+        if (a->warm_windows == ADAPT_HOT_WINDOWS) {
+            if (!a->settled)
+                end_warm_run(pool, a);
+            a->warm_windows = 0;
         }
         a->window_start_op = pool->op_count;
         a->window_remaps = 0;

@@ -837,17 +837,20 @@ Test(vmm, with_no_room_to_raise_the_same_loop_remaps_on_every_step)
     finish();
 }
 
-Test(vmm, a_loop_that_remaps_now_and_then_is_not_raised)
+/* Rounds of loop4's step (its weights allocated and freed with it) followed
+ * by `filler` steps that allocate the seven sizes and free them, all on one
+ * pool: a loop that remaps in bursts, once a round. Returns the remaps (unmap
+ * calls) of the last `tail` rounds; *remaps and *ops get the whole run's. */
+static uint64_t run_bursts(unsigned rounds, unsigned filler, unsigned tail, uint64_t *remaps,
+                           uint64_t *ops)
 {
-    make_vmm_slack_max(0.05);
-    /* The loop's step once in every 31 steps; the other 30 allocate the seven
-     * sizes and free them: fewer remaps than one per 64 operations overall. */
-    uint64_t maps = 0;
-    for (int round = 0; round < 150; round++) {
+    uint64_t tail_remaps = 0;
+    stow_stats_t first = stats();
+    for (unsigned round = 0; round < rounds; round++) {
         stow_stats_t before = stats();
         (void)run_loop(&loop4, 1, 1);
         void *w = loop_alloc(64 * MIB);
-        for (int step = 0; step < 30; step++) {
+        for (unsigned step = 0; step < filler; step++) {
             void *p[TS_LOOP_SLOTS_MAX];
             for (size_t i = 0; i < loop4.slot_count; i++)
                 p[i] = loop_alloc(loop4.slot_kib[i] * KIB);
@@ -855,11 +858,46 @@ Test(vmm, a_loop_that_remaps_now_and_then_is_not_raised)
                 cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
         }
         cr_assert_eq(stow_pool_free(pool, w), STOW_OK);
-        stow_stats_t after = stats();
-        maps += after.num_unmap_calls - before.num_unmap_calls;
+        if (round >= rounds - tail)
+            tail_remaps += stats().num_unmap_calls - before.num_unmap_calls;
     }
-    cr_assert_gt(maps, 0, "the loop's steps still remap");
+    stow_stats_t last = stats();
+    *remaps = last.num_unmap_calls - first.num_unmap_calls;
+    /* Every allocation is freed again: operations are twice the allocations. */
+    *ops = 2 * (last.allocation[STOW_POOL_ALL].allocated - first.allocation[STOW_POOL_ALL].allocated);
+    return tail_remaps;
+}
+
+Test(vmm, a_loop_that_remaps_now_and_then_is_not_raised)
+{
+    make_vmm_slack_max(0.05);
+    /* The loop's step once in every 1,001 steps: fewer remaps than one per
+     * 1,024 operations, the rate below which a pool is left as it is. */
+    uint64_t remaps = 0, ops = 0;
+    (void)run_bursts(12, 1000, 1, &remaps, &ops);
+    cr_assert_gt(remaps, 0, "the loop's steps still remap");
+    cr_assert_lt(remaps * 1024, ops, "%llu remaps in %llu operations: not rare enough",
+                 (unsigned long long)remaps, (unsigned long long)ops);
+    cr_assert_gt(ops, 2 * 65536, "long enough for a run of hot windows");
     cr_assert_eq(stats().num_vmm_allowance_raises, 0);
+    finish();
+}
+
+Test(vmm, a_loop_that_remaps_once_in_31_steps_is_raised_and_stops)
+{
+    make_vmm_slack_max(0.05);
+    /* The same bursts once in every 31 steps: about one remap per 76
+     * operations, which the pool left as it was while a window counted as
+     * hot from one remap per 64 operations only; now it is raised and the
+     * bursts stop remapping. */
+    uint64_t remaps = 0, ops = 0;
+    uint64_t tail = run_bursts(300, 30, 60, &remaps, &ops);
+    cr_assert_gt(remaps * 1024, ops, "%llu remaps in %llu operations",
+                 (unsigned long long)remaps, (unsigned long long)ops);
+    cr_assert_geq(stats().num_vmm_allowance_raises, 1);
+    cr_assert_eq(tail, 0, "the last 60 rounds still remapped %llu times",
+                 (unsigned long long)tail);
+    assert_reserved_within(0.05);
     finish();
 }
 
