@@ -100,7 +100,9 @@ typedef struct stow_config {
                                       slack, up to this, to hold every granule its live
                                       blocks touched over those operations (by half when
                                       that is held already), as long as each raise cuts the
-                                      remapping by 5% or more; counted in
+                                      remapping by 5% or more. One that remaps less, but at
+                                      least once per 1,024 operations, raises it only to a
+                                      footprint within 2 x vmm_slack. Counted in
                                       num_vmm_allowance_raises (docs/design.md, adaptive
                                       allowance). Default 0.05; at or below vmm_slack: never
                                       raised; key "vmm_slack_max" */

@@ -39,10 +39,11 @@ typedef struct stow_stat {
 
 typedef enum {
     STOW_POOL_ALL = 0,   /* "all" */
-    STOW_POOL_SMALL = 1, /* "small_pool": requests <= 1 MiB (policy vmm: none, see
-                            large_pool) */
-    STOW_POOL_LARGE = 2, /* "large_pool": the rest; policy vmm: every request, since
-                            its virtual ranges hold small and large blocks alike */
+    STOW_POOL_SMALL = 1, /* "small_pool": requests <= 1 MiB (policy vmm: requests of
+                            at most vmm_small_kb, in their small ranges; none with
+                            vmm_small_kb 0) */
+    STOW_POOL_LARGE = 2, /* "large_pool": the rest; policy vmm: the requests above
+                            vmm_small_kb (all of them with vmm_small_kb 0) */
     STOW_POOL_KINDS = 3
 } stow_pool_kind_t;
 
