@@ -320,12 +320,11 @@ static bool may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
  * that each remap at least once per ADAPT_WARM_OPS_PER_REMAP operations, some
  * less than hot (a warm run), raise the slack only to a footprint within
  * ADAPT_WARM_SLACK_FACTOR x vmm_slack, a small raise that ends the remapping,
- * and never settle it. Why
- * warm runs count at all: remapping belongs under memory pressure, not in a
- * loop's steady state; while only hot runs did, vit_train's long run remapped
- * 10 granules a step for good (one remap per about 215 operations), each
- * allocation that remapped synchronizing the device, to keep 0.15 % of its
- * memory (docs/design.md, adaptive allowance). */
+ * and never settle it. Why warm runs count at all: remapping belongs under
+ * memory pressure, not in a loop's steady state; while only hot runs did,
+ * vit_train's long run remapped 10 granules a step for good (one remap per
+ * about 215 operations), each allocation that remapped synchronizing the
+ * device, to keep 0.15 % of its memory (docs/design.md, adaptive allowance). */
 #define ADAPT_WINDOW_OPS 8192
 #define ADAPT_HOT_WINDOWS 8
 #define ADAPT_HOT_OPS_PER_REMAP 64
@@ -402,10 +401,11 @@ static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
     pool->acct.s.num_vmm_allowance_raises++;
 }
 
-/* The end of a warm run: the slack goes to the footprint of the windows since
- * the last one that was not hot, when that is above the slack and within
- * ADAPT_WARM_SLACK_FACTOR x vmm_slack (and vmm_slack_max); else nothing
- * changes. Rare remaps buy little memory: on the back-to-back mixes of
+/* The end of a warm run: the slack goes to the footprint since the last
+ * window before this one that was not hot (this window at least: the seen-live
+ * bits restart after every window that is not hot), when that is above the
+ * slack and within ADAPT_WARM_SLACK_FACTOR x vmm_slack (and vmm_slack_max);
+ * else nothing changes. Rare remaps buy little memory: on the back-to-back mixes of
  * docs/design.md (adaptive allowance), warm raises to footprints up to
  * vmm_slack_max took pools to 1.033-1.038 x live and left them remapping. */
 static void end_warm_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
