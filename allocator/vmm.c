@@ -632,7 +632,10 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
     lo_g->edges++;
     if (end - 1 != first)
         hi_g->edges++;
-    if (next_bit(seg->mapped_bits, first, end, false) == end) {
+    /* Remaps take unused granules only, so the span's mapped bits change in the
+     * loop below alone. */
+    size_t first_unmapped = next_bit(seg->mapped_bits, first, end, false);
+    if (first_unmapped == end) {
         /* Every granule of the span is mapped, the steady state: only the
          * edges can hold another live block (the interior lies inside one
          * free block), so the unused ones are the span less its live edges,
@@ -641,29 +644,24 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
         size_t lo = first + lo_live, hi = end - hi_live;
         if (lo < hi)
             unused_take(pool, seg, lo, hi);
-        bits_fill(seg->seen_live_bits, first, end, true);
-        pool->live_bytes = bytes_after;
-        pool->live_bytes_high_water = bytes_high_water;
-        update_idle(pool);
-        return STOW_OK;
-    }
-    unused_take_within(pool, seg, first, end);
-    /* More granules to map than the pool can get under its limit: fail before
-     * mapping any (it used to map up to the limit first, then fail, and the
-     * out-of-memory retry did it all again: about 950 map and 480 unmap calls
-     * on a 1 GiB device). The count is taken only when the span alone could
-     * be too many. */
-    uint64_t obtainable = obtainable_handles(pool);
-    if (end - first > obtainable && end - first - mapped_in(seg, first, end) > obtainable) {
-        release_span(pool, seg, first, end, false);
-        update_idle(pool);
-        return STOW_ENOMEM;
+    } else {
+        unused_take_within(pool, seg, first, end);
+        /* More granules to map than the pool can get under its limit: fail
+         * before mapping any (it used to map up to the limit first, then fail,
+         * and the out-of-memory retry did it all again: about 950 map and 480
+         * unmap calls on a 1 GiB device). The count is taken only when the
+         * span alone could be too many. */
+        uint64_t obtainable = obtainable_handles(pool);
+        if (end - first > obtainable && end - first - mapped_in(seg, first, end) > obtainable) {
+            release_span(pool, seg, first, end, false);
+            update_idle(pool);
+            return STOW_ENOMEM;
+        }
     }
     uint64_t phys_before = pool->phys_count;
     bool synced = false;
     stow_status_t st = STOW_OK;
-    /* Remaps take unused granules only, so the span's mapped bits change here alone. */
-    for (size_t i = next_bit(seg->mapped_bits, first, end, false); i < end && st == STOW_OK;
+    for (size_t i = first_unmapped; i < end && st == STOW_OK;
          i = next_bit(seg->mapped_bits, i + 1, end, false)) {
         stow_granule_t *g = &seg->granules[i];
         g->segment = seg; /* entries start zeroed (vmm_grow): set when first mapped */

@@ -864,7 +864,8 @@ static uint64_t run_bursts(unsigned rounds, unsigned filler, unsigned tail, uint
     stow_stats_t last = stats();
     *remaps = last.num_unmap_calls - first.num_unmap_calls;
     /* Every allocation is freed again: operations are twice the allocations. */
-    *ops = 2 * (last.allocation[STOW_POOL_ALL].allocated - first.allocation[STOW_POOL_ALL].allocated);
+    *ops = 2 * (last.allocation[STOW_POOL_ALL].allocated -
+                first.allocation[STOW_POOL_ALL].allocated);
     return tail_remaps;
 }
 
@@ -878,7 +879,7 @@ Test(vmm, a_loop_that_remaps_now_and_then_is_not_raised)
     cr_assert_gt(remaps, 0, "the loop's steps still remap");
     cr_assert_lt(remaps * 1024, ops, "%llu remaps in %llu operations: not rare enough",
                  (unsigned long long)remaps, (unsigned long long)ops);
-    cr_assert_gt(ops, 2 * 65536, "long enough for a run of hot windows");
+    cr_assert_gt(ops, 2 * 65536, "long enough for a run of warm windows");
     cr_assert_eq(stats().num_vmm_allowance_raises, 0);
     finish();
 }
