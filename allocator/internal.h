@@ -196,6 +196,16 @@ typedef struct stow_vmm_adapt {
     bool settled;                /* no more raises: at the cap, or one that did not help */
 } stow_vmm_adapt_t;
 
+/* Epochs closed by events, not yet seen complete (vmm.c, stream safety): a
+ * ring of at most STOW_VMM_CLOSURES; events[] holds one event per stream
+ * that freed a block since that stream's previous closure. */
+#define STOW_VMM_CLOSURES 8
+typedef struct stow_vmm_closure {
+    uint64_t epoch;
+    stow_event_t *events;
+    uint32_t count, capacity;
+} stow_vmm_closure_t;
+
 /* Growth that keeps releasing idle segments (classic pools, segment.c,
  * keep_idle): growths past the high-water mark that released idle segments,
  * counted by windows of pool operations. */
@@ -243,6 +253,15 @@ struct stow_pool {
     uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */
     size_t placed_extra;               /* extra_granules of the placement being made */
     stow_vmm_adapt_t adapt;            /* the slack in force and how it adapts (vmm.c) */
+    /* Stream safety of remaps (vmm.c): granules that become unused are tagged
+     * with unmap_epoch; those tagged at or below unmap_safe_epoch have no
+     * queued work left on them (a synchronize, or events, showed it). */
+    uint64_t unmap_epoch;              /* starts at 1 */
+    uint64_t unmap_safe_epoch;
+    stow_vmm_closure_t closures[STOW_VMM_CLOSURES]; /* ring, oldest at closure_first */
+    unsigned closure_first, closure_count;
+    unsigned pushes_since_closure;     /* frees that left granules unused since the last */
+    uint64_t closing_until_op;         /* epochs are closed while op_count is below it */
     unsigned quick_depth;            /* blocks per quick list; 0: no quick lists (quick.c) */
     unsigned quick_mid_slots;        /* slots of each stream's mid ring used; 0: none (quick.c) */
     bool quick_on;                   /* either of the two: one load on every free, not two */
@@ -342,12 +361,19 @@ static inline uint64_t stow__pool_largest_free(stow_pool_t *pool)
     return pool->largest_free_cache;
 }
 stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st);
+/* A page-mapped pool's granules unused so far have no queued work left
+ * (vmm.c, stream safety of remaps). */
+void stow__vmm_synchronized(stow_pool_t *pool);
 /* Waits for all work queued on every stream (counted in
  * num_sync_all_streams); whether the backend did. */
 static inline bool stow__pool_synchronize(stow_pool_t *pool)
 {
     pool->acct.s.num_sync_all_streams++;
-    return stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) == STOW_OK;
+    if (stow__backend_status(pool, pool->backend->synchronize(pool->backend->ctx)) != STOW_OK)
+        return false;
+    if (pool->vmm)
+        stow__vmm_synchronized(pool);
+    return true;
 }
 
 /* ---- segment.c ---- */
@@ -432,6 +458,8 @@ void stow__vmm_release_unused(stow_pool_t *pool);
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg);
 void stow__vmm_release_all_handles(stow_pool_t *pool);
 stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len);
+/* Destroys the events of epochs not yet seen complete, and their arrays. */
+void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays);
 
 /* ---- pool.c (continued) ---- */
 /* Splits free indexed block b at b->addr + offset_bytes (0 < offset < size):

@@ -144,6 +144,7 @@ static void pool_free_memory(stow_pool_t *pool)
 {
     stow__record_free(pool);
     free(pool->free_handles);
+    stow__vmm_drop_closures(pool, true);
     stow__stream_states_destroy(pool);
     free(pool->any);
     stow__ptr_map_destroy(&pool->live);
@@ -189,6 +190,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
     pool->adapt.slack = cfg.vmm_slack;
     pool->adapt.settled = cfg.vmm_slack_max <= cfg.vmm_slack;
+    pool->unmap_epoch = 1;
     pool->vmm_small_bytes = pool->vmm ? (size_t)cfg.vmm_small_kb << 10 : 0;
     /* Quick lists need a small pool (a page-mapped pool's small range, when it
      * has one) and cannot hold blocks that must be scrubbed before reuse. In a

@@ -136,6 +136,8 @@ struct stow_granule {
     stow_granule_t *run_prev, *run_next; /* run's first granule: neighbours on the run list */
     uint32_t run_end;                  /* run's first granule: index after the run's last */
     uint32_t edges;
+    uint64_t unused_epoch;             /* run's first granule: the pool's unmap epoch when
+                                          the run last grew (vmm.c, stream safety) */
 };
 
 struct stow_segment {
@@ -178,6 +180,8 @@ struct stow_stream_state {
     uint16_t index;               /* 1 + position in pool->streams; 0 for `any` */
     stow_event_t clear_event;     /* in flight: covers blocks with free_seq <= clear_upto */
     uint64_t clear_upto_seq;
+    uint64_t vmm_closed_seq;      /* page-mapped pools: free_seq when an unmap epoch was last
+                                     closed with an event on this stream (vmm.c) */
     bool is_any;
     /* Quick lists (allocator/quick.c): [x - 1] holds small-pool blocks of
      * x * 512 bytes freed on this stream, most recent first, at most the

@@ -13,10 +13,12 @@
  * that only when live blocks themselves pin more granules (blocks that share
  * a granule with a free hole).
  *
- * Stream safety: a granule is unmapped only after a device synchronize (once
- * per allocation that remaps; before empty_cache, the out-of-memory retry and
- * destroy unmap), because unmapping is not stream-ordered: not even on a
- * backend without events, whose single stream still queues work.
+ * Stream safety: a granule is unmapped only once no queued work can use it,
+ * because unmapping is not stream-ordered: not even on a backend without
+ * events, whose single stream still queues work. A remap knows it from events
+ * recorded after the granule's blocks were freed, or synchronizes the device
+ * (stream safety of remaps, below); empty_cache, the out-of-memory retry and
+ * destroy synchronize before they unmap.
  * Reserved bytes = physical granules the pool holds (mapped or not).
  */
 #include "allocator/internal.h"
@@ -136,8 +138,10 @@ static void run_unlink(stow_pool_t *pool, stow_granule_t *h)
 
 /* Granules [from, end) of seg (mapped, no live block overlapping them) become
  * unused, after every granule already unused: appended to the last run when
- * they continue it, else as a run of their own. A freed block's granules are
- * thus queued in address order, the lowest first to be taken for a remap.
+ * they continue it, else as a run of their own, tagged with the unmap epoch
+ * (stream safety, below). A freed block's granules are thus queued in address
+ * order, the lowest first to be taken for a remap, and the runs' tags never
+ * decrease from the oldest to the newest.
  * This, unused_take and bits_fill are inlined into their few callers: a call's
  * register saves were about a sixth of what they cost. */
 static inline __attribute__((always_inline)) void unused_push(stow_pool_t *pool,
@@ -147,9 +151,11 @@ static inline __attribute__((always_inline)) void unused_push(stow_pool_t *pool,
     stow_granule_t *tail = pool->run_tail;
     if (tail && tail->segment == seg && tail->run_end == from) {
         tail->run_end = (uint32_t)end;
+        tail->unused_epoch = pool->unmap_epoch; /* the newest part decides */
     } else {
         stow_granule_t *h = &seg->granules[from];
         h->run_end = (uint32_t)end;
+        h->unused_epoch = pool->unmap_epoch;
         bit_put(seg->run_start_bits, from, true);
         run_link_after(pool, tail, h);
     }
@@ -177,6 +183,7 @@ static inline __attribute__((always_inline)) void unused_take(stow_pool_t *pool,
             /* The part above the cut stays unused: a run of its own, where h was. */
             stow_granule_t *upper = &seg->granules[cut_end];
             upper->run_end = (uint32_t)run_end;
+            upper->unused_epoch = h->unused_epoch;
             bit_put(seg->run_start_bits, cut_end, true);
             run_link_after(pool, h, upper);
         }
@@ -458,6 +465,162 @@ static void note_remap(stow_pool_t *pool)
     a->window_remaps++;
 }
 
+/* ---- stream safety of remaps ----
+ *
+ * Unmapping is not stream-ordered: a granule may be unmapped only once no work
+ * queued before its blocks were freed can still use it, on whatever stream
+ * they lived. Until the thirty-fourth session every allocation that remapped
+ * synchronized the device for that, which stalls a training step under
+ * memory pressure once per such allocation. Now the pool counts unmap epochs:
+ * a granule that becomes unused is tagged with the epoch in force (its run
+ * keeps the newest tag). An epoch is closed by recording one event on each
+ * stream that freed a block since its own last closure: every block that
+ * stops holding granules (freed, flushed from a quick list, completed after
+ * record_stream) goes through stow__pool_make_free, which counts it in its
+ * stream's free_seq, so a free_seq that moved since the stream's closure
+ * (vmm_closed_seq) says so at no cost to the free itself (a mark stored on
+ * every free cost about 3 % of a page-mapped pool's host time). Once the
+ * events of a closed epoch and of every epoch before it completed, granules
+ * tagged with it are safe (unmap_safe_epoch). A synchronize makes every
+ * granule unused so far safe at once. A remap then synchronizes only when the
+ * oldest unused granule, the one it takes, is not yet known safe after
+ * querying the closed epochs' events: the oldest runs were freed longest ago.
+ *
+ * Epochs are closed only while the pool remaps (for CLOSE_AFTER_REMAP_OPS
+ * operations, one adaptive window, after a remap): every CLOSE_EVERY_FREES
+ * frees that leave granules unused, one event per stream that freed (157 ns each
+ * on an H200, h200-costs.md, against about 37 us per granule remapped), at
+ * most STOW_VMM_CLOSURES epochs in flight (the oldest is queried when the ring
+ * is full). A pool that stopped remapping stops recording within a window: a
+ * steady state makes no backend call (test_replay_traces). On a backend
+ * without events nothing is closed: every remap synchronizes. */
+#define CLOSE_EVERY_FREES 8
+#define CLOSE_AFTER_REMAP_OPS 8192
+
+static void destroy_event(stow_pool_t *pool, stow_event_t ev)
+{
+    (void)stow__backend_status(pool, pool->backend->event_destroy(pool->backend->ctx, ev));
+}
+
+void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays)
+{
+    for (unsigned i = 0; i < STOW_VMM_CLOSURES; i++) {
+        stow_vmm_closure_t *c = &pool->closures[i];
+        for (uint32_t j = 0; j < c->count; j++)
+            destroy_event(pool, c->events[j]);
+        c->count = 0;
+        if (free_arrays) {
+            free(c->events);
+            c->events = NULL;
+            c->capacity = 0;
+        }
+    }
+    pool->closure_first = pool->closure_count = 0;
+}
+
+void stow__vmm_synchronized(stow_pool_t *pool)
+{
+    /* Every granule unused so far is safe; those freed from now on are not. */
+    pool->unmap_safe_epoch = pool->unmap_epoch++;
+    pool->pushes_since_closure = 0;
+    stow__vmm_drop_closures(pool, false);
+}
+
+/* Queries the events of the oldest closed epochs, and retires those whose
+ * events all completed (in order: an epoch is safe only after every earlier
+ * one). A query that fails counts as not complete. */
+static void retire_closures(stow_pool_t *pool)
+{
+    while (pool->closure_count) {
+        stow_vmm_closure_t *c = &pool->closures[pool->closure_first];
+        for (uint32_t j = 0; j < c->count;) {
+            bool done = false;
+            pool->acct.s.num_event_queries++;
+            if (stow__backend_status(pool, pool->backend->event_query(pool->backend->ctx,
+                                                                      c->events[j], &done)) !=
+                    STOW_OK ||
+                !done) {
+                j++;
+                continue;
+            }
+            destroy_event(pool, c->events[j]);
+            c->events[j] = c->events[--c->count];
+        }
+        if (c->count)
+            return;
+        pool->unmap_safe_epoch = c->epoch;
+        pool->closure_first = (pool->closure_first + 1) % STOW_VMM_CLOSURES;
+        pool->closure_count--;
+    }
+}
+
+/* Records one event on each stream that freed a block since its last
+ * closure, and on `freeing`, whose free is being made (stow__pool_make_free
+ * counts it in free_seq only after the block left its granules), and starts
+ * the next epoch; nothing changes when an event cannot be recorded (the epoch
+ * stays open, and a remap of its granules synchronizes). */
+static __attribute__((noinline)) void close_epoch(stow_pool_t *pool,
+                                                  const stow_stream_state_t *freeing)
+{
+    if (pool->closure_count == STOW_VMM_CLOSURES) {
+        retire_closures(pool);
+        if (pool->closure_count == STOW_VMM_CLOSURES)
+            return;
+    }
+    /* (Blocks are freed under `any` only without events, where nothing is
+     * closed; with events `any` only receives blocks already free.) */
+    unsigned slot = (pool->closure_first + pool->closure_count) % STOW_VMM_CLOSURES;
+    stow_vmm_closure_t *c = &pool->closures[slot];
+    if (c->capacity < pool->stream_count) {
+        stow_event_t *grown = realloc(c->events, pool->stream_count * sizeof *grown);
+        if (!grown)
+            return;
+        c->events = grown;
+        c->capacity = (uint32_t)pool->stream_count;
+    }
+    c->count = 0;
+    for (size_t i = 0; i < pool->stream_count; i++) {
+        stow_stream_state_t *ss = pool->streams[i];
+        if (ss->free_seq == ss->vmm_closed_seq && ss != freeing)
+            continue;
+        pool->acct.s.num_event_records++;
+        if (stow__backend_status(pool, pool->backend->event_record(pool->backend->ctx,
+                                                                   ss->stream,
+                                                                   &c->events[c->count])) !=
+            STOW_OK) {
+            while (c->count)
+                destroy_event(pool, c->events[--c->count]);
+            return;
+        }
+        c->count++;
+    }
+    for (size_t i = 0; i < pool->stream_count; i++)
+        pool->streams[i]->vmm_closed_seq = pool->streams[i]->free_seq;
+    c->epoch = pool->unmap_epoch++;
+    pool->closure_count++;
+    pool->pushes_since_closure = 0;
+}
+
+/* A free on `freeing` just left granules unused (tagged with the current
+ * epoch). Inline: outside a remapping stretch it is one comparison. */
+static inline void note_unused_pushed(stow_pool_t *pool, const stow_stream_state_t *freeing)
+{
+    if (STOW_UNLIKELY(pool->op_count < pool->closing_until_op) &&
+        ++pool->pushes_since_closure >= CLOSE_EVERY_FREES && pool->has_events)
+        close_epoch(pool, freeing);
+}
+
+/* Whether the oldest unused granule, the next a remap takes, has no queued
+ * work left on it. Tags never decrease along the run list, so when it has
+ * some, every unused granule may. */
+static bool oldest_unused_is_safe(stow_pool_t *pool)
+{
+    if (pool->run_head->unused_epoch <= pool->unmap_safe_epoch)
+        return true;
+    retire_closures(pool);
+    return pool->run_head->unused_epoch <= pool->unmap_safe_epoch;
+}
+
 /* Unmaps the oldest unused granule, the first of the oldest run (one must
  * exist): *phys gets its handle, *kind its range's pool kind. Nothing changes
  * when the unmap fails. */
@@ -507,8 +670,9 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
     }
     if (!pool->run_head)
         return STOW_ENOMEM;
-    if (!*synced) {
-        /* The granule's last block may still be used by queued work, on any
+    pool->closing_until_op = pool->op_count + CLOSE_AFTER_REMAP_OPS;
+    if (!*synced && !oldest_unused_is_safe(pool)) {
+        /* The granule's last blocks may still be used by queued work, on any
          * stream or on a single-stream backend's only one: unmapping is not
          * stream-ordered. */
         if (!stow__pool_synchronize(pool))
@@ -862,7 +1026,10 @@ void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b)
     pool->live_bytes -= b->size_bytes;
     pool->extra_granules_live -= b->extra_granules;
     b->extra_granules = 0;
+    size_t unused_before = pool->unused_count;
     release_span(pool, seg, first, end, true);
+    if (pool->unused_count != unused_before)
+        note_unused_pushed(pool, b->owner);
     update_idle(pool);
 }
 

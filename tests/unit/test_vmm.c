@@ -444,6 +444,190 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
 
+/* Stream safety of remaps with events (vmm.c): after a first remap, which
+ * synchronizes, the pool closes an unmap epoch every 8 frees that leave
+ * granules unused, with an event on each stream those frees were on. The
+ * layout: a (4 MiB, freed) and b; c (6 MiB) takes a's two granules (the first
+ * remap); 9 blocks x of 4 MiB above them, then a fence. All xs but x[4] are
+ * freed: two holes of 16 MiB, 16 granules unused in the epoch that the 8th
+ * free closed. Then a 20 MiB block, which fits neither hole, goes above the
+ * fence: it needs 10 granules and may not create any (slack 0), so it remaps
+ * the oldest 10. `fail_record` makes every event fail to record. Returns the
+ * pool's synchronizes before that block; kept[] gets the 5 blocks left live. */
+static uint64_t remap_after_closed_epoch(bool complete_the_stream, bool fail_record, void **kept)
+{
+    make_vmm_tight();
+    void *a = alloc_ok(4 * MIB);
+    kept[0] = alloc_ok(4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    kept[1] = alloc_ok(6 * MIB);
+    cr_assert_eq(stats().num_unmap_calls, 2, "c took a's granules");
+    cr_assert_eq(stats().num_sync_all_streams, 1, "the first remap synchronized");
+    void *x[9];
+    for (int i = 0; i < 9; i++)
+        x[i] = alloc_ok(4 * MIB);
+    kept[2] = alloc_ok(2 * MIB);
+    kept[3] = x[4];
+    if (fail_record)
+        stow_sim_fail_random(sim, STOW_SIM_EVENT_RECORD, 1, 1);
+    for (int i = 0; i < 9; i++)
+        if (i != 4)
+            cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_event_records, 1, "the 8th free closed the epoch, on the one stream used");
+    uint64_t syncs = s.num_sync_all_streams;
+    if (complete_the_stream)
+        stow_sim_complete_stream(sim, NULL);
+    kept[4] = alloc_ok(20 * MIB);
+    s = stats();
+    cr_assert_eq(s.num_unmap_calls, 12, "10 granules remapped");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 24 * G, "no handle created");
+    check();
+    return syncs;
+}
+
+static void free_kept(void **kept, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
+    finish();
+}
+
+Test(vmm, a_remap_whose_granules_a_completed_event_covers_does_not_synchronize)
+{
+    void *kept[5];
+    uint64_t syncs = remap_after_closed_epoch(true, false, kept);
+    cr_assert_eq(stats().num_sync_all_streams, syncs, "the epoch's event had completed");
+    free_kept(kept, 5);
+}
+
+Test(vmm, a_remap_whose_granules_may_still_be_in_use_synchronizes)
+{
+    void *kept[5];
+    uint64_t syncs = remap_after_closed_epoch(false, false, kept);
+    cr_assert_eq(stats().num_sync_all_streams, syncs + 1, "the stream had not finished");
+    free_kept(kept, 5);
+}
+
+/* A granule that blocks of two streams shared waits for both: p (3 MiB, s1)
+ * and q (1 MiB, s2) fill a's old room and share its second granule, once
+ * empty_cache made the free blocks every stream's. With seven blocks y of
+ * 4 MiB (s1) and a fence above c, freeing q, p and the ys closes an epoch on
+ * both streams (q's free left its granule p's: none became unused there); a
+ * 30 MiB block (s1) then fits no hole and remaps 15 granules, the first two
+ * p's and q's. Returns the synchronizes that block added. */
+static uint64_t remap_of_a_granule_two_streams_shared(bool complete_s2)
+{
+    stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+    make_vmm_tight();
+    void *a, *b, *c, *p, *q, *y[7], *fence, *z;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, s1, &c), STOW_OK);
+    cr_assert_eq(stats().num_unmap_calls, 2, "the first remap");
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 3 * MIB, s1, &p), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 1 * MIB, s2, &q), STOW_OK);
+    cr_assert_eq((char *)q, (char *)p + 3 * MIB, "q follows p in the same granule");
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &y[i]), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &fence), STOW_OK);
+    /* q first: its granule stays p's; it becomes unused at p's free, on s1. */
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(stow_pool_free(pool, y[i]), STOW_OK);
+    stow_stats_t st = stats();
+    cr_assert_eq(st.num_event_records, 2, "the 8th free that left granules unused closed "
+                                          "the epoch, on s1 and s2");
+    uint64_t syncs = st.num_sync_all_streams;
+    stow_sim_complete_stream(sim, s1);
+    if (complete_s2)
+        stow_sim_complete_stream(sim, s2);
+    cr_assert_eq(stow_pool_alloc(pool, 30 * MIB, s1, &z), STOW_OK);
+    st = stats();
+    cr_assert_eq(st.num_unmap_calls, 17, "15 granules remapped");
+    cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, 22 * G, "no handle created");
+    check();
+    void *kept[] = {b, c, fence, z};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
+    uint64_t added = st.num_sync_all_streams - syncs;
+    finish();
+    return added;
+}
+
+Test(vmm, a_granule_two_streams_shared_is_remapped_after_both_finished)
+{
+    cr_assert_eq(remap_of_a_granule_two_streams_shared(false), 1, "s2 had not finished");
+    cr_assert_eq(remap_of_a_granule_two_streams_shared(true), 0, "both had finished");
+}
+
+/* The free that closes an epoch may be its stream's first since that
+ * stream's last closure: the epoch's events include that stream too. After the
+ * first remap (s1), s2 takes w (4 MiB, in a range of its own) and s1 fifteen
+ * blocks x of 4 MiB and a fence. Freeing x0..x7 closes a first epoch, on both
+ * streams (s2 grew a range), and s2 then completes its work. Freeing x8..x14
+ * and then w, s2's only free, closes a second. With s1's work complete too, a
+ * 64 MiB block (s1) above the fence remaps all 32 unused granules: the first
+ * epoch's without a synchronize; the second epoch's, w's among them, only
+ * after one unless s2 completed again. Returns the synchronizes it added. */
+static uint64_t remap_after_a_closing_free_on_another_stream(bool complete_s2)
+{
+    stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+    make_vmm_tight();
+    void *a, *b, *c, *x[15], *w, *fence, *z;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, s1, &c), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s2, &w), STOW_OK);
+    for (int i = 0; i < 15; i++)
+        cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &x[i]), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &fence), STOW_OK);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
+    cr_assert_eq(stats().num_event_records, 2, "the first epoch closed on s1 and s2");
+    stow_sim_complete_stream(sim, s2);
+    for (int i = 8; i < 15; i++)
+        cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, w), STOW_OK);
+    stow_stats_t st = stats();
+    cr_assert_eq(st.num_event_records, 4, "w's free closed the second epoch, on s1 and s2");
+    uint64_t syncs = st.num_sync_all_streams;
+    stow_sim_complete_stream(sim, s1);
+    if (complete_s2)
+        stow_sim_complete_stream(sim, s2);
+    cr_assert_eq(stow_pool_alloc(pool, 64 * MIB, s1, &z), STOW_OK);
+    st = stats();
+    cr_assert_eq(st.num_unmap_calls, 34, "32 granules remapped, w's among them");
+    cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, 38 * G, "no handle created");
+    check();
+    void *kept[] = {b, c, fence, z};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
+    uint64_t added = st.num_sync_all_streams - syncs;
+    finish();
+    return added;
+}
+
+Test(vmm, the_free_that_closes_an_epoch_is_waited_for_on_its_stream)
+{
+    cr_assert_eq(remap_after_a_closing_free_on_another_stream(false), 1, "s2 had not finished");
+    cr_assert_eq(remap_after_a_closing_free_on_another_stream(true), 0, "both had finished");
+}
+
+/* An epoch whose event cannot be recorded stays open: its granules are
+ * remapped after a synchronize, as before events were used. */
+Test(vmm, a_remap_synchronizes_when_the_epochs_event_could_not_be_recorded)
+{
+    void *kept[5];
+    uint64_t syncs = remap_after_closed_epoch(true, true, kept);
+    cr_assert_eq(stats().num_sync_all_streams, syncs + 1, "no event covered the granules");
+    free_kept(kept, 5);
+}
+
 /* empty_cache completes a block that waited for another stream and scrubs
  * it: that memset is queued work on granules it then unmaps, so it waits for
  * the device a second time. */
