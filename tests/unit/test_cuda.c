@@ -637,13 +637,14 @@ static void replay_tagged(stow_policy_t policy, double fraction_of_peak)
     stow_stats_t st;
     cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
     cr_log_info("%s%s: peak reserved %.4f x live, %llu backend calls, %llu map / %llu unmap, "
-                "%llu event records, %llu OOM retries",
+                "%llu event records, %llu synchronizes, %llu OOM retries",
                 policy == STOW_POLICY_VMM ? "vmm" : "classic",
                 fraction_of_peak > 0 ? " under a tight memory fraction" : "",
                 (double)st.reserved_bytes[STOW_POOL_ALL].peak / (double)t->peak_live_bytes,
                 (unsigned long long)st.num_backend_calls,
                 (unsigned long long)st.num_map_calls, (unsigned long long)st.num_unmap_calls,
                 (unsigned long long)st.num_event_records,
+                (unsigned long long)st.num_sync_all_streams,
                 (unsigned long long)st.num_alloc_retries);
     cr_assert_gt(st.num_event_records, 0, "the side stream's blocks were recorded");
     if (fraction_of_peak > 0) {
