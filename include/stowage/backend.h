@@ -4,9 +4,11 @@
  * The backend is the only code that touches device memory and the only vtable
  * in Stowage. A pool calls it to reserve and release device memory, to order
  * block reuse across streams with events, and (page-mapped pools) to map
- * physical granules into virtual ranges. The pool never dereferences device
- * memory: every piece of allocator metadata lives on the host, which is what
- * makes the simulated backend (stowage/sim.h) exact.
+ * physical granules into virtual ranges, with events again to know that no
+ * queued work still uses a granule it unmaps (else it synchronizes). The pool
+ * never dereferences device memory: every piece of allocator metadata lives
+ * on the host, which is what makes the simulated backend (stowage/sim.h)
+ * exact.
  *
  * Locking: a pool calls every method with its own pool lock held, one call at a
  * time per pool. A backend shared by several pools must lock internally.
