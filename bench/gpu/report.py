@@ -34,6 +34,11 @@ for p in sorted(glob.glob(os.path.join(d, "train_*.json"))):
     print("  %-10s %-12s %10.1f %12.0f %12.0f %9.4f" % (
         r["model"], r["mode"], r["step_ms_median"], r["peak_allocated_bytes"] / MiB,
         r["peak_reserved_bytes"] / MiB, r["losses"][-1]))
+    if r.get("num_unmap_calls"):
+        # Remaps, and how many of them still waited for the whole device.
+        print("  %-23s maps %s, unmaps %s, synchronizes %s, events %s" % (
+            "", r.get("num_map_calls"), r.get("num_unmap_calls"),
+            r.get("num_sync_all_streams"), r.get("num_event_records")))
 
 rt = load("replay_torch.json")
 rc = load("replay_cuda.json")
