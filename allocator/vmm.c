@@ -1259,8 +1259,11 @@ static stow_status_t check_runs(const stow_pool_t *pool, uint64_t run_starts, ui
     uint64_t entries = 0, in_runs = 0;
     for (const stow_granule_t *h = pool->run_head, *prev = NULL; h; prev = h, h = h->run_next) {
         const stow_segment_t *seg = h->segment;
+        /* Tags never decrease from the oldest run, and none is from the future:
+         * oldest_unused_is_safe reads the head's alone. */
         bool ok = h->run_prev == prev && ++entries <= run_starts && seg &&
-                  segment_of_pool(pool, seg);
+                  segment_of_pool(pool, seg) && h->unused_epoch <= pool->unmap_epoch &&
+                  (!prev || prev->unused_epoch <= h->unused_epoch);
         size_t i = ok ? granule_no(seg, h) : 0;
         ok = ok && bit_at(seg->run_start_bits, i) && h->run_end > i &&
              h->run_end <= seg->granules_touched &&
@@ -1286,6 +1289,31 @@ static stow_status_t check_runs(const stow_pool_t *pool, uint64_t run_starts, ui
     return STOW_OK;
 }
 
+/* The unmap epochs: the safe one below the open one, closed epochs in flight
+ * between them in increasing order, each with its events (none on a pool
+ * without events). */
+static stow_status_t check_closures(const stow_pool_t *pool, char *why, size_t why_len)
+{
+    bool ok = pool->unmap_safe_epoch < pool->unmap_epoch &&
+              pool->closure_count <= STOW_VMM_CLOSURES &&
+              pool->closure_first < STOW_VMM_CLOSURES &&
+              (pool->has_events || pool->closure_count == 0);
+    uint64_t last = pool->unmap_safe_epoch;
+    for (unsigned k = 0; ok && k < pool->closure_count; k++) {
+        unsigned slot = (pool->closure_first + k) % STOW_VMM_CLOSURES;
+        const stow_vmm_closure_t *c = &pool->closures[slot];
+        ok = c->epoch > last && c->epoch < pool->unmap_epoch && c->count <= c->capacity;
+        last = c->epoch;
+    }
+    if (!ok) {
+        snprintf(why, why_len, "vmm: unmap epochs: safe %llu, open %llu, %u closed in flight",
+                 (unsigned long long)pool->unmap_safe_epoch,
+                 (unsigned long long)pool->unmap_epoch, pool->closure_count);
+        return STOW_EINVAL;
+    }
+    return STOW_OK;
+}
+
 stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
 {
     uint64_t counts[4] = {0}; /* mapped, unused, run starts, live granules */
@@ -1301,7 +1329,8 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
                  (unsigned long long)live_bytes, (unsigned long long)pool->live_bytes);
         return STOW_EINVAL;
     }
-    if ((st = check_runs(pool, counts[2], counts[1], why, why_len)) != STOW_OK)
+    if ((st = check_runs(pool, counts[2], counts[1], why, why_len)) != STOW_OK ||
+        (st = check_closures(pool, why, why_len)) != STOW_OK)
         return st;
     uint64_t g = pool->granularity_bytes, mapped = counts[0], unused = counts[1];
     if (mapped != pool->mapped_count || counts[3] != mapped - unused ||
