@@ -446,7 +446,8 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
 
 /* Stream safety of remaps with events (vmm.c): after a first remap, which
  * synchronizes, the pool closes an unmap epoch every 8 frees that leave
- * granules unused, with an event on each stream those frees were on. The
+ * granules unused, with an event on each stream that freed since its own
+ * last closure. The
  * layout: a (4 MiB, freed) and b; c (6 MiB) takes a's two granules (the first
  * remap); 9 blocks x of 4 MiB above them, then a fence. All xs but x[4] are
  * freed: two holes of 16 MiB, 16 granules unused in the epoch that the 8th
