@@ -488,12 +488,13 @@ static void note_remap(stow_pool_t *pool)
  *
  * Epochs are closed only while the pool remaps (for CLOSE_AFTER_REMAP_OPS
  * operations, one adaptive window, after a remap): every CLOSE_EVERY_FREES
- * frees that leave granules unused, one event per stream that freed (157 ns each
- * on an H200, h200-costs.md, against about 37 us per granule remapped), at
- * most STOW_VMM_CLOSURES epochs in flight (the oldest is queried when the ring
- * is full). A pool that stopped remapping stops recording within a window: a
- * steady state makes no backend call (test_replay_traces). On a backend
- * without events nothing is closed: every remap synchronizes. */
+ * frees that leave granules unused, one event per stream that freed (157 ns
+ * each on an H200, h200-costs.md, against about 37 us per granule remapped),
+ * at most STOW_VMM_CLOSURES epochs in flight (the oldest is queried when the
+ * ring is full). A pool that stopped remapping stops recording within a
+ * window: a steady state makes no backend call (test_replay_traces). On a
+ * backend without events nothing is closed: every remap synchronizes.
+ * docs/design.md (remaps without a synchronize) compares other settings. */
 #define CLOSE_EVERY_FREES 8
 #define CLOSE_AFTER_REMAP_OPS 8192
 
