@@ -364,6 +364,12 @@ stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st);
 /* A page-mapped pool's granules unused so far have no queued work left
  * (vmm.c, stream safety of remaps). */
 void stow__vmm_synchronized(stow_pool_t *pool);
+/* Returns an event to the backend (a failure changes nothing the pool keeps:
+ * the event is no longer the pool's either way). */
+static inline void stow__pool_destroy_event(stow_pool_t *pool, stow_event_t ev)
+{
+    (void)stow__backend_status(pool, pool->backend->event_destroy(pool->backend->ctx, ev));
+}
 /* Waits for all work queued on every stream (counted in
  * num_sync_all_streams); whether the backend did. */
 static inline bool stow__pool_synchronize(stow_pool_t *pool)

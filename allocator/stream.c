@@ -57,16 +57,11 @@ stow_stream_state_t *stow__stream_get(stow_pool_t *pool, stow_stream_t stream)
     return pool->last_stream = ss;
 }
 
-static void destroy_event(stow_pool_t *pool, stow_event_t ev)
-{
-    stow__backend_status(pool, pool->backend->event_destroy(pool->backend->ctx, ev));
-}
-
 void stow__stream_states_destroy(stow_pool_t *pool)
 {
     for (size_t i = 0; i < pool->stream_count; i++) {
         if (pool->streams[i]->clear_event)
-            destroy_event(pool, pool->streams[i]->clear_event);
+            stow__pool_destroy_event(pool, pool->streams[i]->clear_event);
         free(pool->streams[i]);
     }
     free(pool->streams);
@@ -79,7 +74,7 @@ void stow__stream_drop_pending(stow_pool_t *pool)
     for (stow_block_t *b = pool->pending; b; b = b->right) {
         for (uint32_t i = 0; b->uses && i < b->uses->count; i++)
             if (b->uses->item[i].event)
-                destroy_event(pool, b->uses->item[i].event);
+                stow__pool_destroy_event(pool, b->uses->item[i].event);
         free(b->uses);
         b->uses = NULL;
     }
@@ -137,7 +132,7 @@ bool stow__stream_clear_others(stow_pool_t *pool, stow_stream_state_t *except)
                 STOW_OK ||
             !done)
             continue;
-        destroy_event(pool, ss->clear_event);
+        stow__pool_destroy_event(pool, ss->clear_event);
         ss->clear_event = NULL;
         move_cleared(pool, ss, ss->clear_upto_seq);
         moved = true;
@@ -150,7 +145,7 @@ void stow__stream_clear_all_synchronized(stow_pool_t *pool)
     for (size_t i = 0; i < pool->stream_count; i++) {
         stow_stream_state_t *ss = pool->streams[i];
         if (ss->clear_event) {
-            destroy_event(pool, ss->clear_event);
+            stow__pool_destroy_event(pool, ss->clear_event);
             ss->clear_event = NULL;
         }
         move_cleared(pool, ss, UINT64_MAX);
@@ -160,7 +155,7 @@ void stow__stream_clear_all_synchronized(stow_pool_t *pool)
     for (stow_block_t *b = pool->pending; b; b = b->right) {
         for (uint32_t i = 0; i < b->uses->count; i++)
             if (b->uses->item[i].event) {
-                destroy_event(pool, b->uses->item[i].event);
+                stow__pool_destroy_event(pool, b->uses->item[i].event);
                 b->uses->item[i].event = NULL;
             }
         b->uses->events_outstanding = 0;
@@ -272,7 +267,7 @@ void stow__stream_process_pending(stow_pool_t *pool)
                                                                       u->item[i].event, &done)) ==
                     STOW_OK &&
                 done) {
-                destroy_event(pool, u->item[i].event);
+                stow__pool_destroy_event(pool, u->item[i].event);
                 u->item[i].event = NULL;
                 u->events_outstanding--;
             }

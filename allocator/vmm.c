@@ -498,17 +498,12 @@ static void note_remap(stow_pool_t *pool)
 #define CLOSE_EVERY_FREES 8
 #define CLOSE_AFTER_REMAP_OPS 8192
 
-static void destroy_event(stow_pool_t *pool, stow_event_t ev)
-{
-    (void)stow__backend_status(pool, pool->backend->event_destroy(pool->backend->ctx, ev));
-}
-
 void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays)
 {
     for (unsigned i = 0; i < STOW_VMM_CLOSURES; i++) {
         stow_vmm_closure_t *c = &pool->closures[i];
         for (uint32_t j = 0; j < c->count; j++)
-            destroy_event(pool, c->events[j]);
+            stow__pool_destroy_event(pool, c->events[j]);
         c->count = 0;
         if (free_arrays) {
             free(c->events);
@@ -544,7 +539,7 @@ static void retire_closures(stow_pool_t *pool)
                 j++;
                 continue;
             }
-            destroy_event(pool, c->events[j]);
+            stow__pool_destroy_event(pool, c->events[j]);
             c->events[j] = c->events[--c->count];
         }
         if (c->count)
@@ -590,7 +585,7 @@ static __attribute__((noinline)) void close_epoch(stow_pool_t *pool,
                                                                    &c->events[c->count])) !=
             STOW_OK) {
             while (c->count)
-                destroy_event(pool, c->events[--c->count]);
+                stow__pool_destroy_event(pool, c->events[--c->count]);
             return;
         }
         c->count++;
