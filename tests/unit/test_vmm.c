@@ -444,26 +444,62 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
 
+/* The first remap of the stream-safety tests below, on `stream`: a (4 MiB)
+ * freed beside b (4 MiB), then c (6 MiB) takes a's two granules after a
+ * synchronize (no epoch is closed before a remap). */
+static void first_remap(stow_stream_t stream, void **b, void **c)
+{
+    void *a;
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, stream, &a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, stream, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, stream, c), STOW_OK);
+    cr_assert_eq(stats().num_unmap_calls, 2, "c took a's granules");
+    cr_assert_eq(stats().num_sync_all_streams, 1, "the first remap synchronized");
+}
+
+/* The end of the two-stream tests below: s1's work completes (and s2's when
+ * complete_s2), a block of `bytes` on s1 remaps `remapped` granules without
+ * creating any (the pool stays at `granules`), and every block left goes.
+ * Returns the synchronizes that block added. */
+static uint64_t remap_when_streams_done(stow_stream_t s1, stow_stream_t s2, bool complete_s2,
+                                        size_t bytes, uint64_t remapped, uint64_t granules,
+                                        void *b, void *c, void *fence)
+{
+    stow_stats_t st = stats();
+    uint64_t syncs = st.num_sync_all_streams, unmaps = st.num_unmap_calls;
+    stow_sim_complete_stream(sim, s1);
+    if (complete_s2)
+        stow_sim_complete_stream(sim, s2);
+    void *z;
+    cr_assert_eq(stow_pool_alloc(pool, bytes, s1, &z), STOW_OK);
+    st = stats();
+    cr_assert_eq(st.num_unmap_calls, unmaps + remapped, "%llu granules remapped",
+                 (unsigned long long)remapped);
+    cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, granules * G, "no handle created");
+    check();
+    void *kept[] = {b, c, fence, z};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
+    uint64_t added = st.num_sync_all_streams - syncs;
+    finish();
+    return added;
+}
+
 /* Stream safety of remaps with events (vmm.c): after a first remap, which
  * synchronizes, the pool closes an unmap epoch every 8 frees that leave
  * granules unused, with an event on each stream that freed since its own
- * last closure. The
- * layout: a (4 MiB, freed) and b; c (6 MiB) takes a's two granules (the first
- * remap); 9 blocks x of 4 MiB above them, then a fence. All xs but x[4] are
- * freed: two holes of 16 MiB, 16 granules unused in the epoch that the 8th
- * free closed. Then a 20 MiB block, which fits neither hole, goes above the
- * fence: it needs 10 granules and may not create any (slack 0), so it remaps
- * the oldest 10. `fail_record` makes every event fail to record. Returns the
- * pool's synchronizes before that block; kept[] gets the 5 blocks left live. */
+ * last closure. The layout: after first_remap (a, b and c), 9 blocks x of
+ * 4 MiB above them, then a fence. All xs but x[4] are freed: two holes of
+ * 16 MiB, 16 granules unused in the epoch that the 8th free closed. Then a
+ * 20 MiB block, which fits neither hole, goes above the fence: it needs 10
+ * granules and may not create any (slack 0), so it remaps the oldest 10.
+ * `fail_record` makes every event fail to record. Returns the pool's
+ * synchronizes before that block; kept[] gets the 5 blocks left live. */
 static uint64_t remap_after_closed_epoch(bool complete_the_stream, bool fail_record, void **kept)
 {
     make_vmm_tight();
-    void *a = alloc_ok(4 * MIB);
-    kept[0] = alloc_ok(4 * MIB);
-    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
-    kept[1] = alloc_ok(6 * MIB);
-    cr_assert_eq(stats().num_unmap_calls, 2, "c took a's granules");
-    cr_assert_eq(stats().num_sync_all_streams, 1, "the first remap synchronized");
+    first_remap(NULL, &kept[0], &kept[1]);
     void *x[9];
     for (int i = 0; i < 9; i++)
         x[i] = alloc_ok(4 * MIB);
@@ -521,12 +557,8 @@ static uint64_t remap_of_a_granule_two_streams_shared(bool complete_s2)
 {
     stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
     make_vmm_tight();
-    void *a, *b, *c, *p, *q, *y[7], *fence, *z;
-    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &a), STOW_OK);
-    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &b), STOW_OK);
-    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
-    cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, s1, &c), STOW_OK);
-    cr_assert_eq(stats().num_unmap_calls, 2, "the first remap");
+    void *b, *c, *p, *q, *y[7], *fence;
+    first_remap(s1, &b, &c);
     cr_assert_eq(stow_empty_cache(pool), STOW_OK);
     cr_assert_eq(stow_pool_alloc(pool, 3 * MIB, s1, &p), STOW_OK);
     cr_assert_eq(stow_pool_alloc(pool, 1 * MIB, s2, &q), STOW_OK);
@@ -539,24 +571,10 @@ static uint64_t remap_of_a_granule_two_streams_shared(bool complete_s2)
     cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
     for (int i = 0; i < 7; i++)
         cr_assert_eq(stow_pool_free(pool, y[i]), STOW_OK);
-    stow_stats_t st = stats();
-    cr_assert_eq(st.num_event_records, 2, "the 8th free that left granules unused closed "
-                                          "the epoch, on s1 and s2");
-    uint64_t syncs = st.num_sync_all_streams;
-    stow_sim_complete_stream(sim, s1);
-    if (complete_s2)
-        stow_sim_complete_stream(sim, s2);
-    cr_assert_eq(stow_pool_alloc(pool, 30 * MIB, s1, &z), STOW_OK);
-    st = stats();
-    cr_assert_eq(st.num_unmap_calls, 17, "15 granules remapped");
-    cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, 22 * G, "no handle created");
-    check();
-    void *kept[] = {b, c, fence, z};
-    for (size_t i = 0; i < 4; i++)
-        cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
-    uint64_t added = st.num_sync_all_streams - syncs;
-    finish();
-    return added;
+    cr_assert_eq(stats().num_event_records, 2, "the 8th free that left granules unused closed "
+                                               "the epoch, on s1 and s2");
+    cr_assert_eq(stats().num_unmap_calls, 2);
+    return remap_when_streams_done(s1, s2, complete_s2, 30 * MIB, 15, 22, b, c, fence);
 }
 
 Test(vmm, a_granule_two_streams_shared_is_remapped_after_both_finished)
@@ -578,11 +596,8 @@ static uint64_t remap_after_a_closing_free_on_another_stream(bool complete_s2)
 {
     stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
     make_vmm_tight();
-    void *a, *b, *c, *x[15], *w, *fence, *z;
-    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &a), STOW_OK);
-    cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &b), STOW_OK);
-    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
-    cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, s1, &c), STOW_OK);
+    void *b, *c, *x[15], *w, *fence;
+    first_remap(s1, &b, &c);
     cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s2, &w), STOW_OK);
     for (int i = 0; i < 15; i++)
         cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &x[i]), STOW_OK);
@@ -594,23 +609,10 @@ static uint64_t remap_after_a_closing_free_on_another_stream(bool complete_s2)
     for (int i = 8; i < 15; i++)
         cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, w), STOW_OK);
-    stow_stats_t st = stats();
-    cr_assert_eq(st.num_event_records, 4, "w's free closed the second epoch, on s1 and s2");
-    uint64_t syncs = st.num_sync_all_streams;
-    stow_sim_complete_stream(sim, s1);
-    if (complete_s2)
-        stow_sim_complete_stream(sim, s2);
-    cr_assert_eq(stow_pool_alloc(pool, 64 * MIB, s1, &z), STOW_OK);
-    st = stats();
-    cr_assert_eq(st.num_unmap_calls, 34, "32 granules remapped, w's among them");
-    cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, 38 * G, "no handle created");
-    check();
-    void *kept[] = {b, c, fence, z};
-    for (size_t i = 0; i < 4; i++)
-        cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
-    uint64_t added = st.num_sync_all_streams - syncs;
-    finish();
-    return added;
+    cr_assert_eq(stats().num_event_records, 4, "w's free closed the second epoch, on s1 and s2");
+    cr_assert_eq(stats().num_unmap_calls, 2);
+    /* All 32 unused granules, w's among them. */
+    return remap_when_streams_done(s1, s2, complete_s2, 64 * MIB, 32, 38, b, c, fence);
 }
 
 Test(vmm, the_free_that_closes_an_epoch_is_waited_for_on_its_stream)
