@@ -223,6 +223,9 @@ struct stow_pool {
     size_t granularity_bytes;
     unsigned granularity_shift;        /* log2(granularity_bytes) (a power of two) */
     bool has_events;                 /* backend orders streams with events */
+    /* The backend's event_synchronize (NULL: none, or no events, or a version-1
+     * backend): a remap waits on events instead of the device (vmm.c). */
+    stow_status_t (*event_synchronize)(void *ctx, stow_event_t event);
     size_t capacity_bytes;           /* device total from mem_info */
     size_t limit_bytes;              /* memory_fraction x capacity */
     stow_ptr_map_t live;             /* addr -> ALLOCATED or PENDING block */

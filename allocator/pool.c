@@ -128,7 +128,8 @@ static bool backend_valid(const stow_backend_t *b)
     if (!b)
         return false;
     int event_methods = !!b->event_record + !!b->event_query + !!b->event_destroy;
-    return b->abi_version == STOW_BACKEND_ABI && b->reserve && b->release && b->mem_info &&
+    return (b->abi_version == 1 || b->abi_version == STOW_BACKEND_ABI) && b->reserve &&
+           b->release && b->mem_info &&
            b->synchronize && b->granularity_bytes >= STOW_MIN_BLOCK_BYTES &&
            (b->granularity_bytes & (b->granularity_bytes - 1)) == 0 &&
            (event_methods == 0 || event_methods == 3);
@@ -187,6 +188,10 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->granularity_bytes = backend->granularity_bytes;
     pool->granularity_shift = (unsigned)__builtin_ctzll(backend->granularity_bytes);
     pool->has_events = backend->event_record && backend->event_query && backend->event_destroy;
+    /* A version-1 backend's struct ends before event_synchronize. */
+    pool->event_synchronize = pool->has_events && backend->abi_version >= 2
+                                  ? backend->event_synchronize
+                                  : NULL;
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
     pool->adapt.slack = cfg.vmm_slack;
     pool->adapt.settled = cfg.vmm_slack_max <= cfg.vmm_slack;

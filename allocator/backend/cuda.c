@@ -105,6 +105,7 @@ typedef struct driver {
     CUresult (*mem_get_allocation_granularity)(size_t *granularity,
                                                const CUmemAllocationProp *prop,
                                                CUmemAllocationGranularity_flags option);
+    CUresult (*event_synchronize)(CUevent ev);
 
     void *handle;           /* dlopen handle, kept for the life of the process */
     bool has_vmm;           /* every VMM entry point resolved */
@@ -151,6 +152,7 @@ static const struct {
     {"cuMemSetAccess", DRV_FIELD(mem_set_access), false, true},
     {"cuMemGetAllocationGranularity", DRV_FIELD(mem_get_allocation_granularity), false, true},
     {"cuMemsetD8Async", DRV_FIELD(memset_d8_async), false, false},
+    {"cuEventSynchronize", DRV_FIELD(event_synchronize), false, false},
 };
 
 #if defined(STOW_HAVE_CUDA_HEADERS) && defined(__GNUC__)
@@ -187,6 +189,7 @@ DRV_CHECK(mem_unmap, cuMemUnmap);
 DRV_CHECK(mem_set_access, cuMemSetAccess);
 DRV_CHECK(mem_get_allocation_granularity, cuMemGetAllocationGranularity);
 DRV_CHECK(memset_d8_async, cuMemsetD8Async);
+DRV_CHECK(event_synchronize, cuEventSynchronize);
 #endif
 
 /* "NAME: message" for a driver result; both lookups may fail (the stub
@@ -511,6 +514,22 @@ static stow_status_t cuda_event_query(void *ctx, stow_event_t event, bool *done)
     return st;
 }
 
+/* Blocks the calling thread until the event's work completed; work queued
+ * after it keeps running (what a remap waits for, vmm.c). */
+static stow_status_t cuda_event_synchronize(void *ctx, stow_event_t event)
+{
+    cuda_t *c = cuda_of(ctx);
+    ctx_guard_t g;
+    stow_status_t st = ctx_enter(c, &g);
+    if (st != STOW_OK)
+        return st;
+    CUresult r = D.event_synchronize((CUevent)event);
+    if (r != CUDA_SUCCESS)
+        st = cuda_fail(c, r, "cuEventSynchronize");
+    ctx_leave(&g);
+    return st;
+}
+
 static stow_status_t cuda_event_destroy(void *ctx, stow_event_t event)
 {
     cuda_t *c = cuda_of(ctx);
@@ -714,6 +733,8 @@ stow_status_t stow_cuda_backend_create(int device, stow_backend_t **out, char *w
     b->event_record = cuda_event_record;
     b->event_query = cuda_event_query;
     b->event_destroy = cuda_event_destroy;
+    if (D.event_synchronize)
+        b->event_synchronize = cuda_event_synchronize;
 
     if (D.memset_d8_async)
         b->scrub = cuda_scrub;

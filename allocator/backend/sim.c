@@ -6,7 +6,7 @@
  * host-backed mode, real host memory so tests can write patterns into blocks.
  * A capacity makes out-of-memory paths run on a CPU; every call is counted;
  * faults are injected per call kind; events complete at once or when a test
- * says their stream finished. Deterministic: no clocks, no global state.
+ * says their stream finished (or the pool waits on one: event_synchronize). Deterministic: no clocks, no global state.
  */
 #include "allocator/internal.h"
 #include "stowage/sim.h"
@@ -20,6 +20,7 @@
 
 typedef struct sim_event {
     stow_stream_t stream;
+    uint64_t seq;       /* order of recording (stream order within a stream) */
     uint32_t next_free; /* free-list link (index + 1), 0 = end */
     bool done;
     bool live;
@@ -44,6 +45,7 @@ typedef struct sim {
     uint64_t rng[STOW_SIM_CALL_KINDS];
     sim_event_t *events;
     uint32_t event_count, event_capacity, event_free_head;
+    uint64_t event_seq; /* events recorded so far: the next one's order */
 } sim_t;
 
 static sim_t *sim_of(void *ctx) { return (sim_t *)ctx; }
@@ -57,6 +59,7 @@ static const uint64_t h200_cost_ns[STOW_SIM_CALL_KINDS] = {
     [STOW_SIM_VA_RELEASE] = 16000,  [STOW_SIM_PHYS_CREATE] = 9800,
     [STOW_SIM_PHYS_RELEASE] = 9400, [STOW_SIM_MAP] = 24000,
     [STOW_SIM_UNMAP] = 15000,       [STOW_SIM_SCRUB] = 2000,
+    [STOW_SIM_EVENT_SYNCHRONIZE] = 10000,
 };
 
 static uint64_t splitmix64(uint64_t *state)
@@ -180,15 +183,28 @@ static stow_status_t sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_b
     return st;
 }
 
-static void complete_events(sim_t *s, stow_stream_t stream, bool all_streams)
+/* Completes the live events on `stream` (every stream: all_streams) recorded
+ * at or before sequence number seq_upto. */
+static void complete_events_before(sim_t *s, stow_stream_t stream, bool all_streams,
+                                   uint64_t seq_upto)
 {
     for (uint32_t i = 0; i < s->event_count; i++) {
         sim_event_t *e = &s->events[i];
-        if (e->live && !e->done && (all_streams || e->stream == stream)) {
+        if (e->live && !e->done && (all_streams || e->stream == stream) && e->seq <= seq_upto) {
             e->done = true;
             s->counters.pending_events--;
         }
     }
+}
+
+static void complete_events(sim_t *s, stow_stream_t stream, bool all_streams)
+{
+    complete_events_before(s, stream, all_streams, UINT64_MAX);
+}
+
+static void complete_events_upto(sim_t *s, stow_stream_t stream, uint64_t seq)
+{
+    complete_events_before(s, stream, false, seq);
 }
 
 static stow_status_t sim_synchronize(void *ctx)
@@ -235,6 +251,7 @@ static stow_status_t sim_event_record(void *ctx, stow_stream_t stream, stow_even
         }
         sim_event_t *e = &s->events[i];
         e->stream = stream;
+        e->seq = ++s->event_seq;
         e->live = true;
         e->next_free = 0;
         e->done = !s->config.manual_events;
@@ -256,6 +273,22 @@ static stow_status_t sim_event_query(void *ctx, stow_event_t ev, bool *done)
         st = sim_fail(s, STOW_SIM_EVENT_QUERY, STOW_EINVAL);
     if (st == STOW_OK)
         *done = e->done;
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+/* The event completes, and with it every event recorded before it on its
+ * stream (stream order); later ones and other streams' stay pending. */
+static stow_status_t sim_event_synchronize(void *ctx, stow_event_t ev)
+{
+    sim_t *s = sim_of(ctx);
+    pthread_mutex_lock(&s->lock);
+    stow_status_t st = sim_enter(s, STOW_SIM_EVENT_SYNCHRONIZE);
+    const sim_event_t *e = event_of(s, ev);
+    if (st == STOW_OK && !e)
+        st = sim_fail(s, STOW_SIM_EVENT_SYNCHRONIZE, STOW_EINVAL);
+    if (st == STOW_OK)
+        complete_events_upto(s, e->stream, e->seq);
     pthread_mutex_unlock(&s->lock);
     return st;
 }
@@ -442,6 +475,7 @@ stow_status_t stow_sim_create(const stow_sim_config_t *config, stow_backend_t **
     b->event_record = sim_event_record;
     b->event_query = sim_event_query;
     b->event_destroy = sim_event_destroy;
+    b->event_synchronize = sim_event_synchronize;
     b->va_reserve = sim_va_reserve;
     b->va_release = sim_va_release;
     b->phys_create = sim_phys_create;

@@ -26,7 +26,9 @@
 extern "C" {
 #endif
 
-#define STOW_BACKEND_ABI 1u
+/* 2: event_synchronize added at the end. A pool still takes a backend of
+ * version 1 (whose struct ends at scrub) and never reads the field there. */
+#define STOW_BACKEND_ABI 2u
 
 /* A stream: CUstream/cudaStream_t for CUDA (NULL = the legacy default stream);
  * any distinct value for the simulated device. */
@@ -39,7 +41,7 @@ typedef uint64_t stow_phys_t;
 typedef struct stow_backend stow_backend_t;
 
 struct stow_backend {
-    uint32_t abi_version;     /* STOW_BACKEND_ABI, else stow_pool_create -> STOW_EINVAL */
+    uint32_t abi_version;     /* STOW_BACKEND_ABI (or 1), else stow_pool_create -> STOW_EINVAL */
     const char *name;         /* "sim", "sim-host", "cuda" */
     void *ctx;                /* first argument of every method */
     size_t granularity_bytes; /* reserve/map unit, a power of two (2 MiB on CUDA) */
@@ -74,7 +76,8 @@ struct stow_backend {
      * physical memory behind it. phys_create: a physical handle of size_bytes,
      * counted against the device capacity (STOW_ENOMEM when full). map: maps the
      * whole handle at va and grants access. unmap: unmaps [va, va+size_bytes); it
-     * need not wait for queued work: the pool synchronizes before it unmaps. */
+     * need not wait for queued work: before it unmaps, the pool knows from events
+     * (or a synchronize) that no queued work still uses the range. */
     stow_status_t (*va_reserve)(void *ctx, size_t size_bytes, void **out);
     stow_status_t (*va_release)(void *ctx, void *va, size_t size_bytes);
     stow_status_t (*phys_create)(void *ctx, size_t size_bytes, stow_phys_t *out);
@@ -85,6 +88,13 @@ struct stow_backend {
     /* Optional (NULL: scrub_on_free unavailable). Zeroes [ptr, ptr+size_bytes),
      * ordered after the work queued on `stream` and before later work there. */
     stow_status_t (*scrub)(void *ctx, void *ptr, size_t size_bytes, stow_stream_t stream);
+
+    /* Optional, ABI 2 (NULL: a page-mapped pool synchronizes the device instead;
+     * ignored without the three event methods). Blocks until all work queued
+     * before `event` (from event_record) has completed, and no longer: work
+     * queued after it on its stream or on others keeps running
+     * (cuEventSynchronize). The event stays the pool's, to destroy. */
+    stow_status_t (*event_synchronize)(void *ctx, stow_event_t event);
 };
 
 #ifdef __cplusplus

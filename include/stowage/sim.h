@@ -30,7 +30,8 @@ extern "C" {
     X(PHYS_RELEASE, phys_release)                    \
     X(MAP, map)                                      \
     X(UNMAP, unmap)                                  \
-    X(SCRUB, scrub)
+    X(SCRUB, scrub)                                  \
+    X(EVENT_SYNCHRONIZE, event_synchronize)
 
 typedef enum {
 #define STOW_SIM_CALL_ENUM_(up, low) STOW_SIM_##up,
@@ -56,7 +57,8 @@ typedef struct stow_sim_counters {
  * measured), event_record 157, event_query 130, event_destroy 126, va_reserve
  * 16000, va_release 16000, phys_create 9800 (2 MiB), phys_release 9400,
  * map 24000 (cuMemMap + cuMemSetAccess), unmap 15000, scrub 2000 (a memset
- * kernel launch; not measured). */
+ * kernel launch; not measured), event_synchronize 10000 (a wait, as
+ * synchronize; not measured). */
 STOW_API void stow_sim_set_call_cost(stow_backend_t *sim, stow_sim_call_t kind, uint64_t cost_ns);
 
 /* Name of a call kind ("reserve"...); static. */
@@ -77,7 +79,8 @@ STOW_API void stow_sim_fail_random(stow_backend_t *sim, stow_sim_call_t kind, ui
                                    uint64_t seed);
 
 /* Manual-event mode: completes every event recorded so far on `stream`
- * (the stream's queued work finished). */
+ * (the stream's queued work finished). The backend's event_synchronize
+ * completes an event and those recorded before it on its stream. */
 STOW_API void stow_sim_complete_stream(stow_backend_t *sim, stow_stream_t stream);
 
 /* Changes the capacity (the OOM threshold) of a live device. */

@@ -960,6 +960,19 @@ EXPORT CUresult cuEventQuery(void *ev)
     LEAVE(CUDA_SUCCESS);
 }
 
+/* Time runs on to the event's completion, and no further: work queued after
+ * it (on its stream or another) stays pending. */
+EXPORT CUresult cuEventSynchronize(void *ev)
+{
+    ENTER(need_context("cuEventSynchronize"));
+    event_t *e = event_of(ev);
+    if (!e)
+        LEAVE(violation(CUDA_ERROR_INVALID_HANDLE, "cuEventSynchronize(%p): not an event", ev));
+    if (e->done_at > S.tick)
+        S.tick = e->done_at;
+    LEAVE(CUDA_SUCCESS);
+}
+
 EXPORT CUresult cuEventDestroy_v2(void *ev)
 {
     ENTER(need_context("cuEventDestroy_v2"));

@@ -258,6 +258,7 @@ static stow_status_t call_kind(stow_backend_t *b, fixture_t *f, stow_sim_call_t 
         cr_assert_eq(b->map(b->ctx, f->va[i], GRAN, f->phys[i]), STOW_OK);
         return b->unmap(b->ctx, f->va[i], GRAN);
     case STOW_SIM_SCRUB: return b->scrub(b->ctx, f->res[0], GRAN, NULL);
+    case STOW_SIM_EVENT_SYNCHRONIZE: return b->event_synchronize(b->ctx, f->ev[0]);
     default: cr_assert_fail("bad kind"); return STOW_EINVAL;
     }
 }
@@ -382,6 +383,36 @@ Test(sim, automatic_events_complete_at_once)
     cr_assert(done);
     cr_assert_eq(counters(b).pending_events, 0);
     cr_assert_eq(b->event_destroy(b->ctx, e), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* A wait on one event completes it and what its stream queued before it:
+ * later events on that stream, and other streams', stay pending. */
+Test(sim, event_synchronize_completes_its_stream_up_to_the_event)
+{
+    stow_backend_t *b = sim_new(0, true);
+    stow_stream_t s1 = (stow_stream_t)0x100, s2 = (stow_stream_t)0x200;
+    stow_event_t a1, b1, a2, a3;
+    bool done;
+    cr_assert_eq(b->event_record(b->ctx, s1, &a1), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, s2, &b1), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, s1, &a2), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, s1, &a3), STOW_OK);
+    cr_assert_eq(b->event_synchronize(b->ctx, a2), STOW_OK);
+    stow_event_t want_done[] = {a1, a2}, want_pending[] = {b1, a3};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(b->event_query(b->ctx, want_done[i], &done), STOW_OK);
+        cr_assert(done, "a%d: before the event on its stream", i + 1);
+        cr_assert_eq(b->event_query(b->ctx, want_pending[i], &done), STOW_OK);
+        cr_assert(!done, "%s: still pending", i ? "a3, after it" : "b1, another stream");
+    }
+    cr_assert_eq(counters(b).pending_events, 2);
+    cr_assert_eq(counters(b).calls[STOW_SIM_EVENT_SYNCHRONIZE], 1);
+    cr_assert_eq(b->event_synchronize(b->ctx, (stow_event_t)(uintptr_t)999), STOW_EINVAL,
+                 "an unknown event");
+    stow_event_t all[] = {a1, b1, a2, a3};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(b->event_destroy(b->ctx, all[i]), STOW_OK);
     cr_assert_eq(stow_sim_destroy(b), STOW_OK);
 }
 
