@@ -165,6 +165,11 @@ size_t stow_stats_summary(const stow_stats_t *s, char *buf, size_t buf_len)
     if (s->num_map_calls || s->num_unmap_calls || s->num_vmm_allowance_raises)
         put_row(&o, "Page maps %" PRIu64 ", unmaps %" PRIu64 ", allowance raises %" PRIu64,
                 s->num_map_calls, s->num_unmap_calls, s->num_vmm_allowance_raises);
+    /* What the device waited for: a synchronize drains every stream's queue,
+     * an event wait (before a remap) only the work before one event. */
+    if (s->num_sync_all_streams || s->num_event_waits)
+        put_row(&o, "Device synchronizes %" PRIu64 ", event waits %" PRIu64,
+                s->num_sync_all_streams, s->num_event_waits);
     put_rule(&o, '-');
     put_row(&o, "%-24s | %12s | %12s | %12s | %12s", "Request size class", "Requests",
             "Cache hits", "Misses", "Live (peak)");

@@ -482,9 +482,12 @@ static void note_remap(stow_pool_t *pool)
  * every free cost about 3 % of a page-mapped pool's host time). Once the
  * events of a closed epoch and of every epoch before it completed, granules
  * tagged with it are safe (unmap_safe_epoch). A synchronize makes every
- * granule unused so far safe at once. A remap then synchronizes only when the
+ * granule unused so far safe at once. A remap then waits only when the
  * oldest unused granule, the one it takes, is not yet known safe after
- * querying the closed epochs' events: the oldest runs were freed longest ago.
+ * querying the closed epochs' events (the oldest runs were freed longest
+ * ago), and then, on a backend that can (event_synchronize, since the
+ * thirty-fifth session), on those events alone, closing the open epoch first
+ * when the granule is in it; it synchronizes the device only without one.
  *
  * Epochs are closed only while the pool remaps (for CLOSE_AFTER_REMAP_OPS
  * operations, one adaptive window, after a remap): every CLOSE_EVERY_FREES
@@ -493,7 +496,8 @@ static void note_remap(stow_pool_t *pool)
  * at most STOW_VMM_CLOSURES epochs in flight (the oldest is queried when the
  * ring is full). A pool that stopped remapping stops recording within a
  * window: a steady state makes no backend call (test_replay_traces). On a
- * backend without events nothing is closed: every remap synchronizes.
+ * backend without events nothing is closed: every remap that needs a granule
+ * not yet known safe synchronizes.
  * docs/design.md (remaps without a synchronize) compares other settings. */
 #define CLOSE_EVERY_FREES 8
 #define CLOSE_AFTER_REMAP_OPS 8192
@@ -617,6 +621,53 @@ static bool oldest_unused_is_safe(stow_pool_t *pool)
     return pool->run_head->unused_epoch <= pool->unmap_safe_epoch;
 }
 
+/* Waits on the events of the oldest closed epoch that are still pending
+ * (retire_closures destroyed those that had completed) and retires it; false
+ * when a wait failed (the epoch stays, holding the events not yet waited on). */
+static bool wait_oldest_closure(stow_pool_t *pool)
+{
+    stow_vmm_closure_t *c = &pool->closures[pool->closure_first];
+    while (c->count) {
+        pool->acct.s.num_event_waits++;
+        if (stow__backend_status(pool, pool->event_synchronize(pool->backend->ctx,
+                                                               c->events[c->count - 1])) !=
+            STOW_OK)
+            return false;
+        stow__pool_destroy_event(pool, c->events[--c->count]);
+    }
+    pool->unmap_safe_epoch = c->epoch;
+    pool->closure_first = (pool->closure_first + 1) % STOW_VMM_CLOSURES;
+    pool->closure_count--;
+    return true;
+}
+
+/* Makes the oldest unused granule safe to unmap by waiting on events alone,
+ * where the backend can (event_synchronize): a granule of the open epoch first
+ * closes it (an event on each stream that freed since its last closure), then
+ * the closed epochs' events are waited on, oldest first, up to the granule's.
+ * Work queued after those events keeps running, on every stream, where a
+ * synchronize would wait for all of it: on a GPU whose queue runs ahead of the
+ * host, the remap no longer drains the queue. False when it cannot (no such
+ * method, an event that could not be recorded, a wait that failed): the caller
+ * synchronizes, as before. */
+static bool wait_for_oldest_unused(stow_pool_t *pool)
+{
+    if (!pool->event_synchronize)
+        return false;
+    uint64_t epoch = pool->run_head->unused_epoch;
+    if (epoch == pool->unmap_epoch) {
+        if (pool->closure_count == STOW_VMM_CLOSURES && !wait_oldest_closure(pool))
+            return false;
+        close_epoch(pool, NULL);
+        if (epoch == pool->unmap_epoch)
+            return false;
+    }
+    while (epoch > pool->unmap_safe_epoch)
+        if (!pool->closure_count || !wait_oldest_closure(pool))
+            return false;
+    return true;
+}
+
 /* Unmaps the oldest unused granule, the first of the oldest run (one must
  * exist): *phys gets its handle, *kind its range's pool kind. Nothing changes
  * when the unmap fails. */
@@ -667,7 +718,7 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
     if (!pool->run_head)
         return STOW_ENOMEM;
     pool->closing_until_op = pool->op_count + CLOSE_AFTER_REMAP_OPS;
-    if (!*synced && !oldest_unused_is_safe(pool)) {
+    if (!*synced && !oldest_unused_is_safe(pool) && !wait_for_oldest_unused(pool)) {
         /* The granule's last blocks may still be used by queued work, on any
          * stream or on a single-stream backend's only one: unmapping is not
          * stream-ordered. */

@@ -9,8 +9,9 @@
  * count equal to that of the replay two before: a fixed point or a two-step
  * cycle, seen at least twice), and the host cost of vmm relative to classic
  * (median of the per-replay ratios of replays 3..N: same process, same trace,
- * back to back), and the device synchronizes the vmm pool made (in all, and
- * the median per replay of replays 3..N). It also prints the classic pool's
+ * back to back), and how often the vmm pool waited for queued work: device
+ * synchronizes and events waited on, in all, and the median per replay of
+ * replays 3..N of both together. It also prints the classic pool's
  * backend calls (segment reserves and releases) replay by replay and its peak
  * reserved / peak live: whether the classic pool settles under the same
  * settings.
@@ -96,11 +97,13 @@ static uint64_t backend_calls(stow_pool_t *pool)
     return st.num_backend_calls;
 }
 
-static uint64_t synchronizes(stow_pool_t *pool)
+/* The pool's waits for queued work: device synchronizes and single events
+ * waited on (before remaps). */
+static uint64_t waits(stow_pool_t *pool)
 {
     stow_stats_t st;
     (void)stow_pool_stats(pool, &st);
-    return st.num_sync_all_streams;
+    return st.num_sync_all_streams + st.num_event_waits;
 }
 
 static uint64_t remaps(stow_pool_t *pool)
@@ -321,17 +324,17 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
     }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    double churn[MAX_REPLAYS], ratio[MAX_REPLAYS], syncs[MAX_REPLAYS];
+    double churn[MAX_REPLAYS], ratio[MAX_REPLAYS], wait_counts[MAX_REPLAYS];
     uint64_t count[MAX_REPLAYS], classic_calls[MAX_REPLAYS], part_remaps[MAX_PARTS];
     uint64_t failures = 0;
     printf("%-26s map+unmap / 1000 events by replay:", base);
     for (int r = 0; r < replays; r++) {
         uint64_t before = remaps(vmm.pool), classic_before = backend_calls(classic.pool);
-        uint64_t syncs_before = synchronizes(vmm.pool);
+        uint64_t waits_before = waits(vmm.pool);
         uint64_t vmm_ns = replay(&vmm, t, &failures, r == 0 ? parts : 0, part_remaps, NULL);
         uint64_t classic_ns = replay(&classic, t, &failures, 0, NULL, NULL);
         count[r] = remaps(vmm.pool) - before;
-        syncs[r] = (double)(synchronizes(vmm.pool) - syncs_before);
+        wait_counts[r] = (double)(waits(vmm.pool) - waits_before);
         classic_calls[r] = backend_calls(classic.pool) - classic_before;
         churn[r] = 1000.0 * (double)count[r] / (double)t->event_count;
         ratio[r] = (double)vmm_ns / (double)classic_ns;
@@ -361,11 +364,13 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
     if (stable >= 0)
         snprintf(settled, sizeof settled, "settled from replay %d", stable + 1);
     printf("%-26s vmm reserved/live %.4f  steady churn %.1f  %s  vmm/classic host time %.3f"
-           "  failures %llu  allowance raises %llu  synchronizes %llu, steady %.1f per replay\n",
+           "  failures %llu  allowance raises %llu  synchronizes %llu, event waits %llu,"
+           " steady %.1f waits per replay\n",
            base, peak_ratio, median(churn + from, replays - from), settled,
            median(ratio + from, replays - from), (unsigned long long)failures,
            (unsigned long long)st.num_vmm_allowance_raises,
-           (unsigned long long)st.num_sync_all_streams, median(syncs + from, replays - from));
+           (unsigned long long)st.num_sync_all_streams, (unsigned long long)st.num_event_waits,
+           median(wait_counts + from, replays - from));
     rc = extra_replay(base, &vmm, t, config, who);
 out:
     side_close(&vmm);

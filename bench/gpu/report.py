@@ -35,10 +35,12 @@ for p in sorted(glob.glob(os.path.join(d, "train_*.json"))):
         r["model"], r["mode"], r["step_ms_median"], r["peak_allocated_bytes"] / MiB,
         r["peak_reserved_bytes"] / MiB, r["losses"][-1]))
     if r.get("num_unmap_calls"):
-        # Remaps, and how many of them still waited for the whole device.
-        print("  %-23s maps %s, unmaps %s, synchronizes %s, events %s" % (
+        # Remaps, how many of them still waited for the whole device, and the
+        # events waited on instead.
+        print("  %-23s maps %s, unmaps %s, synchronizes %s, events %s, waited on %s" % (
             "", r.get("num_map_calls"), r.get("num_unmap_calls"),
-            r.get("num_sync_all_streams"), r.get("num_event_records")))
+            r.get("num_sync_all_streams"), r.get("num_event_records"),
+            r.get("num_event_waits")))
 
 rt = load("replay_torch.json")
 rc = load("replay_cuda.json")

@@ -97,10 +97,11 @@ for i in range(args.steps):
 if args.mode.startswith("stowage"):
     s = stowage.memory_stats()
     peak_alloc, peak_res = s["allocated_bytes.all.peak"], s["reserved_bytes.all.peak"]
-    # Page-mapped pools: remaps, and the synchronizes they still made (events
-    # cover the rest: docs/design.md, remaps without a synchronize).
+    # Page-mapped pools: remaps, the synchronizes they still made and the
+    # events they waited on instead (docs/design.md, remaps without a
+    # synchronize).
     for key in ("num_alloc_retries", "num_device_alloc", "num_map_calls", "num_unmap_calls",
-                "num_sync_all_streams", "num_event_records"):
+                "num_sync_all_streams", "num_event_records", "num_event_waits"):
         result[key] = s.get(key)
 else:
     peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()

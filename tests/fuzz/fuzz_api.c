@@ -52,6 +52,7 @@
 /* Totals over the process, printed at exit (docs/reliability.md figures). */
 typedef struct fz_totals {
     unsigned long long inputs, ops, injected_faults;
+    unsigned long long event_waits; /* remaps that waited on an event (event_synchronize) */
 } fz_totals_t;
 static fz_totals_t fz_totals;
 static int fz_verbose; /* FUZZ_API_VERBOSE=1: print each decoded call (reproducing a crash) */
@@ -128,11 +129,24 @@ static stow_status_t fz_synchronize(void *ctx)
         fz_streams_done((1u << FZ_STREAMS) - 1);
     return st;
 }
+static void fz_event_recorded(stow_event_t ev, stow_stream_t stream);
+static void fz_event_waited(stow_event_t ev);
 static stow_status_t fz_event_record(void *ctx, stow_stream_t stream, stow_event_t *out)
 {
     uint64_t before = fz_failures();
     stow_status_t st = fz_sim->event_record(ctx, stream, out);
     fz_after_call(st, before, st == STOW_EHOSTMEM, "event_record");
+    if (st == STOW_OK)
+        fz_event_recorded(*out, stream);
+    return st;
+}
+static stow_status_t fz_event_synchronize(void *ctx, stow_event_t ev)
+{
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->event_synchronize(ctx, ev);
+    fz_after_call(st, before, false, "event_synchronize");
+    if (st == STOW_OK)
+        fz_event_waited(ev);
     return st;
 }
 static stow_status_t fz_event_query(void *ctx, stow_event_t ev, bool *done)
@@ -153,7 +167,8 @@ static stow_status_t fz_event_destroy(void *ctx, stow_event_t ev)
 /* ---- the device-work oracle ----
  * What the device would see, kept beside the pool and never read from it: a
  * logical clock; per stream, the time up to which its queued work is known
- * complete (complete_stream, or a synchronize that succeeded); per freed
+ * complete (complete_stream, a synchronize that succeeded, or a wait on an
+ * event recorded there, which completes only the work before it); per freed
  * block, its range, the streams that used it with the time of their last use
  * there (the free; a scrub is a later use on its own stream) and whether a
  * scrub covered it since. On the simulated device work is pending only with
@@ -211,6 +226,42 @@ static bool fz_region_busy(const fz_region_t *r, unsigned except, unsigned *who)
             return true;
         }
     return false;
+}
+
+/* The events the pool recorded, by handle (the simulated device's are small
+ * integers): the stream and the time of each, so that a wait on one tells how
+ * far its stream's work got. */
+typedef struct fz_event_note {
+    unsigned stream;
+    uint64_t clock;
+} fz_event_note_t;
+static fz_event_note_t *fz_event_notes;
+static size_t fz_event_note_cap;
+
+static void fz_event_recorded(stow_event_t ev, stow_stream_t stream)
+{
+    size_t i = (size_t)(uintptr_t)ev;
+    if (i >= fz_event_note_cap) {
+        size_t cap = fz_event_note_cap ? fz_event_note_cap : 64;
+        while (cap <= i)
+            cap *= 2;
+        fz_event_note_t *grown = realloc(fz_event_notes, cap * sizeof *grown);
+        FUZZ_CHECK(grown != NULL, "host memory");
+        fz_event_notes = grown;
+        fz_event_note_cap = cap;
+    }
+    fz_or.clock++; /* after every use so far */
+    fz_event_notes[i] = (fz_event_note_t){fz_stream_index(stream), fz_or.clock};
+}
+
+/* A wait on an event that succeeded: its stream's work before it is done. */
+static void fz_event_waited(stow_event_t ev)
+{
+    size_t i = (size_t)(uintptr_t)ev;
+    FUZZ_CHECK(i < fz_event_note_cap, "a wait on an event never recorded: %p", ev);
+    const fz_event_note_t *n = &fz_event_notes[i];
+    if (fz_or.done_upto[n->stream] < n->clock)
+        fz_or.done_upto[n->stream] = n->clock;
 }
 
 static bool fz_region_settled(const fz_region_t *r)
@@ -601,8 +652,9 @@ static void fz_memory_fraction(fz_state_t *s, double fraction)
 
 static void fz_report(void)
 {
-    fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu injected_faults=%llu\n",
-            fz_totals.inputs, fz_totals.ops, fz_totals.injected_faults);
+    fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu injected_faults=%llu "
+                    "event_waits=%llu\n",
+            fz_totals.inputs, fz_totals.ops, fz_totals.injected_faults, fz_totals.event_waits);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -638,6 +690,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_backend.event_record = fz_event_record;
     fz_backend.event_query = fz_event_query;
     fz_backend.event_destroy = fz_event_destroy;
+    fz_backend.event_synchronize = fz_event_synchronize;
     fz_backend.scrub = fz_scrub;
     fz_backend.unmap = fz_unmap;
     memset(&fz_or, 0, sizeof fz_or);
@@ -670,6 +723,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (conf & 64) { /* page-mapped segments: granules, remapping, placement */
         cfg.policy = STOW_POLICY_VMM;
+        /* (release_idle_on_grow, bit 16, is the classic pool's alone.) A remap
+         * synchronizes instead of waiting on events. */
+        if (conf & 16)
+            fz_backend.event_synchronize = NULL;
         if ((setup >> 5) & 1) /* one range for every request, no quick lists */
             cfg.vmm_small_kb = 0;
         /* At most 1 GiB: the "unlimited" 64 TiB device would let one request
@@ -831,6 +888,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              (unsigned long long)c.reserved_bytes, (unsigned long long)c.live_reservations);
     FUZZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
     fz_totals.injected_faults += fz_injected;
+    fz_totals.event_waits += c.calls[STOW_SIM_EVENT_SYNCHRONIZE];
     free(s);
     return 0;
 }

@@ -554,7 +554,7 @@ Test(replay_output, json_keys_present)
                           "\"peak_reserved_bytes\": ", "\"reserved_over_live\": ",
                           "\"backend_calls\": ", "\"ns_per_event\": ", "\"ooms\": 0",
                           "\"min_capacity_bytes\": ", "\"sync_calls\": 0",
-                          "\"event_records\": 0"};
+                          "\"event_records\": 0", "\"event_waits\": 0"};
     stow_trace_t *t = parse_trace(naive_trace);
     stow_replay_result_t r = run("classic", t, NULL, 0, true);
     char *js = json_of("dir/\"q\".rep", &r);

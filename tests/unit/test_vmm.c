@@ -15,6 +15,10 @@
 
 static stow_backend_t *sim;
 static stow_pool_t *pool;
+/* Set: the pool's backend is the simulated device without event_synchronize,
+ * so that a remap synchronizes where it would wait on events. */
+static bool no_event_waits;
+static stow_backend_t without_event_waits;
 
 /* A vmm pool on a fresh simulated device, the defaults but for vmm_slack and
  * vmm_slack_max. */
@@ -22,12 +26,15 @@ static void make_vmm_slacks(size_t capacity, bool manual_events, double slack, d
 {
     sim = ts_sim(capacity, false, manual_events);
     cr_assert_not_null(sim);
+    without_event_waits = *sim;
+    without_event_waits.event_synchronize = NULL;
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
     c.vmm_slack = slack;
     c.vmm_slack_max = slack_max;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create(&c, no_event_waits ? &without_event_waits : sim, &pool),
+                 STOW_OK);
 }
 
 /* A vmm pool on a fresh simulated device; `no_slack` sets vmm_slack to 0. */
@@ -58,6 +65,37 @@ static stow_stats_t stats(void)
     stow_stats_t s;
     cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
     return s;
+}
+
+/* How a pool waited for queued work before unmapping: device synchronizes,
+ * and waits on single events (event_synchronize). */
+typedef struct waits {
+    uint64_t syncs, events;
+} waits_t;
+
+static waits_t waits_now(void)
+{
+    stow_stats_t s = stats();
+    return (waits_t){s.num_sync_all_streams, s.num_event_waits};
+}
+
+static waits_t waits_since(waits_t before)
+{
+    waits_t now = waits_now();
+    return (waits_t){now.syncs - before.syncs, now.events - before.events};
+}
+
+/* Remaps that waited n times, as the backend lets them: on events alone,
+ * without a synchronize, or (no_event_waits) by synchronizing. */
+static void assert_waits(waits_t added, uint64_t n, const char *why)
+{
+    cr_assert_eq(added.syncs, no_event_waits ? n : 0, "%s: synchronizes", why);
+    cr_assert_eq(added.events, no_event_waits ? 0 : n, "%s: event waits", why);
+}
+
+static void assert_remap_waits(waits_t before, uint64_t n, const char *why)
+{
+    assert_waits(waits_since(before), n, why);
 }
 
 static void *alloc_ok(size_t size)
@@ -364,7 +402,9 @@ Test(vmm, max_split_size_leaves_one_range)
     finish();
 }
 
-Test(vmm, unused_granules_are_remapped_instead_of_growing)
+/* A's free is the only one: the remap closes the open epoch with an event on
+ * its stream and waits on it (or synchronizes, without event_synchronize). */
+static void remap_instead_of_growing(void)
 {
     make_vmm(0, false);
     void *a = alloc_ok(4 * MIB);
@@ -373,16 +413,25 @@ Test(vmm, unused_granules_are_remapped_instead_of_growing)
     /* 6 MiB does not fit a's 4 MiB hole: new addresses, 3 granules. The live
      * high-water becomes 10 MiB, 5 granules: one new handle, then a's two
      * granules are unmapped and mapped under the new block. */
+    waits_t before = waits_now();
     void *c = alloc_ok(6 * MIB);
     stow_stats_t s = stats();
     cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 5 * G);
     cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].peak, 5 * G);
     cr_assert_eq(s.num_unmap_calls, 2);
-    cr_assert_eq(s.num_sync_all_streams, 1, "unmapping waits for queued work");
+    assert_remap_waits(before, 1, "unmapping waits for queued work");
+    cr_assert_eq(s.num_event_records, no_event_waits ? 0 : 1, "one event, on a's stream");
     check();
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
     finish();
+}
+
+Test(vmm, unused_granules_are_remapped_instead_of_growing)
+{
+    remap_instead_of_growing();
+    no_event_waits = true;
+    remap_instead_of_growing();
 }
 
 Test(vmm, device_capacity_is_reached_by_remapping)
@@ -444,30 +493,41 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
 
+/* The events first_remap recorded: the one its wait closed the epoch with. */
+static uint64_t first_remap_records(void) { return no_event_waits ? 0 : 1; }
+
 /* The first remap of the stream-safety tests below, on `stream`: a (4 MiB)
- * freed beside b (4 MiB), then c (6 MiB) takes a's two granules after a
- * synchronize (no epoch is closed before a remap). */
-static void first_remap(stow_stream_t stream, void **b, void **c)
+ * freed beside b (4 MiB), then c (6 MiB) takes a's two granules after a wait
+ * (no epoch is closed before a remap: the remap closes the open one and waits
+ * on its event, or synchronizes). */
+static void first_remap_on(stow_stream_t stream, void **b, void **c, uint64_t waits)
 {
     void *a;
     cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, stream, &a), STOW_OK);
     cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, stream, b), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    waits_t before = waits_now();
     cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, stream, c), STOW_OK);
     cr_assert_eq(stats().num_unmap_calls, 2, "c took a's granules");
-    cr_assert_eq(stats().num_sync_all_streams, 1, "the first remap synchronized");
+    assert_remap_waits(before, waits, "the first remap waited");
+}
+
+static void first_remap(stow_stream_t stream, void **b, void **c)
+{
+    first_remap_on(stream, b, c, 1);
 }
 
 /* The end of the two-stream tests below: s1's work completes (and s2's when
  * complete_s2), a block of `bytes` on s1 remaps `remapped` granules without
  * creating any (the pool stays at `granules`), and every block left goes.
- * Returns the synchronizes that block added. */
-static uint64_t remap_when_streams_done(stow_stream_t s1, stow_stream_t s2, bool complete_s2,
-                                        size_t bytes, uint64_t remapped, uint64_t granules,
-                                        void *b, void *c, void *fence)
+ * Returns the waits that block added. */
+static waits_t remap_when_streams_done(stow_stream_t s1, stow_stream_t s2, bool complete_s2,
+                                       size_t bytes, uint64_t remapped, uint64_t granules,
+                                       void *b, void *c, void *fence)
 {
     stow_stats_t st = stats();
-    uint64_t syncs = st.num_sync_all_streams, unmaps = st.num_unmap_calls;
+    waits_t before = waits_now();
+    uint64_t unmaps = st.num_unmap_calls;
     stow_sim_complete_stream(sim, s1);
     if (complete_s2)
         stow_sim_complete_stream(sim, s2);
@@ -478,25 +538,25 @@ static uint64_t remap_when_streams_done(stow_stream_t s1, stow_stream_t s2, bool
                  (unsigned long long)remapped);
     cr_assert_eq(st.reserved_bytes[STOW_POOL_ALL].current, granules * G, "no handle created");
     check();
+    waits_t added = waits_since(before);
     void *kept[] = {b, c, fence, z};
     for (size_t i = 0; i < 4; i++)
         cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
-    uint64_t added = st.num_sync_all_streams - syncs;
     finish();
     return added;
 }
 
 /* Stream safety of remaps with events (vmm.c): after a first remap, which
- * synchronizes, the pool closes an unmap epoch every 8 frees that leave
- * granules unused, with an event on each stream that freed since its own
- * last closure. The layout: after first_remap (a, b and c), 9 blocks x of
- * 4 MiB above them, then a fence. All xs but x[4] are freed: two holes of
- * 16 MiB, 16 granules unused in the epoch that the 8th free closed. Then a
- * 20 MiB block, which fits neither hole, goes above the fence: it needs 10
- * granules and may not create any (slack 0), so it remaps the oldest 10.
- * `fail_record` makes every event fail to record. Returns the pool's
- * synchronizes before that block; kept[] gets the 5 blocks left live. */
-static uint64_t remap_after_closed_epoch(bool complete_the_stream, bool fail_record, void **kept)
+ * waits, the pool closes an unmap epoch every 8 frees that leave granules
+ * unused, with an event on each stream that freed since its own last
+ * closure. The layout: after first_remap (a, b and c), 9 blocks x of 4 MiB
+ * above them, then a fence. All xs but x[4] are freed: two holes of 16 MiB,
+ * 16 granules unused in the epoch that the 8th free closed. Then a 20 MiB
+ * block, which fits neither hole, goes above the fence: it needs 10 granules
+ * and may not create any (slack 0), so it remaps the oldest 10.
+ * `fail_record` makes every event fail to record. Returns the pool's waits
+ * before that block; kept[] gets the 5 blocks left live. */
+static waits_t remap_after_closed_epoch(bool complete_the_stream, bool fail_record, void **kept)
 {
     make_vmm_tight();
     first_remap(NULL, &kept[0], &kept[1]);
@@ -511,8 +571,9 @@ static uint64_t remap_after_closed_epoch(bool complete_the_stream, bool fail_rec
         if (i != 4)
             cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
     stow_stats_t s = stats();
-    cr_assert_eq(s.num_event_records, 1, "the 8th free closed the epoch, on the one stream used");
-    uint64_t syncs = s.num_sync_all_streams;
+    cr_assert_eq(s.num_event_records, first_remap_records() + 1,
+                 "the 8th free closed the epoch, on the one stream used");
+    waits_t before = waits_now();
     if (complete_the_stream)
         stow_sim_complete_stream(sim, NULL);
     kept[4] = alloc_ok(20 * MIB);
@@ -520,7 +581,7 @@ static uint64_t remap_after_closed_epoch(bool complete_the_stream, bool fail_rec
     cr_assert_eq(s.num_unmap_calls, 12, "10 granules remapped");
     cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 24 * G, "no handle created");
     check();
-    return syncs;
+    return before;
 }
 
 static void free_kept(void **kept, size_t n)
@@ -530,20 +591,29 @@ static void free_kept(void **kept, size_t n)
     finish();
 }
 
-Test(vmm, a_remap_whose_granules_a_completed_event_covers_does_not_synchronize)
+Test(vmm, a_remap_whose_granules_a_completed_event_covers_does_not_wait)
 {
-    void *kept[5];
-    uint64_t syncs = remap_after_closed_epoch(true, false, kept);
-    cr_assert_eq(stats().num_sync_all_streams, syncs, "the epoch's event had completed");
-    free_kept(kept, 5);
+    for (int without = 0; without < 2; without++) {
+        no_event_waits = without;
+        void *kept[5];
+        waits_t before = remap_after_closed_epoch(true, false, kept);
+        assert_remap_waits(before, 0, "the epoch's event had completed");
+        free_kept(kept, 5);
+    }
 }
 
-Test(vmm, a_remap_whose_granules_may_still_be_in_use_synchronizes)
+Test(vmm, a_remap_whose_granules_may_still_be_in_use_waits_for_them)
 {
-    void *kept[5];
-    uint64_t syncs = remap_after_closed_epoch(false, false, kept);
-    cr_assert_eq(stats().num_sync_all_streams, syncs + 1, "the stream had not finished");
-    free_kept(kept, 5);
+    for (int without = 0; without < 2; without++) {
+        no_event_waits = without;
+        void *kept[5];
+        waits_t before = remap_after_closed_epoch(false, false, kept);
+        assert_remap_waits(before, 1, "the stream had not finished");
+        stow_sim_counters_t c;
+        stow_sim_counters(sim, &c);
+        cr_assert_eq(c.pending_events, 0, "the epoch's event completed");
+        free_kept(kept, 5);
+    }
 }
 
 /* A granule that blocks of two streams shared waits for both: p (3 MiB, s1)
@@ -552,8 +622,8 @@ Test(vmm, a_remap_whose_granules_may_still_be_in_use_synchronizes)
  * 4 MiB (s1) and a fence above c, freeing q, p and the ys closes an epoch on
  * both streams (q's free left its granule p's: none became unused there); a
  * 30 MiB block (s1) then fits no hole and remaps 15 granules, the first two
- * p's and q's. Returns the synchronizes that block added. */
-static uint64_t remap_of_a_granule_two_streams_shared(bool complete_s2)
+ * p's and q's. Returns the waits that block added. */
+static waits_t remap_of_a_granule_two_streams_shared(bool complete_s2)
 {
     stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
     make_vmm_tight();
@@ -571,16 +641,19 @@ static uint64_t remap_of_a_granule_two_streams_shared(bool complete_s2)
     cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
     for (int i = 0; i < 7; i++)
         cr_assert_eq(stow_pool_free(pool, y[i]), STOW_OK);
-    cr_assert_eq(stats().num_event_records, 2, "the 8th free that left granules unused closed "
-                                               "the epoch, on s1 and s2");
+    cr_assert_eq(stats().num_event_records, first_remap_records() + 2,
+                 "the 8th free that left granules unused closed the epoch, on s1 and s2");
     cr_assert_eq(stats().num_unmap_calls, 2);
     return remap_when_streams_done(s1, s2, complete_s2, 30 * MIB, 15, 22, b, c, fence);
 }
 
 Test(vmm, a_granule_two_streams_shared_is_remapped_after_both_finished)
 {
-    cr_assert_eq(remap_of_a_granule_two_streams_shared(false), 1, "s2 had not finished");
-    cr_assert_eq(remap_of_a_granule_two_streams_shared(true), 0, "both had finished");
+    for (int without = 0; without < 2; without++) {
+        no_event_waits = without;
+        assert_waits(remap_of_a_granule_two_streams_shared(false), 1, "s2 had not finished");
+        assert_waits(remap_of_a_granule_two_streams_shared(true), 0, "both had finished");
+    }
 }
 
 /* The free that closes an epoch may be its stream's first since that
@@ -590,9 +663,10 @@ Test(vmm, a_granule_two_streams_shared_is_remapped_after_both_finished)
  * streams (s2 grew a range), and s2 then completes its work. Freeing x8..x14
  * and then w, s2's only free, closes a second. With s1's work complete too, a
  * 64 MiB block (s1) above the fence remaps all 32 unused granules: the first
- * epoch's without a synchronize; the second epoch's, w's among them, only
- * after one unless s2 completed again. Returns the synchronizes it added. */
-static uint64_t remap_after_a_closing_free_on_another_stream(bool complete_s2)
+ * epoch's without a wait; the second epoch's, w's among them, only after one
+ * (on s2's event, or a synchronize) unless s2 completed again. Returns the
+ * waits it added. */
+static waits_t remap_after_a_closing_free_on_another_stream(bool complete_s2)
 {
     stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
     make_vmm_tight();
@@ -604,12 +678,14 @@ static uint64_t remap_after_a_closing_free_on_another_stream(bool complete_s2)
     cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &fence), STOW_OK);
     for (int i = 0; i < 8; i++)
         cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
-    cr_assert_eq(stats().num_event_records, 2, "the first epoch closed on s1 and s2");
+    cr_assert_eq(stats().num_event_records, first_remap_records() + 2,
+                 "the first epoch closed on s1 and s2");
     stow_sim_complete_stream(sim, s2);
     for (int i = 8; i < 15; i++)
         cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, w), STOW_OK);
-    cr_assert_eq(stats().num_event_records, 4, "w's free closed the second epoch, on s1 and s2");
+    cr_assert_eq(stats().num_event_records, first_remap_records() + 4,
+                 "w's free closed the second epoch, on s1 and s2");
     cr_assert_eq(stats().num_unmap_calls, 2);
     /* All 32 unused granules, w's among them. */
     return remap_when_streams_done(s1, s2, complete_s2, 64 * MIB, 32, 38, b, c, fence);
@@ -617,18 +693,144 @@ static uint64_t remap_after_a_closing_free_on_another_stream(bool complete_s2)
 
 Test(vmm, the_free_that_closes_an_epoch_is_waited_for_on_its_stream)
 {
-    cr_assert_eq(remap_after_a_closing_free_on_another_stream(false), 1, "s2 had not finished");
-    cr_assert_eq(remap_after_a_closing_free_on_another_stream(true), 0, "both had finished");
+    for (int without = 0; without < 2; without++) {
+        no_event_waits = without;
+        assert_waits(remap_after_a_closing_free_on_another_stream(false), 1,
+                     "s2 had not finished");
+        assert_waits(remap_after_a_closing_free_on_another_stream(true), 0, "both had finished");
+    }
 }
 
 /* An epoch whose event cannot be recorded stays open: its granules are
- * remapped after a synchronize, as before events were used. */
+ * remapped after a synchronize, as before events were used (the remap's own
+ * attempt to close it fails the same way). */
 Test(vmm, a_remap_synchronizes_when_the_epochs_event_could_not_be_recorded)
 {
-    void *kept[5];
-    uint64_t syncs = remap_after_closed_epoch(true, true, kept);
-    cr_assert_eq(stats().num_sync_all_streams, syncs + 1, "no event covered the granules");
-    free_kept(kept, 5);
+    for (int without = 0; without < 2; without++) {
+        no_event_waits = without;
+        void *kept[5];
+        waits_t added = waits_since(remap_after_closed_epoch(true, true, kept));
+        cr_assert_eq(added.syncs, 1, "no event covered the granules");
+        cr_assert_eq(added.events, 0);
+        free_kept(kept, 5);
+    }
+}
+
+/* A remap waits on the events of the epochs it takes granules from, and on
+ * no later ones: work queued after them keeps running. After the first remap
+ * (which waits), 9 blocks x of 4 MiB, a fence, 9 blocks y of 4 MiB and a
+ * second fence; freeing every x but x[4] closes a first epoch (16 granules),
+ * every y but y[4] a second (16 more), each with an event on the one stream,
+ * both pending. A 20 MiB block then fits no hole: it remaps the oldest 10
+ * granules, all of the first epoch, and waits on its event alone. */
+Test(vmm, a_remap_waits_for_its_epochs_events_and_not_for_later_work)
+{
+    make_vmm_tight();
+    void *b, *c, *x[9], *y[9], *fence[2];
+    first_remap(NULL, &b, &c);
+    for (int i = 0; i < 9; i++)
+        x[i] = alloc_ok(4 * MIB);
+    fence[0] = alloc_ok(2 * MIB);
+    for (int i = 0; i < 9; i++)
+        y[i] = alloc_ok(4 * MIB);
+    fence[1] = alloc_ok(2 * MIB);
+    for (int i = 0; i < 9; i++)
+        if (i != 4)
+            cr_assert_eq(stow_pool_free(pool, x[i]), STOW_OK);
+    cr_assert_eq(stats().num_event_records, 2, "the first remap's event and the first epoch's");
+    for (int i = 0; i < 9; i++)
+        if (i != 4)
+            cr_assert_eq(stow_pool_free(pool, y[i]), STOW_OK);
+    cr_assert_eq(stats().num_event_records, 3, "the second epoch's");
+    stow_sim_counters_t dev;
+    stow_sim_counters(sim, &dev);
+    cr_assert_eq(dev.pending_events, 2, "both epochs' events pending");
+    waits_t before = waits_now();
+    void *z = alloc_ok(20 * MIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_unmap_calls, 2 + 10, "10 granules remapped");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 43 * G, "no handle created");
+    assert_remap_waits(before, 1, "on the first epoch's event");
+    stow_sim_counters(sim, &dev);
+    cr_assert_eq(dev.pending_events, 1, "the second epoch's event is still pending");
+    check();
+    void *kept[] = {b, c, x[4], y[4], fence[0], fence[1], z};
+    free_kept(kept, 7);
+}
+
+/* A remap that takes a granule of the open epoch closes it on the streams
+ * that freed since their last closure, and waits on those events alone:
+ * another stream's queued work is not waited for. k (4 MiB, s2) gives s2 a
+ * range; a first remap on s1 closes an epoch on both streams. Then block m
+ * (4 MiB, s1, in a's old room) is used on s2 too (record_stream): its free waits for s2's clearance
+ * event, which stays pending. Then e (4 MiB, s1, under a fence) is freed and
+ * d (6 MiB, s1) remaps e's two granules: one event, on s1, and m still waits
+ * for s2. A synchronize would have completed both. */
+Test(vmm, a_remap_of_the_open_epoch_waits_for_the_streams_that_freed_alone)
+{
+    for (int without = 0; without < 2; without++) {
+        no_event_waits = without;
+        stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+        make_vmm_tight();
+        void *k, *b, *c, *m, *e, *fence, *d;
+        cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s2, &k), STOW_OK);
+        first_remap_on(s1, &b, &c, no_event_waits ? 1 : 2);
+        cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &m), STOW_OK);
+        cr_assert_eq(stow_record_stream(pool, m, s2), STOW_OK);
+        cr_assert_eq(stow_pool_free(pool, m), STOW_OK);
+        stow_stats_t s = stats();
+        uint64_t records = s.num_event_records, unmaps = s.num_unmap_calls;
+        cr_assert_eq(stow_pool_alloc(pool, 4 * MIB, s1, &e), STOW_OK);
+        cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, s1, &fence), STOW_OK);
+        cr_assert_eq(stow_pool_free(pool, e), STOW_OK);
+        waits_t before = waits_now();
+        cr_assert_eq(stow_pool_alloc(pool, 6 * MIB, s1, &d), STOW_OK);
+        s = stats();
+        cr_assert_eq(s.num_unmap_calls, unmaps + 2, "d took e's granules");
+        assert_remap_waits(before, 1, "on s1's work");
+        stow_sim_counters_t dev;
+        stow_sim_counters(sim, &dev);
+        if (no_event_waits) {
+            cr_assert_eq(dev.pending_events, 0, "the synchronize completed s2's work too");
+        } else {
+            cr_assert_eq(s.num_event_records, records + 1, "the remap's event, on s1 alone");
+            cr_assert_eq(dev.pending_events, 1, "s2's clearance event is still pending");
+            cr_assert_eq(s.active_bytes[STOW_POOL_ALL].current, 26 * MIB, "m still waits for s2");
+        }
+        check();
+        stow_sim_complete_stream(sim, s2);
+        void *kept[] = {k, b, c, fence, d};
+        free_kept(kept, 5);
+    }
+}
+
+/* A version-1 backend's struct ends before event_synchronize: what lies
+ * there is not the pool's to read, so its remaps synchronize. */
+static stow_status_t event_synchronize_past_the_struct(void *ctx, stow_event_t ev)
+{
+    (void)ctx;
+    (void)ev;
+    cr_assert_fail("the pool read event_synchronize of a version-1 backend");
+    return STOW_EBACKEND;
+}
+
+Test(vmm, a_version_1_backend_is_taken_and_its_remaps_synchronize)
+{
+    static stow_backend_t v1;
+    sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    v1 = *sim;
+    v1.abi_version = 1;
+    v1.event_synchronize = event_synchronize_past_the_struct;
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    cr_assert_eq(stow_pool_create(&cfg, &v1, &pool), STOW_OK);
+    no_event_waits = true; /* what the pool must do with it */
+    void *b, *c;
+    first_remap(NULL, &b, &c);
+    void *kept[] = {b, c};
+    free_kept(kept, 2);
 }
 
 /* empty_cache completes a block that waited for another stream and scrubs
@@ -986,6 +1188,10 @@ Test(vmm, a_loop_that_keeps_remapping_raises_its_allowance_until_it_stops)
     snprintf(want, sizeof want, "allowance raises %llu",
              (unsigned long long)s.num_vmm_allowance_raises);
     cr_assert(strstr(text, "Page maps ") && strstr(text, want), "summary:\n%s", text);
+    cr_assert_gt(s.num_event_waits, 0, "its remaps waited on events");
+    snprintf(want, sizeof want, "Device synchronizes %llu, event waits %llu",
+             (unsigned long long)s.num_sync_all_streams, (unsigned long long)s.num_event_waits);
+    cr_assert(strstr(text, want), "summary:\n%s", text);
     cr_assert_eq(tail_calls, 0, "the last 200 steps still mapped or unmapped %llu times",
                  (unsigned long long)tail_calls);
     assert_reserved_within(0.05); /* no more than the cap */
