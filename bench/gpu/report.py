@@ -55,3 +55,13 @@ if rt or rc:
                                           f(a.get("stowage_ns_per_event")),
                                           f(a.get("loop_overhead_ns")),
                                           f(c.get("warm_ns_per_event")).strip()))
+
+rw = load("remap_wait.json")
+if rw:
+    # A remap with another stream's queue behind it: waiting on the freeing
+    # stream's events against synchronizing the device (docs/design.md).
+    print("\n== remap wait (%d rounds, %d MiB blocks, other stream's queue %.2f ms)" % (
+        rw["rounds"], rw["block_mib"], rw["s2_queue_ms"]))
+    print("  remapping alloc, median: event waits %.3f ms, synchronize %.3f ms (x%.1f)" % (
+        rw["event_waits_alloc_ms"], rw["sync_alloc_ms"],
+        rw["sync_alloc_ms"] / rw["event_waits_alloc_ms"] if rw["event_waits_alloc_ms"] else 0))

@@ -8,7 +8,9 @@
 #   3 gputests   bench/gpu/gpu_tests.py: PyTorch on Stowage (write/read, streams +
 #                record_stream, OOM under a memory fraction, empty_cache, stats)
 #   4 replay     bench/gpu/replay_cuda (C, pool on the CUDA backend) and
-#                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process)
+#                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process);
+#                bench/gpu/remap_wait (C: what a page-mapped remap waits for, events or the
+#                whole device, with another stream's queue behind it)
 #   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, a few steps each with
 #                PyTorch native, native expandable_segments, Stowage classic (vmm when available)
 #   6 unseen     bench/gpu/record_unseen.py: workloads the PyTorch models were never tuned on
@@ -96,6 +98,8 @@ export STOWAGE_LIB="$LIB"
 part check_no_cuda_link 20 bash tests/check_no_cuda_link.sh "$LIB"
 part replay_cuda_build 60 gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude bench/gpu/replay_cuda.c \
     -o "$BUILD/replay_cuda" -L"$BUILD" -Wl,-rpath,"$BUILD" -lstowage -lpthread
+part remap_wait_build 60 gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude bench/gpu/remap_wait.c \
+    -o "$BUILD/remap_wait" -L"$BUILD" -Wl,-rpath,"$BUILD" -lstowage -lpthread
 
 # ---- 2 Criterion GPU tests ----
 SECTION=2
@@ -116,6 +120,10 @@ if [ -x "$BUILD/replay_cuda" ]; then
     part replay_cuda 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda.json" \
         "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
         "$TRACES/gpt2_generate.rep"
+fi
+if [ -x "$BUILD/remap_wait" ]; then
+    # 20 rounds of each variant; 64 MiB blocks; s2 queues 40 memsets of 64 MiB (a few ms).
+    part remap_wait 60 "$BUILD/remap_wait" "$OUT/results/remap_wait.json" 20 64 40
 fi
 part replay_torch 180 "$PY" bench/gpu/replay_torch.py --out "$OUT/results/replay_torch.json" \
     "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
