@@ -621,9 +621,9 @@ static bool oldest_unused_is_safe(stow_pool_t *pool)
     return pool->run_head->unused_epoch <= pool->unmap_safe_epoch;
 }
 
-/* Waits on the events of the oldest closed epoch that are still pending
- * (retire_closures destroyed those that had completed) and retires it; false
- * when a wait failed (the epoch stays, holding the events not yet waited on). */
+/* Waits on the events left in the oldest closed epoch (retire_closures
+ * destroys those it saw complete) and retires it; false when a wait failed
+ * (the epoch stays, holding the events not yet waited on). */
 static bool wait_oldest_closure(stow_pool_t *pool)
 {
     stow_vmm_closure_t *c = &pool->closures[pool->closure_first];
