@@ -52,7 +52,7 @@
 /* Totals over the process, printed at exit (docs/reliability.md figures). */
 typedef struct fz_totals {
     unsigned long long inputs, ops, injected_faults;
-    unsigned long long event_waits; /* remaps that waited on an event (event_synchronize) */
+    unsigned long long event_waits; /* events the pools waited on (event_synchronize calls) */
 } fz_totals_t;
 static fz_totals_t fz_totals;
 static int fz_verbose; /* FUZZ_API_VERBOSE=1: print each decoded call (reproducing a crash) */
