@@ -526,6 +526,15 @@ void stow__vmm_synchronized(stow_pool_t *pool)
     stow__vmm_drop_closures(pool, false);
 }
 
+/* The oldest closed epoch, whose events all completed, leaves the ring: its
+ * granules (and every earlier epoch's) are safe. */
+static void retire_oldest_closure(stow_pool_t *pool)
+{
+    pool->unmap_safe_epoch = pool->closures[pool->closure_first].epoch;
+    pool->closure_first = (pool->closure_first + 1) % STOW_VMM_CLOSURES;
+    pool->closure_count--;
+}
+
 /* Queries the events of the oldest closed epochs, and retires those whose
  * events all completed (in order: an epoch is safe only after every earlier
  * one). A query that fails counts as not complete. */
@@ -548,9 +557,7 @@ static void retire_closures(stow_pool_t *pool)
         }
         if (c->count)
             return;
-        pool->unmap_safe_epoch = c->epoch;
-        pool->closure_first = (pool->closure_first + 1) % STOW_VMM_CLOSURES;
-        pool->closure_count--;
+        retire_oldest_closure(pool);
     }
 }
 
@@ -635,9 +642,7 @@ static bool wait_oldest_closure(stow_pool_t *pool)
             return false;
         stow__pool_destroy_event(pool, c->events[--c->count]);
     }
-    pool->unmap_safe_epoch = c->epoch;
-    pool->closure_first = (pool->closure_first + 1) % STOW_VMM_CLOSURES;
-    pool->closure_count--;
+    retire_oldest_closure(pool);
     return true;
 }
 
