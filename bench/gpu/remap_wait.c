@@ -27,6 +27,8 @@
  * nothing there, but both variants must remap and the driver count no
  * violation.
  */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,8 @@
 
 #define MIB ((size_t)1 << 20)
 #define MAX_ROUNDS 200
+#define MAX_MIB 65536 /* 64 GiB blocks */
+#define MAX_CHAIN 100000
 
 typedef void *cu_stream_t;
 typedef unsigned long long cu_ptr_t;
@@ -66,6 +70,18 @@ static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A whole number in [lo, hi] (the whole argument), else false. */
+static bool parse_count(const char *arg, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
 }
 
 static int resolve(void *slot, const char *name)
@@ -151,13 +167,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s OUT.json [ROUNDS (20)] [MIB (64)] [CHAIN (40)]\n", argv[0]);
         return 2;
     }
-    int rounds = argc > 2 ? atoi(argv[2]) : 20;
-    size_t block = (argc > 3 ? (size_t)atoi(argv[3]) : 64) * MIB;
-    int chain = argc > 4 ? atoi(argv[4]) : 40;
-    if (rounds < 1 || rounds > MAX_ROUNDS || block < 2 * MIB || chain < 1) {
-        fprintf(stderr, "remap_wait: ROUNDS 1..%d, MIB >= 2, CHAIN >= 1\n", MAX_ROUNDS);
+    long rounds_arg = 20, mib = 64, chain_arg = 40;
+    if ((argc > 2 && !parse_count(argv[2], 1, MAX_ROUNDS, &rounds_arg)) ||
+        (argc > 3 && !parse_count(argv[3], 2, MAX_MIB, &mib)) ||
+        (argc > 4 && !parse_count(argv[4], 1, MAX_CHAIN, &chain_arg))) {
+        fprintf(stderr, "remap_wait: ROUNDS 1..%d, MIB 2..%d, CHAIN 1..%d (whole numbers)\n",
+                MAX_ROUNDS, MAX_MIB, MAX_CHAIN);
         return 2;
     }
+    int rounds = (int)rounds_arg, chain = (int)chain_arg;
+    size_t block = (size_t)mib * MIB;
     char why[512];
     stow_backend_t *b = NULL;
     if (stow_cuda_backend_create(0, &b, why, sizeof why) != STOW_OK) {
