@@ -804,6 +804,36 @@ Test(vmm, a_remap_of_the_open_epoch_waits_for_the_streams_that_freed_alone)
     }
 }
 
+/* A wait on an event that fails leaves the granules as unsafe as before: the
+ * remap synchronizes the device instead, and the failed wait's event goes
+ * with the synchronize (no event is left pending or leaked). The first remap
+ * of first_remap, with every event wait failing: one wait tried (counted, as
+ * a synchronize is counted when tried), one synchronize, the same two
+ * granules remapped. */
+Test(vmm, a_failed_event_wait_falls_back_to_a_synchronize)
+{
+    make_vmm_tight();
+    void *a = alloc_ok(4 * MIB), *b = alloc_ok(4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    stow_sim_fail_random(sim, STOW_SIM_EVENT_SYNCHRONIZE, 1, 3); /* every wait fails */
+    waits_t before = waits_now();
+    void *c = alloc_ok(6 * MIB);
+    waits_t added = waits_since(before);
+    cr_assert_eq(added.events, 1, "the wait was tried");
+    cr_assert_eq(added.syncs, 1, "then the device synchronized");
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_unmap_calls, 2, "c took a's granules");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 5 * G, "no handle created");
+    stow_sim_counters_t dev;
+    stow_sim_counters(sim, &dev);
+    cr_assert_eq(dev.failures[STOW_SIM_EVENT_SYNCHRONIZE], 1);
+    cr_assert_eq(dev.pending_events, 0, "the synchronize completed the epoch's event");
+    check();
+    stow_sim_fail_random(sim, STOW_SIM_EVENT_SYNCHRONIZE, 0, 0);
+    void *kept[] = {b, c};
+    free_kept(kept, 2);
+}
+
 /* A version-1 backend's struct ends before event_synchronize: what lies
  * there is not the pool's to read, so its remaps synchronize. */
 static stow_status_t event_synchronize_past_the_struct(void *ctx, stow_event_t ev)
