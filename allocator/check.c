@@ -182,7 +182,7 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
             return st;
     const stow_stats_t *s = &pool->acct.s;
     if (pool->vmm) {
-        /* Physical granules are counted by vmm.c; check them there. */
+        /* Physical granules are counted by vmm.c; vmm_check.c checks them. */
         if ((st = stow__vmm_check(pool, why, len)) != STOW_OK)
             return st;
         for (unsigned k = 0; k < STOW_POOL_KINDS; k++)

@@ -183,7 +183,7 @@ uint64_t stow__record_clock(void);
 void stow__record_free(stow_pool_t *pool);
 
 /* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
-/* The adaptive allowance of a page-mapped pool (vmm.c, note_remap): remaps
+/* The adaptive allowance of a page-mapped pool (vmm_allowance.c): remaps
  * counted by windows of pool operations. */
 typedef struct stow_vmm_adapt {
     double slack;                /* in force: config.vmm_slack, raised up to vmm_slack_max */
@@ -196,7 +196,7 @@ typedef struct stow_vmm_adapt {
     bool settled;                /* no more raises: at the cap, or one that did not help */
 } stow_vmm_adapt_t;
 
-/* Epochs closed by events, not yet seen complete (vmm.c, stream safety): a
+/* Epochs closed by events, not yet seen complete (vmm_epochs.c): a
  * ring of at most STOW_VMM_CLOSURES; events[] holds one event per stream
  * that freed a block since that stream's previous closure. */
 #define STOW_VMM_CLOSURES 8
@@ -224,7 +224,7 @@ struct stow_pool {
     unsigned granularity_shift;        /* log2(granularity_bytes) (a power of two) */
     bool has_events;                 /* backend orders streams with events */
     /* The backend's event_synchronize (NULL: none, or no events, or a version-1
-     * backend): a remap waits on events instead of the device (vmm.c). */
+     * backend): a remap waits on events instead of the device (vmm_epochs.c). */
     stow_status_t (*event_synchronize)(void *ctx, stow_event_t event);
     size_t capacity_bytes;           /* device total from mem_info */
     size_t limit_bytes;              /* memory_fraction x capacity */
@@ -255,8 +255,8 @@ struct stow_pool {
     uint64_t live_bytes_high_water;    /* since creation or the last empty_cache */
     uint64_t extra_granules_live;      /* sum of extra_granules over live blocks */
     size_t placed_extra;               /* extra_granules of the placement being made */
-    stow_vmm_adapt_t adapt;            /* the slack in force and how it adapts (vmm.c) */
-    /* Stream safety of remaps (vmm.c): granules that become unused are tagged
+    stow_vmm_adapt_t adapt;            /* the slack in force and how it adapts (vmm_allowance.c) */
+    /* Stream safety of remaps (vmm_epochs.c): granules that become unused are tagged
      * with unmap_epoch; those tagged at or below unmap_safe_epoch have no
      * queued work left on them (a synchronize, or events, showed it). */
     uint64_t unmap_epoch;              /* starts at 1 */
@@ -365,7 +365,7 @@ static inline uint64_t stow__pool_largest_free(stow_pool_t *pool)
 }
 stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st);
 /* A page-mapped pool's granules unused so far have no queued work left
- * (vmm.c, stream safety of remaps). */
+ * (vmm_epochs.c, stream safety of remaps). */
 void stow__vmm_synchronized(stow_pool_t *pool);
 /* Returns an event to the backend (a failure changes nothing the pool keeps:
  * the event is no longer the pool's either way). */
@@ -466,9 +466,32 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
 void stow__vmm_release_unused(stow_pool_t *pool);
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg);
 void stow__vmm_release_all_handles(stow_pool_t *pool);
-stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len);
+
+/* ---- vmm_allowance.c ---- */
+/* Whether the pool may create another physical handle: within its limit, and
+ * below its allowance for `live_bytes_high_water` or with no unused granule
+ * to remap instead. */
+bool stow__vmm_may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water);
+/* Counts one remap for the adaptive allowance (may raise the slack). */
+void stow__vmm_note_remap(stow_pool_t *pool);
+
+/* ---- vmm_epochs.c ---- */
 /* Destroys the events of epochs not yet seen complete, and their arrays. */
 void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays);
+/* A free on `freeing` just left granules unused: while the pool remaps, may
+ * close the epoch (an event on each stream that freed). */
+void stow__vmm_note_unused_pushed(stow_pool_t *pool, const stow_stream_state_t *freeing);
+/* Before a remap takes the oldest unused granule (one must exist): epochs are
+ * closed for a window of operations from now, and the granule is made safe to
+ * unmap without a synchronize where it can be (known safe already, or after
+ * waiting on events alone). True when it is, or when `synced` (the caller
+ * synchronized since it was freed); false: the caller must synchronize. */
+bool stow__vmm_oldest_unused_ready(stow_pool_t *pool, bool synced);
+
+/* ---- vmm_place.c: stow__vmm_place, above ---- */
+
+/* ---- vmm_check.c ---- */
+stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len);
 
 /* ---- pool.c (continued) ---- */
 /* Splits free indexed block b at b->addr + offset_bytes (0 < offset < size):

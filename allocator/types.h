@@ -110,7 +110,7 @@ struct stow_block {
     uint8_t tag;                  /* ALLOCATED/PENDING: the allocating thread's tag */
     uint16_t bin;                 /* FREE: its free-index bin (size_class.c) */
     uint32_t extra_granules;      /* ALLOCATED/PENDING, vmm: fresh granules it took beyond
-                                     what best fit would have (vmm.c placement) */
+                                     what best fit would have (vmm_place.c) */
 };
 
 /* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
@@ -137,7 +137,7 @@ struct stow_granule {
     uint32_t run_end;                  /* run's first granule: index after the run's last */
     uint32_t edges;
     uint64_t unused_epoch;             /* run's first granule: the pool's unmap epoch when
-                                          the run last grew (vmm.c, stream safety) */
+                                          the run last grew (vmm_epochs.c) */
 };
 
 struct stow_segment {
@@ -156,7 +156,7 @@ struct stow_segment {
     uint64_t *run_start_bits;     /* vmm: bit i set <=> a run starts at granules[i] */
     uint64_t *seen_live_bits;     /* vmm: bit i set => granules[i] held a live block at some
                                      time since the pool's remap count last began a run of
-                                     windows (vmm.c, adaptive allowance); every live granule's
+                                     windows (vmm_allowance.c); every live granule's
                                      bit is set. The four bitmaps share one allocation,
                                      mapped_bits first. */
 };
@@ -181,7 +181,7 @@ struct stow_stream_state {
     stow_event_t clear_event;     /* in flight: covers blocks with free_seq <= clear_upto */
     uint64_t clear_upto_seq;
     uint64_t vmm_closed_seq;      /* page-mapped pools: free_seq when an unmap epoch was last
-                                     closed with an event on this stream (vmm.c) */
+                                     closed with an event on this stream (vmm_epochs.c) */
     bool is_any;
     /* Quick lists (allocator/quick.c): [x - 1] holds small-pool blocks of
      * x * 512 bytes freed on this stream, most recent first, at most the

@@ -1,7 +1,10 @@
 /*
- * tests/unit/test_vmm.c: page-mapped segments (allocator/vmm.c): physical
+ * tests/unit/test_vmm.c: page-mapped segments (allocator/vmm.c and the
+ * vmm_*.c files beside it, tested together through the public API): physical
  * granules only under live blocks, remapping of unused granules instead of
- * growth, capacity limits, empty_cache, faults.
+ * growth, stream safety of remaps (vmm_epochs.c), placement (vmm_place.c),
+ * the adaptive allowance (vmm_allowance.c), capacity limits, empty_cache,
+ * faults; stow_pool_check (vmm_check.c) after each step.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -546,7 +549,7 @@ static waits_t remap_when_streams_done(stow_stream_t s1, stow_stream_t s2, bool 
     return added;
 }
 
-/* Stream safety of remaps with events (vmm.c): after a first remap, which
+/* Stream safety of remaps with events (vmm_epochs.c): after a first remap, which
  * waits, the pool closes an unmap epoch every 8 frees that leave granules
  * unused, with an event on each stream that freed since its own last
  * closure. The layout: after first_remap (a, b and c), 9 blocks x of 4 MiB
