@@ -1263,6 +1263,30 @@ Test(vmm, with_no_room_to_raise_the_same_loop_remaps_on_every_step)
     finish();
 }
 
+/* A raise that does not cut the remap rate is the last: on a device that
+ * holds exactly what loop4 pins at slack 0 (measured first, on an unlimited
+ * device), the first hot run still raises the slack, but no handle can be
+ * created under it, the next hot run remaps as often, and the slack stays
+ * where it is for good instead of growing run after run up to vmm_slack_max
+ * (3000 steps are about six runs of hot windows). */
+Test(vmm, a_raise_that_does_not_cut_the_remaps_is_the_last)
+{
+    make_vmm_slacks(0, false, 0.0, 0.0);
+    (void)run_loop(&loop4, 50, 1);
+    uint64_t pinned_bytes = stats().reserved_bytes[STOW_POOL_ALL].peak;
+    finish();
+    make_vmm_slacks(pinned_bytes, false, 0.0, 0.05);
+    uint64_t tail_calls = run_loop(&loop4, 3000, 200);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_ooms, 0);
+    cr_assert_leq(s.reserved_bytes[STOW_POOL_ALL].peak, pinned_bytes);
+    cr_assert_geq(tail_calls, 200 * 10, "the device still makes it remap every step, not %llu",
+                  (unsigned long long)tail_calls);
+    cr_assert_eq(s.num_vmm_allowance_raises, 1, "raised %llu times",
+                 (unsigned long long)s.num_vmm_allowance_raises);
+    finish();
+}
+
 /* Rounds of loop4's step (its weights allocated and freed with it) followed
  * by `filler` steps that allocate the seven sizes and free them, all on one
  * pool: a loop that remaps in bursts, once a round. Returns the remaps (unmap
