@@ -433,14 +433,6 @@ static inline stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, s
     }
     return stow__vmm_back_span(pool, b, size_bytes);
 }
-/* Where a page-mapped pool puts a request of `rounded` bytes that best fit
- * placed at free block b (indexed, usable by ss). Big requests whose best-fit
- * span needs granules mapped go where the fewest need mapping instead: any
- * usable free block, at its start, its end or the start of a run of mapped
- * granules inside it, carved out and indexed; b when nothing is cheaper.
- * Sets pool->placed_extra. Needs two reserved block records. */
-stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
-                              stow_block_t *b);
 /* The block (ALLOCATED or PENDING) stops holding its granules. Inline fast
  * path: a block inside one granule that another live block still holds (its
  * edge count stays above 0) changes no run and no idle figure. */
@@ -488,7 +480,15 @@ void stow__vmm_note_unused_pushed(stow_pool_t *pool, const stow_stream_state_t *
  * synchronized since it was freed); false: the caller must synchronize. */
 bool stow__vmm_oldest_unused_ready(stow_pool_t *pool, bool synced);
 
-/* ---- vmm_place.c: stow__vmm_place, above ---- */
+/* ---- vmm_place.c ---- */
+/* Where a page-mapped pool puts a request of `rounded` bytes that best fit
+ * placed at free block b (indexed, usable by ss). Big requests whose best-fit
+ * span needs granules mapped go where the fewest need mapping instead: any
+ * usable free block, at its start, its end or the start of a run of mapped
+ * granules inside it, carved out and indexed; b when nothing is cheaper.
+ * Sets pool->placed_extra. Needs two reserved block records. */
+stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
+                              stow_block_t *b);
 
 /* ---- vmm_check.c ---- */
 stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len);
