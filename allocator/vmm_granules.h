@@ -16,7 +16,10 @@
 
 /* ---- bitmaps ---- */
 
-static inline bool bit_at(const uint64_t *bits, size_t i) { return (bits[i / 64] >> (i % 64)) & 1; }
+static inline bool bit_at(const uint64_t *bits, size_t i)
+{
+    return (bits[i / 64] >> (i % 64)) & 1;
+}
 
 static inline void bit_put(uint64_t *bits, size_t i, bool value)
 {
@@ -99,8 +102,8 @@ static inline size_t granule_no(const stow_segment_t *seg, const stow_granule_t 
 }
 
 /* Granules [first, end) overlapped by [addr, addr + size). */
-static inline void granule_span(const stow_pool_t *pool, const stow_segment_t *seg, uintptr_t addr,
-                         size_t size, size_t *first, size_t *end)
+static inline void granule_span(const stow_pool_t *pool, const stow_segment_t *seg,
+                                uintptr_t addr, size_t size, size_t *first, size_t *end)
 {
     *first = stow__granule_of(pool, seg, addr);
     *end = stow__granule_of(pool, seg, addr + size - 1) + 1;
