@@ -7,10 +7,9 @@
  * streams, manual event completion, fault injection (stow_sim_fail_nth /
  * stow_sim_fail_random on every backend call kind: a wait on one event fails
  * as a synchronize does; va_release only at teardown, where none is injected),
- * capacity changes and
- * memory-fraction changes (stow_pool_set_memory_fraction), on the classic
- * pool (quick lists at their default depth, or a configuration bit picks
- * 0-8) or (a configuration bit) the page-mapped one (with its small
+ * capacity changes and memory-fraction changes (stow_pool_set_memory_fraction),
+ * on the classic pool (quick lists at their default depth, or a configuration
+ * bit picks 0-8) or (a configuration bit) the page-mapped one (with its small
  * range and quick lists, or, a setup bit, one range for every request), on a
  * backend with events or (a setup bit) a single-stream one without them, and
  * (a setup bit) with every freed block scrubbed.
@@ -594,11 +593,12 @@ static void fz_inject(fz_in_t *in)
     uint8_t how = fz_u8(in);
     stow_sim_call_t kind = kinds[fz_u8(in) % (sizeof kinds / sizeof kinds[0])];
     /* The device's two waits fail alike: a synchronize's faults are a wait on
-     * one event's too (each kind keeps its own call count for fail_nth). The
-     * inputs decode as they did before waits on events existed, and those that
-     * made a remap's synchronize fail make its event wait fail first, then the
-     * synchronize it falls back to. */
-    stow_sim_call_t also = kind == STOW_SIM_SYNCHRONIZE ? STOW_SIM_EVENT_SYNCHRONIZE : kind;
+     * one event's too (each kind keeps its own call count for fail_nth).
+     * Every input decodes into the same calls as before waits on events
+     * existed, and one that made a remap's synchronize fail now makes its
+     * event wait fail first, then the synchronize it falls back to. */
+    stow_sim_call_t kinds_hit[2] = {kind, STOW_SIM_EVENT_SYNCHRONIZE};
+    unsigned n_hit = kind == STOW_SIM_SYNCHRONIZE ? 2 : 1;
     if (how % 4 == 0) {
         /* The seed first, then the rate, as the corpus replay (gcc) has
          * always read them. As two arguments of one call their order was
@@ -609,15 +609,15 @@ static void fz_inject(fz_in_t *in)
          * order alone. */
         uint64_t seed = fz_bytes(in, 4);
         uint32_t one_in = 1u + fz_u8(in) % 8;
-        stow_sim_fail_random(fz_sim, kind, one_in, seed);
-        stow_sim_fail_random(fz_sim, also, one_in, seed);
+        for (unsigned i = 0; i < n_hit; i++)
+            stow_sim_fail_random(fz_sim, kinds_hit[i], one_in, seed);
     } else if (how % 4 == 1) {
-        stow_sim_fail_random(fz_sim, kind, 0, 0);
-        stow_sim_fail_random(fz_sim, also, 0, 0);
+        for (unsigned i = 0; i < n_hit; i++)
+            stow_sim_fail_random(fz_sim, kinds_hit[i], 0, 0);
     } else {
         uint64_t nth = fz_u8(in) % 8;
-        stow_sim_fail_nth(fz_sim, kind, nth, statuses[(how >> 2) % 4]);
-        stow_sim_fail_nth(fz_sim, also, nth, statuses[(how >> 2) % 4]);
+        for (unsigned i = 0; i < n_hit; i++)
+            stow_sim_fail_nth(fz_sim, kinds_hit[i], nth, statuses[(how >> 2) % 4]);
     }
 }
 
