@@ -4,7 +4,7 @@
  * granules only under live blocks, remapping of unused granules instead of
  * growth, stream safety of remaps (vmm_epochs.c), placement (vmm_place.c),
  * the adaptive allowance (vmm_allowance.c), capacity limits, empty_cache,
- * faults; stow_pool_check (vmm_check.c) after each step.
+ * faults, with stow_pool_check (vmm_check.c) along the way.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
