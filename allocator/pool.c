@@ -129,8 +129,8 @@ static bool backend_valid(const stow_backend_t *b)
         return false;
     int event_methods = !!b->event_record + !!b->event_query + !!b->event_destroy;
     return (b->abi_version == 1 || b->abi_version == STOW_BACKEND_ABI) && b->reserve &&
-           b->release && b->mem_info &&
-           b->synchronize && b->granularity_bytes >= STOW_MIN_BLOCK_BYTES &&
+           b->release && b->mem_info && b->synchronize &&
+           b->granularity_bytes >= STOW_MIN_BLOCK_BYTES &&
            (b->granularity_bytes & (b->granularity_bytes - 1)) == 0 &&
            (event_methods == 0 || event_methods == 3);
 }

@@ -515,7 +515,7 @@ static stow_status_t cuda_event_query(void *ctx, stow_event_t event, bool *done)
 }
 
 /* Blocks the calling thread until the event's work completed; work queued
- * after it keeps running (what a remap waits for, vmm.c). */
+ * after it keeps running (what a remap waits for, vmm_epochs.c). */
 static stow_status_t cuda_event_synchronize(void *ctx, stow_event_t event)
 {
     cuda_t *c = cuda_of(ctx);

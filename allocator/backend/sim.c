@@ -5,8 +5,9 @@
  * is plentiful, and a stale pointer can then never alias a new block); or, in
  * host-backed mode, real host memory so tests can write patterns into blocks.
  * A capacity makes out-of-memory paths run on a CPU; every call is counted;
- * faults are injected per call kind; events complete at once or when a test
- * says their stream finished (or the pool waits on one: event_synchronize). Deterministic: no clocks, no global state.
+ * faults are injected per call kind; events complete at once, or when a test
+ * says their stream finished or the pool waits on one (event_synchronize).
+ * Deterministic: no clocks, no global state.
  */
 #include "allocator/internal.h"
 #include "stowage/sim.h"
@@ -202,11 +203,6 @@ static void complete_events(sim_t *s, stow_stream_t stream, bool all_streams)
     complete_events_before(s, stream, all_streams, UINT64_MAX);
 }
 
-static void complete_events_upto(sim_t *s, stow_stream_t stream, uint64_t seq)
-{
-    complete_events_before(s, stream, false, seq);
-}
-
 static stow_status_t sim_synchronize(void *ctx)
 {
     sim_t *s = sim_of(ctx);
@@ -288,7 +284,7 @@ static stow_status_t sim_event_synchronize(void *ctx, stow_event_t ev)
     if (st == STOW_OK && !e)
         st = sim_fail(s, STOW_SIM_EVENT_SYNCHRONIZE, STOW_EINVAL);
     if (st == STOW_OK)
-        complete_events_upto(s, e->stream, e->seq);
+        complete_events_before(s, e->stream, false, e->seq);
     pthread_mutex_unlock(&s->lock);
     return st;
 }

@@ -22,7 +22,7 @@
  * JSON to OUT.
  *
  * Usage: remap_wait OUT.json [ROUNDS (20)] [MIB (64)] [CHAIN (40)]
- * On the emulated driver (tests/support/fake_cuda.c, ctest remap_wait_fake)
+ * On the emulated driver (tests/support/fake_cuda.c, ctest remap_wait_fake_driver)
  * it runs as a smoke test: that driver's clock is not time, so its figures mean
  * nothing there, but both variants must remap and the driver count no
  * violation.
@@ -233,20 +233,22 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-    double med_events = median(ms[0], rounds), med_sync = median(ms[1], rounds);
+    double med[2] = {median(ms[0], rounds), median(ms[1], rounds)};
+    double med_events = med[0], med_sync = med[1];
+    static const char *const names[2] = {"event waits:", "synchronize:"};
     printf("remap_wait: %d rounds, blocks of %zu MiB, s2 queue of %d memsets (%.3f ms alone)\n",
            rounds, block / MIB, chain, queue_ms);
-    printf("  event waits:  remapping alloc median %.3f ms (%llu syncs, %llu events waited on, "
-           "%llu unmaps)\n",
-           med_events, (unsigned long long)syncs[0], (unsigned long long)waits[0],
-           (unsigned long long)unmaps[0]);
-    printf("  synchronize:  remapping alloc median %.3f ms (%llu syncs, %llu events waited on, "
-           "%llu unmaps)\n",
-           med_sync, (unsigned long long)syncs[1], (unsigned long long)waits[1],
-           (unsigned long long)unmaps[1]);
+    for (int v = 0; v < 2; v++)
+        printf("  %-13s remapping alloc median %.3f ms (%llu syncs, %llu events waited on, "
+               "%llu unmaps)\n",
+               names[v], med[v], (unsigned long long)syncs[v], (unsigned long long)waits[v],
+               (unsigned long long)unmaps[v]);
     printf("  synchronize / event waits: %.2f\n", med_events > 0 ? med_sync / med_events : 0.0);
     FILE *out = fopen(argv[1], "w");
-    if (out) {
+    bool written = out != NULL;
+    if (!out) {
+        fprintf(stderr, "remap_wait: cannot write %s: %s\n", argv[1], strerror(errno));
+    } else {
         fprintf(out,
                 "{\"rounds\": %d, \"block_mib\": %zu, \"chain\": %d, \"s2_queue_ms\": %.4f, "
                 "\"event_waits_alloc_ms\": %.4f, \"sync_alloc_ms\": %.4f, "
@@ -255,13 +257,16 @@ int main(int argc, char **argv)
                 rounds, block / MIB, chain, queue_ms, med_events, med_sync,
                 (unsigned long long)syncs[0], (unsigned long long)waits[0],
                 (unsigned long long)syncs[1], (unsigned long long)(unmaps[0] + unmaps[1]));
-        fclose(out);
+        written = fclose(out) == 0;
+        if (!written)
+            fprintf(stderr, "remap_wait: cannot write %s: %s\n", argv[1], strerror(errno));
     }
     (void)stow_pool_free(wp, w);
     (void)stow_pool_destroy(wp);
     (void)drv.stream_destroy(s1);
     (void)drv.stream_destroy(s2);
     stow_cuda_backend_destroy(b);
-    /* Each variant must have waited as it can: on events alone, or by synchronizing. */
-    return syncs[0] == 0 && waits[0] > 0 && syncs[1] > 0 && waits[1] == 0 ? 0 : 1;
+    /* Each variant must have waited as it can: on events alone, or by
+     * synchronizing; and the results must be written. */
+    return written && syncs[0] == 0 && waits[0] > 0 && syncs[1] > 0 && waits[1] == 0 ? 0 : 1;
 }
