@@ -562,8 +562,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.iterations < 1:
         ap.error("--iterations: at least 1, not %d" % args.iterations)
-    out_dir = args.write or tempfile.mkdtemp(prefix="snapshot_check.")
-    os.makedirs(out_dir, exist_ok=True)
+    if args.write:
+        os.makedirs(args.write, exist_ok=True)
+        return check_all(args, args.write)
+    # Without --write the traces are scratch: removed however the check ends (they used
+    # to be left behind, one directory per run).
+    with tempfile.TemporaryDirectory(prefix="snapshot_check.") as out_dir:
+        return check_all(args, out_dir)
+
+
+def check_all(args, out_dir):
     print("| snapshot | device | model | entries compared | segments at start "
           "| PyTorch peak reserved | model | error | cudaMalloc PyTorch / model |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
