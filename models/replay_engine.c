@@ -24,6 +24,7 @@ const stow_replay_policy_t *const stow__replay_policies[] = {
     &stow__replay_policy_jemalloc,
     &stow__replay_policy_jemalloc_decay,
     &stow__replay_policy_jemalloc_tcache,
+    &stow__replay_policy_ideal_remap,
     NULL,
 };
 

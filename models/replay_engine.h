@@ -16,6 +16,8 @@
  *   jemalloc            jemalloc on the host, private arena (models/jemalloc_policy.c)
  *   jemalloc-decay      the same with jemalloc's default decay (by name only)
  *   jemalloc-tcache     the same as jemalloc with a thread cache (by name only)
+ *   ideal-remap         reference: best-fit addresses, physical pages exactly
+ *                       under live data (models/ideal_remap.c; by name only)
  * To add one: define a stow_replay_policy_t and list it in replay_engine.c.
  *
  * Thread safety: none. Every call here is single-threaded (one replay at a time
@@ -85,7 +87,8 @@ typedef struct stow_replay_policy {
     /* DESTRUCTOR; live handles die with the instance. */
     void (*destroy)(void *ctx);
     /* Chosen by name only: `--policy all` leaves it out (a variant of a
-     * reference that the side-by-side table already has). */
+     * reference that the side-by-side table already has, or a reference
+     * that is no allocator: ideal-remap). */
     bool not_in_all;
 } stow_replay_policy_t;
 
@@ -97,6 +100,7 @@ extern const stow_replay_policy_t stow__replay_policy_naive;      /* naive.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc;   /* jemalloc_policy.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc_decay; /* jemalloc_policy.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc_tcache; /* jemalloc_policy.c */
+extern const stow_replay_policy_t stow__replay_policy_ideal_remap; /* ideal_remap.c */
 
 /* The policy table, in `--policy all` order (which skips those marked
  * not_in_all); NULL-terminated. */

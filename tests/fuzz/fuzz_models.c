@@ -1,6 +1,7 @@
 /*
  * tests/fuzz/fuzz_models.c: libFuzzer target for the replay policies that run
- * on the simulated device (classic, vmm, pytorch, pytorch-expandable, naive),
+ * on the simulated device (classic, vmm, pytorch, pytorch-expandable, naive)
+ * and of the ideal-remap reference,
  * driven through their replay-engine vtables as `stowage replay` drives them,
  * on any trace the parser accepts (docs/reliability.md).
  *
@@ -25,6 +26,9 @@
  *     allocated (the pool's own checks run inside, STOW_DEBUG); the pytorch
  *     models: stow__ptm_check holds and the model's requested bytes are the
  *     live ones;
+ *   - ideal-remap: after each pass, its live pages (map minus unmap calls)
+ *     are exactly the 2 MiB pages that the live blocks, rounded up to 512
+ *     bytes, overlap;
  *   - peak reserved >= the trace's peak live bytes when nothing failed, and
  *     never above a set capacity;
  *   - no leak once destroyed (LeakSanitizer).
@@ -71,6 +75,7 @@ static const char *const fm_confs[] = {
 static const stow_replay_policy_t *const fm_policies[] = {
     &stow__replay_policy_classic, &stow__replay_policy_vmm, &stow__replay_policy_pytorch,
     &stow__replay_policy_pytorch_expandable, &stow__replay_policy_naive,
+    &stow__replay_policy_ideal_remap,
 };
 #define FM_POLICIES (sizeof fm_policies / sizeof fm_policies[0])
 
@@ -119,6 +124,8 @@ static fm_span_t fm_span_of(const fm_state_t *s, uint32_t id, uint64_t size_byte
     uint64_t addr = s->handle[id];
     if (s->p == &stow__replay_policy_pytorch || s->p == &stow__replay_policy_pytorch_expandable)
         addr = stow__ptm_block_address(s->ctx, s->handle[id]);
+    if (s->p == &stow__replay_policy_ideal_remap)
+        addr = s->handle[id] - 1; /* its handles are addresses plus one */
     fm_span_t sp = {addr, addr + size_bytes, id};
     FUZZ_CHECK(sp.end > sp.start, "%s: id %u wraps the address space", s->p->name, id);
     return sp;
@@ -141,6 +148,43 @@ static void fm_check_no_overlap(const fm_state_t *s, const uint64_t *size_of)
         FUZZ_CHECK(spans[i].start >= spans[i - 1].end, "%s: ids %u and %u overlap", s->p->name,
                    spans[i - 1].id, spans[i].id);
     free(spans);
+}
+
+static int fm_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ideal-remap: its live pages are the pages the live blocks overlap, counted
+ * here from scratch (each block's first and last page, sorted, and the pages
+ * strictly between them, which no other block can touch). */
+static void fm_check_ideal_pages(const fm_state_t *s, const uint64_t *size_of)
+{
+    const uint64_t page = STEP;
+    uint64_t *edge = malloc((2 * s->live_count + 1) * sizeof *edge), pages = 0;
+    FUZZ_CHECK(edge != NULL, "host memory");
+    size_t n = 0;
+    for (uint32_t id = 0; id < s->t->id_count; id++) {
+        if (!s->live[id])
+            continue;
+        uint64_t addr = s->handle[id] - 1, size = size_of[id] <= 512 ? 512 : size_of[id];
+        uint64_t first = addr / page, last = (addr + (size + 511) / 512 * 512 - 1) / page;
+        edge[n++] = first;
+        if (last != first)
+            edge[n++] = last;
+        pages += last > first + 1 ? last - first - 1 : 0;
+    }
+    qsort(edge, n, sizeof *edge, fm_u64_cmp);
+    for (size_t i = 0; i < n; i++)
+        pages += i == 0 || edge[i] != edge[i - 1];
+    free(edge);
+    stow_replay_report_t r;
+    memset(&r, 0, sizeof r);
+    s->p->report(s->ctx, &r);
+    FUZZ_CHECK(r.map_calls - r.unmap_calls == pages, "%s: %llu pages live, the blocks overlap %llu",
+               s->p->name, (unsigned long long)(r.map_calls - r.unmap_calls),
+               (unsigned long long)pages);
 }
 
 /* The policy's own view of what is live agrees with the trace's; returns the
@@ -214,6 +258,8 @@ static uint64_t fm_pass(fm_state_t *s, const uint64_t *size_of, uint64_t capacit
             fm_check_no_overlap(s, size_of);
     }
     fm_check_no_overlap(s, size_of);
+    if (s->p == &stow__replay_policy_ideal_remap)
+        fm_check_ideal_pages(s, size_of);
     return fm_check_policy_state(s, capacity_bytes);
 }
 

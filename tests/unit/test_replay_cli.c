@@ -63,8 +63,11 @@ static bool fits(const char *policy, const stow_trace_t *t, size_t capacity)
 
 Test(replay_policies, table_lists_every_policy_once)
 {
-    const char *want[] = {"classic",  "vmm",      "pytorch",        "pytorch-expandable",
-                          "naive",    "jemalloc", "jemalloc-decay", "jemalloc-tcache"};
+    const char *want[] = {"classic",        "vmm",
+                          "pytorch",        "pytorch-expandable",
+                          "naive",          "jemalloc",
+                          "jemalloc-decay", "jemalloc-tcache",
+                          "ideal-remap"};
     size_t n = 0;
     while (stow__replay_policies[n])
         n++;
@@ -79,11 +82,14 @@ Test(replay_policies, table_lists_every_policy_once)
     cr_assert_not(stow__replay_policy_jemalloc_decay.device);
     cr_assert_not(stow__replay_policy_jemalloc_tcache.device);
     cr_assert(stow__replay_policy_naive.device);
-    /* Only the jemalloc variants stay out of `--policy all`. */
+    cr_assert(stow__replay_policy_ideal_remap.device);
+    /* Only the jemalloc variants and the ideal-remap reference stay out of
+     * `--policy all`. */
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(stow__replay_policies[i]->not_in_all,
                      stow__replay_policies[i] == &stow__replay_policy_jemalloc_decay ||
-                         stow__replay_policies[i] == &stow__replay_policy_jemalloc_tcache,
+                         stow__replay_policies[i] == &stow__replay_policy_jemalloc_tcache ||
+                         stow__replay_policies[i] == &stow__replay_policy_ideal_remap,
                      "%s", stow__replay_policies[i]->name);
 }
 
