@@ -4,10 +4,13 @@
     python3 bench/heldout_table.py REPLAY.jsonl
 
 REPLAY.jsonl holds `build/stowage replay --policy classic --policy vmm --policy pytorch
---policy pytorch-expandable --min-capacity --json` lines. Each row gives, per policy, peak
-reserved / peak live and minimum capacity / peak live; then a summary of issue 3's and issue 4's
-held-out goals: the traces where classic's minimum capacity is above the pytorch model's, and
-those where vmm is above 1.01 x live on either figure. Used by bench/mixed_heldout.sh and
+--policy pytorch-expandable [--policy ideal-remap] --min-capacity --json` lines. Each row gives,
+per policy, peak reserved / peak live and minimum capacity / peak live; then a summary of issue
+3's and issue 4's held-out goals: the traces where classic's minimum capacity is above the
+pytorch model's, and those where vmm is above 1.01 x live on either figure. With ideal-remap
+lines (the yardstick of ../shared/traces/README.md, models/ideal_remap.c) a column gives its
+peak / live, and the summary says which of vmm's traces above 1.01 that yardstick keeps within
+1.01, and how vmm's minimum capacity compares with it. Used by bench/mixed_heldout.sh and
 bench/snapshot_heldout.sh.
 """
 import json
@@ -15,6 +18,7 @@ import os
 import sys
 
 POLICIES = ["classic", "vmm", "pytorch", "pytorch-expandable"]
+IDEAL = "ideal-remap"
 
 
 def main(path):
@@ -26,23 +30,40 @@ def main(path):
             live = j["peak_live_bytes"]
             rows.setdefault(name, {})[j["policy"]] = (j["peak_reserved_bytes"] / live,
                                                       j["min_capacity_bytes"] / live)
-    print("| trace | " + " | ".join(f"{p} reserved / min" for p in POLICIES) + " |")
-    print("|---|" + "---:|" * len(POLICIES))
-    above_model, vmm_over = [], []
+    ideal = all(IDEAL in r for r in rows.values()) and rows
+    extra = " ideal-remap |" if ideal else ""
+    print("| trace | " + " | ".join(f"{p} reserved / min" for p in POLICIES) + " |" + extra)
+    print("|---|" + "---:|" * (len(POLICIES) + bool(ideal)))
+    above_model, vmm_over, ideal_over, vmm_over_not_ideal, vs_ideal = [], [], [], [], []
     for name, r in rows.items():
-        print(f"| {name} | " + " | ".join(f"{r[p][0]:.4f} / {r[p][1]:.4f}" for p in POLICIES)
-              + " |")
+        cells = " | ".join(f"{r[p][0]:.4f} / {r[p][1]:.4f}" for p in POLICIES)
+        print(f"| {name} | {cells} |" + (f" {r[IDEAL][0]:.4f} |" if ideal else ""))
         ratio = r["classic"][1] / r["pytorch"][1]
         if ratio > 1:
             above_model.append(f"{name} {100 * (ratio - 1):+.1f}%")
         if max(r["vmm"]) > 1.01:
             vmm_over.append(f"{name} {max(r['vmm']):.4f}")
+        if ideal:
+            vs_ideal.append(r["vmm"][1] / r[IDEAL][0])
+            if r[IDEAL][0] > 1.01:
+                ideal_over.append(f"{name} {r[IDEAL][0]:.4f}")
+            elif max(r["vmm"]) > 1.01:
+                vmm_over_not_ideal.append(f"{name} {max(r['vmm']):.4f} (ideal {r[IDEAL][0]:.4f})")
     print()
     print(f"traces: {len(rows)}")
     print(f"classic minimum capacity above the pytorch model's: {len(above_model)}: "
           + ", ".join(above_model))
     print(f"vmm above 1.01 x live (reserved or minimum): {len(vmm_over)}: "
           + ", ".join(vmm_over))
+    if ideal:
+        vs_ideal.sort()
+        print(f"ideal-remap above 1.01 x live: {len(ideal_over)}: " + ", ".join(ideal_over))
+        print(f"vmm above 1.01 where ideal-remap is not: {len(vmm_over_not_ideal)}: "
+              + ", ".join(vmm_over_not_ideal))
+        print(f"vmm minimum capacity / ideal-remap peak: median {vs_ideal[len(vs_ideal) // 2]:.4f}, "
+              f"min {vs_ideal[0]:.4f}, max {vs_ideal[-1]:.4f}; "
+              f"below 1 on {sum(1 for v in vs_ideal if v < 1)}, above 1.005 on "
+              f"{sum(1 for v in vs_ideal if v > 1.005)}")
     return 0
 
 

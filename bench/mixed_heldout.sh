@@ -7,9 +7,11 @@
 # (CHUNKS=1000), both on stream 0 or on two streams (STREAMS=same,separate).
 # Each is replayed with --min-capacity under classic, vmm, pytorch and
 # pytorch-expandable, and the script prints one Markdown row per trace (peak
-# reserved / peak live and minimum capacity / peak live for each policy), then
-# a summary: the traces where classic's minimum capacity is above the pytorch
-# model's, and those where vmm is above 1.01 x live on either figure.
+# reserved / peak live and minimum capacity / peak live for each policy, and
+# the peak of the ideal-remap yardstick), then a summary: the traces where
+# classic's minimum capacity is above the pytorch model's, those where vmm is
+# above 1.01 x live on either figure, and which of them ideal-remap keeps
+# within 1.01 (bench/heldout_table.py).
 # Extra arguments go to the replays as settings (--conf ...).
 # Usage: bench/mixed_heldout.sh [--conf KEY:VALUE,...]   (from the repository
 # root, after building; PAIRS=A+B,... restricts the pairs; the default 40
@@ -29,7 +31,7 @@ n=$(wc -l <"$out/list.txt")
 echo "replay --min-capacity, 4 policies, on $n mixed traces ..." >&2
 while read -r t; do
     "$root/build/stowage" replay --policy classic --policy vmm --policy pytorch \
-        --policy pytorch-expandable --min-capacity --repeats 1 --json "$@" "$t"
+        --policy pytorch-expandable --policy ideal-remap --min-capacity --repeats 1 --json "$@" "$t"
 done <"$out/list.txt" >"$out/replay.jsonl"
 
 python3 "$root/bench/heldout_table.py" "$out/replay.jsonl"

@@ -5,9 +5,9 @@
 # DIR holds snapshots (python3 bench/fetch_snapshots.py DIR fetches those of
 # bench/snapshots.txt). bench/snapshot_check.py --workloads writes each device trace's requests
 # from an empty device (the blocks alive when recording began first, in address order); the
-# distinct ones are replayed with --min-capacity under classic, vmm, pytorch and
-# pytorch-expandable, and bench/heldout_table.py prints one Markdown row per workload and the
-# summary of the held-out goals. Extra arguments go to the replays (--conf ...).
+# distinct ones are replayed with --min-capacity under classic, vmm, pytorch, pytorch-expandable
+# and the ideal-remap yardstick, and bench/heldout_table.py prints one Markdown row per workload
+# and the summary of the held-out goals. Extra arguments go to the replays (--conf ...).
 # Usage: bench/snapshot_heldout.sh DIR [--conf KEY:VALUE,...]   (from the repository root,
 # after building; the 40 distinct workloads of bench/snapshots.txt took 17 s on 2 cores)
 set -euo pipefail
@@ -30,7 +30,7 @@ for t in "$out"/wl/*.rep; do
     seen[$sum]=1
     n=$((n + 1))
     "$root/build/stowage" replay --policy classic --policy vmm --policy pytorch \
-        --policy pytorch-expandable --min-capacity --repeats 1 --json "$@" "$t"
+        --policy pytorch-expandable --policy ideal-remap --min-capacity --repeats 1 --json "$@" "$t"
 done >"$out/replay.jsonl"
 echo "replay --min-capacity, 4 policies, on $n distinct workloads" >&2
 python3 "$root/bench/heldout_table.py" "$out/replay.jsonl"

@@ -5,14 +5,18 @@
 # Writes every shared trace again with each allocation size times each of
 # FACTORS (bench/scaled_traces.py: other alignments against 2 MiB granules),
 # then for the shared and the scaled traces:
-#   - build/stowage replay --policy vmm --min-capacity --json: peak reserved /
-#     peak live and minimum capacity / peak live;
+#   - build/stowage replay --policy vmm --policy ideal-remap --min-capacity
+#     --json: peak reserved / peak live and minimum capacity / peak live, and
+#     the peak of the ideal-remap yardstick (models/ideal_remap.c: best-fit
+#     addresses, 2 MiB pages only under live data) / peak live;
 #   - build/vmm_churn: map + unmap calls per 1000 events once the pool has
 #     settled (16 replays on one pool), host time against the classic pool, and
 #     the footprint of one more replay (granules some live block overlapped);
 # and prints one Markdown row per trace, then a summary: how many traces are
-# above 1.01 on either ratio, the worst, and the settled churn's median, mean
-# and maximum. Extra arguments go to both programs as settings (--conf ...).
+# above 1.01 on either ratio, the worst, which of those ideal-remap keeps
+# within 1.01, vmm's minimum capacity against ideal-remap's peak, and the
+# settled churn's median, mean and maximum. Extra arguments go to both
+# programs as settings (--conf ...).
 # Usage: bench/vmm_heldout.sh [--conf KEY:VALUE,...]   (from the repository root,
 # after building; FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by default)
 set -euo pipefail
@@ -27,18 +31,22 @@ python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --facto
     >/dev/null
 all=("${trace_paths[@]}" "$out"/scaled/*.rep)
 echo "replay --policy vmm --min-capacity on ${#all[@]} traces ..." >&2
-"$root/build/stowage" replay --policy vmm --min-capacity --repeats 1 --json "$@" "${all[@]}" \
-    >"$out/replay.jsonl"
+"$root/build/stowage" replay --policy vmm --policy ideal-remap --min-capacity --repeats 1 --json \
+    "$@" "${all[@]}" >"$out/replay.jsonl"
 echo "vmm_churn on ${#all[@]} traces ..." >&2
 "$root/build/vmm_churn" "$@" "${all[@]}" >"$out/churn.txt"
 
 python3 - "$out/replay.jsonl" "$out/churn.txt" <<'EOF'
 import json, os, re, statistics, sys
 
-replay = {}
+replay, ideal = {}, {}
 for line in open(sys.argv[1]):
     j = json.loads(line)
-    replay[os.path.basename(j["trace"])] = j
+    name = os.path.basename(j["trace"])
+    if j["policy"] == "ideal-remap":
+        ideal[name] = j["peak_reserved_bytes"] / j["peak_live_bytes"]
+    else:
+        replay[name] = j
 churn, footprint = {}, {}
 for line in open(sys.argv[2]):
     m = re.match(r"(\S+)\s+vmm reserved/live \S+\s+steady churn (\S+)\s+(.*?)\s+vmm/classic host time (\S+)", line)
@@ -48,22 +56,33 @@ for line in open(sys.argv[2]):
     if m:
         footprint[m.group(1)] = float(m.group(2))
 
-print("| trace | reserved / live | min / live | settled maps+unmaps / 1000 events | | footprint / live | host time vs classic |")
-print("|---|---:|---:|---:|---|---:|---:|")
-over, worst, settled = [], (0.0, ""), []
+print("| trace | reserved / live | min / live | ideal-remap / live | settled maps+unmaps / 1000 events | | footprint / live | host time vs classic |")
+print("|---|---:|---:|---:|---:|---|---:|---:|")
+over, worst, settled, ideal_over, over_not_ideal, vs_ideal = [], (0.0, ""), [], [], [], []
 for name, j in replay.items():
     res = j["reserved_over_live"]
     mn = j["min_capacity_bytes"] / j["peak_live_bytes"]
     c = churn.get(name, (float("nan"), "?", float("nan")))
     fp = footprint.get(name, float("nan"))
-    print(f"| {name[:-4]} | {res:.4f} | {mn:.4f} | {c[0]:.1f} | {c[1]} | {fp:.4f} | {c[2]:.2f} |")
+    ir = ideal[name]
+    print(f"| {name[:-4]} | {res:.4f} | {mn:.4f} | {ir:.4f} | {c[0]:.1f} | {c[1]} | {fp:.4f} | {c[2]:.2f} |")
     if max(res, mn) > 1.01:
         over.append(name[:-4])
+        if ir <= 1.01:
+            over_not_ideal.append(f"{name[:-4]} (ideal {ir:.4f})")
+    if ir > 1.01:
+        ideal_over.append(f"{name[:-4]} {ir:.4f}")
+    vs_ideal.append(mn / ir)
     worst = max(worst, (max(res, mn), name[:-4]))
     settled.append(c[0])
 print()
 print(f"traces: {len(replay)}; above 1.01 (reserved or minimum capacity): {len(over)} {over}")
 print(f"worst: {worst[0]:.4f} ({worst[1]})")
+print(f"ideal-remap above 1.01: {len(ideal_over)} {ideal_over}; vmm above 1.01 where it is not: "
+      f"{len(over_not_ideal)} {over_not_ideal}")
+vs_ideal.sort()
+print(f"vmm minimum capacity / ideal-remap peak: median {statistics.median(vs_ideal):.4f}, "
+      f"min {vs_ideal[0]:.4f}, max {vs_ideal[-1]:.4f}")
 print(f"settled churn per 1000 events: median {statistics.median(settled):.1f}, "
       f"mean {statistics.mean(settled):.1f}, max {max(settled):.1f}, "
       f"above 20: {sum(1 for s in settled if s > 20)}")
