@@ -20,6 +20,8 @@
  *   remapping costs nothing. Reserved bytes are those pages; their peak is
  *   the figure, and the minimum capacity equals it (the layout does not
  *   depend on the capacity, and nothing is held that could be given back).
+ * - No setting applies (`--conf` changes vmm's rounding, not this): the
+ *   yardstick stays the README's whatever the pool under test is set to.
  *
  * It is a reference, not a lower bound: another placement can need fewer
  * pages. Policy vmm places big blocks where granules are mapped and packs
