@@ -15,6 +15,7 @@ bench/snapshot_heldout.sh.
 """
 import json
 import os
+import statistics
 import sys
 
 POLICIES = ["classic", "vmm", "pytorch", "pytorch-expandable"]
@@ -48,7 +49,8 @@ def main(path):
             if r[IDEAL][0] > 1.01:
                 ideal_over.append(f"{name} {r[IDEAL][0]:.4f}")
             elif max(r["vmm"]) > 1.01:
-                vmm_over_not_ideal.append(f"{name} {max(r['vmm']):.4f} (ideal {r[IDEAL][0]:.4f})")
+                vmm_over_not_ideal.append(
+                    f"{name} {max(r['vmm']):.4f} (ideal {r[IDEAL][0]:.4f})")
     print()
     print(f"traces: {len(rows)}")
     print(f"classic minimum capacity above the pytorch model's: {len(above_model)}: "
@@ -56,12 +58,11 @@ def main(path):
     print(f"vmm above 1.01 x live (reserved or minimum): {len(vmm_over)}: "
           + ", ".join(vmm_over))
     if ideal:
-        vs_ideal.sort()
         print(f"ideal-remap above 1.01 x live: {len(ideal_over)}: " + ", ".join(ideal_over))
         print(f"vmm above 1.01 where ideal-remap is not: {len(vmm_over_not_ideal)}: "
               + ", ".join(vmm_over_not_ideal))
-        print(f"vmm minimum capacity / ideal-remap peak: median {vs_ideal[len(vs_ideal) // 2]:.4f}, "
-              f"min {vs_ideal[0]:.4f}, max {vs_ideal[-1]:.4f}; "
+        print(f"vmm minimum capacity / ideal-remap peak: median "
+              f"{statistics.median(vs_ideal):.4f}, min {min(vs_ideal):.4f}, max {max(vs_ideal):.4f}; "
               f"below 1 on {sum(1 for v in vs_ideal if v < 1)}, above 1.005 on "
               f"{sum(1 for v in vs_ideal if v > 1.005)}")
     return 0

@@ -28,7 +28,7 @@ python3 "$root/bench/mixed_traces.py" "$out/mixed" --src "$traces_dir" \
     --chunks "${CHUNKS:-1,1000}" --streams "${STREAMS:-same,separate}" \
     ${PAIRS:+--pairs "$PAIRS"} >"$out/list.txt"
 n=$(wc -l <"$out/list.txt")
-echo "replay --min-capacity, 4 policies, on $n mixed traces ..." >&2
+echo "replay --min-capacity, 5 policies, on $n mixed traces ..." >&2
 while read -r t; do
     "$root/build/stowage" replay --policy classic --policy vmm --policy pytorch \
         --policy pytorch-expandable --policy ideal-remap --min-capacity --repeats 1 --json "$@" "$t"

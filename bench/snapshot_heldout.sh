@@ -32,5 +32,5 @@ for t in "$out"/wl/*.rep; do
     "$root/build/stowage" replay --policy classic --policy vmm --policy pytorch \
         --policy pytorch-expandable --policy ideal-remap --min-capacity --repeats 1 --json "$@" "$t"
 done >"$out/replay.jsonl"
-echo "replay --min-capacity, 4 policies, on $n distinct workloads" >&2
+echo "replay --min-capacity, 5 policies, on $n distinct workloads" >&2
 python3 "$root/bench/heldout_table.py" "$out/replay.jsonl"

@@ -30,7 +30,7 @@ trap 'rm -rf "$out"' EXIT
 python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --factors "$factors" \
     >/dev/null
 all=("${trace_paths[@]}" "$out"/scaled/*.rep)
-echo "replay --policy vmm --min-capacity on ${#all[@]} traces ..." >&2
+echo "replay --policy vmm --policy ideal-remap --min-capacity on ${#all[@]} traces ..." >&2
 "$root/build/stowage" replay --policy vmm --policy ideal-remap --min-capacity --repeats 1 --json \
     "$@" "${all[@]}" >"$out/replay.jsonl"
 echo "vmm_churn on ${#all[@]} traces ..." >&2

@@ -1,7 +1,7 @@
 /*
  * tests/fuzz/fuzz_models.c: libFuzzer target for the replay policies that run
- * on the simulated device (classic, vmm, pytorch, pytorch-expandable, naive)
- * and of the ideal-remap reference,
+ * on the simulated device (classic, vmm, pytorch, pytorch-expandable, naive,
+ * and the ideal-remap reference),
  * driven through their replay-engine vtables as `stowage replay` drives them,
  * on any trace the parser accepts (docs/reliability.md).
  *
