@@ -110,7 +110,10 @@ typedef struct stow_config {
                                       rounding) go to a range of their own per stream, with
                                       quick lists, so that they neither move the large
                                       blocks' layout nor cost a best fit per event; 0: every
-                                      request shares one range; at most 1024; default
+                                      request shares one range (small blocks then fill the
+                                      partly used granules of large ones: up to a granule
+                                      less per stream, 1 % of a 200 MiB pool, for more host
+                                      time per small request); at most 1024; default
                                       STOW_VMM_SMALL_KB_DEFAULT; key "vmm_small_kb"
                                       (docs/design.md, page-mapped segments, small range) */
     unsigned quick_depth;          /* policy classic: how many freed small blocks (<= 64 KiB)
