@@ -123,13 +123,13 @@ Test(ideal_remap, frees_merge_with_neighbours_and_the_top)
     model()->free(m, 0 + 1, 3 * MIB);
     model()->free(m, d + 1, MIB); /* everything merges into the top */
     cr_assert_eq(live_pages(m), 0);
-    cr_assert_eq(alloc_at(m, 4 * MIB + 1), 0); /* nothing smaller left to fit in */
+    cr_assert_eq(alloc_at(m, 4 * MIB + 1), 0); /* the range is all free again: from 0 */
     cr_assert_eq(live_pages(m), 3);
     model()->destroy(m);
 }
 
 /* On a 4 MiB device a block that would make a third page live fails with
- * STOW_ENOMEM and changes nothing; the block the same place holds later fits. */
+ * STOW_ENOMEM and changes nothing: a smaller one then takes the same place. */
 Test(ideal_remap, capacity_counts_pages_and_a_refusal_changes_nothing)
 {
     void *m = create(4 * MIB);
