@@ -22,6 +22,28 @@ POLICIES = ["classic", "vmm", "pytorch", "pytorch-expandable"]
 IDEAL = "ideal-remap"
 
 
+def ideal_summary(traces):
+    """The summary lines of vmm against the ideal-remap yardstick. traces: (name, vmm peak
+    reserved / live, vmm minimum capacity / live, ideal-remap peak / live) per trace. Also used
+    by bench/vmm_heldout.sh."""
+    ideal_over, over_not_ideal, vs_ideal = [], [], []
+    for name, reserved, minimum, ideal in traces:
+        vs_ideal.append(minimum / ideal)
+        if ideal > 1.01:
+            ideal_over.append(f"{name} {ideal:.4f}")
+        elif max(reserved, minimum) > 1.01:
+            over_not_ideal.append(f"{name} {max(reserved, minimum):.4f} (ideal {ideal:.4f})")
+    return [
+        f"ideal-remap above 1.01 x live: {len(ideal_over)}: " + ", ".join(ideal_over),
+        f"vmm above 1.01 where ideal-remap is not: {len(over_not_ideal)}: "
+        + ", ".join(over_not_ideal),
+        f"vmm minimum capacity / ideal-remap peak: median {statistics.median(vs_ideal):.4f}, "
+        f"min {min(vs_ideal):.4f}, max {max(vs_ideal):.4f}; "
+        f"below 1 on {sum(1 for v in vs_ideal if v < 1)}, above 1.005 on "
+        f"{sum(1 for v in vs_ideal if v > 1.005)}",
+    ]
+
+
 def main(path):
     rows = {}
     with open(path) as f:
@@ -35,7 +57,7 @@ def main(path):
     extra = " ideal-remap |" if ideal else ""
     print("| trace | " + " | ".join(f"{p} reserved / min" for p in POLICIES) + " |" + extra)
     print("|---|" + "---:|" * (len(POLICIES) + bool(ideal)))
-    above_model, vmm_over, ideal_over, vmm_over_not_ideal, vs_ideal = [], [], [], [], []
+    above_model, vmm_over = [], []
     for name, r in rows.items():
         cells = " | ".join(f"{r[p][0]:.4f} / {r[p][1]:.4f}" for p in POLICIES)
         print(f"| {name} | {cells} |" + (f" {r[IDEAL][0]:.4f} |" if ideal else ""))
@@ -44,13 +66,6 @@ def main(path):
             above_model.append(f"{name} {100 * (ratio - 1):+.1f}%")
         if max(r["vmm"]) > 1.01:
             vmm_over.append(f"{name} {max(r['vmm']):.4f}")
-        if ideal:
-            vs_ideal.append(r["vmm"][1] / r[IDEAL][0])
-            if r[IDEAL][0] > 1.01:
-                ideal_over.append(f"{name} {r[IDEAL][0]:.4f}")
-            elif max(r["vmm"]) > 1.01:
-                vmm_over_not_ideal.append(
-                    f"{name} {max(r['vmm']):.4f} (ideal {r[IDEAL][0]:.4f})")
     print()
     print(f"traces: {len(rows)}")
     print(f"classic minimum capacity above the pytorch model's: {len(above_model)}: "
@@ -58,13 +73,8 @@ def main(path):
     print(f"vmm above 1.01 x live (reserved or minimum): {len(vmm_over)}: "
           + ", ".join(vmm_over))
     if ideal:
-        print(f"ideal-remap above 1.01 x live: {len(ideal_over)}: " + ", ".join(ideal_over))
-        print(f"vmm above 1.01 where ideal-remap is not: {len(vmm_over_not_ideal)}: "
-              + ", ".join(vmm_over_not_ideal))
-        print(f"vmm minimum capacity / ideal-remap peak: median "
-              f"{statistics.median(vs_ideal):.4f}, min {min(vs_ideal):.4f}, max {max(vs_ideal):.4f}; "
-              f"below 1 on {sum(1 for v in vs_ideal if v < 1)}, above 1.005 on "
-              f"{sum(1 for v in vs_ideal if v > 1.005)}")
+        print("\n".join(ideal_summary((name, *r["vmm"], r[IDEAL][0])
+                                       for name, r in rows.items())))
     return 0
 
 

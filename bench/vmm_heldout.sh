@@ -36,8 +36,10 @@ echo "replay --policy vmm --policy ideal-remap --min-capacity on ${#all[@]} trac
 echo "vmm_churn on ${#all[@]} traces ..." >&2
 "$root/build/vmm_churn" "$@" "${all[@]}" >"$out/churn.txt"
 
-python3 - "$out/replay.jsonl" "$out/churn.txt" <<'EOF'
+python3 - "$out/replay.jsonl" "$out/churn.txt" "$root/bench" <<'EOF'
 import json, os, re, statistics, sys
+sys.path.insert(0, sys.argv[3])
+from heldout_table import ideal_summary
 
 replay, ideal = {}, {}
 for line in open(sys.argv[1]):
@@ -58,7 +60,7 @@ for line in open(sys.argv[2]):
 
 print("| trace | reserved / live | min / live | ideal-remap / live | settled maps+unmaps / 1000 events | | footprint / live | host time vs classic |")
 print("|---|---:|---:|---:|---:|---|---:|---:|")
-over, worst, settled, ideal_over, over_not_ideal, vs_ideal = [], (0.0, ""), [], [], [], []
+over, worst, settled, against_ideal = [], (0.0, ""), [], []
 for name, j in replay.items():
     res = j["reserved_over_live"]
     mn = j["min_capacity_bytes"] / j["peak_live_bytes"]
@@ -68,21 +70,13 @@ for name, j in replay.items():
     print(f"| {name[:-4]} | {res:.4f} | {mn:.4f} | {ir:.4f} | {c[0]:.1f} | {c[1]} | {fp:.4f} | {c[2]:.2f} |")
     if max(res, mn) > 1.01:
         over.append(name[:-4])
-        if ir <= 1.01:
-            over_not_ideal.append(f"{name[:-4]} (ideal {ir:.4f})")
-    if ir > 1.01:
-        ideal_over.append(f"{name[:-4]} {ir:.4f}")
-    vs_ideal.append(mn / ir)
+    against_ideal.append((name[:-4], res, mn, ir))
     worst = max(worst, (max(res, mn), name[:-4]))
     settled.append(c[0])
 print()
 print(f"traces: {len(replay)}; above 1.01 (reserved or minimum capacity): {len(over)} {over}")
 print(f"worst: {worst[0]:.4f} ({worst[1]})")
-print(f"ideal-remap above 1.01: {len(ideal_over)} {ideal_over}; vmm above 1.01 where it is not: "
-      f"{len(over_not_ideal)} {over_not_ideal}")
-vs_ideal.sort()
-print(f"vmm minimum capacity / ideal-remap peak: median {statistics.median(vs_ideal):.4f}, "
-      f"min {vs_ideal[0]:.4f}, max {vs_ideal[-1]:.4f}")
+print("\n".join(ideal_summary(against_ideal)))
 print(f"settled churn per 1000 events: median {statistics.median(settled):.1f}, "
       f"mean {statistics.mean(settled):.1f}, max {max(settled):.1f}, "
       f"above 20: {sum(1 for s in settled if s > 20)}")
