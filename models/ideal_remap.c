@@ -58,18 +58,21 @@ typedef struct ir_edge {
 } ir_edge_t;
 
 typedef struct ideal_remap {
-    ir_array_t by_addr;      /* free blocks below top, by address */
-    ir_array_t by_size;      /* the same blocks, by (size, address) */
-    uint64_t top;            /* everything from here up is free */
-    ir_edge_t *edges;        /* open addressing, linear probing; 0 = empty slot */
-    size_t edge_slots;       /* a power of two, or 0 */
-    size_t edge_count;       /* pages with edges > 0 */
-    uint64_t live_pages;     /* pages some live block overlaps */
-    uint64_t live_pages_peak;
-    bool limited;            /* a device capacity was set */
-    uint64_t capacity_pages; /* whole pages within it */
-    uint64_t map_calls, unmap_calls;
+    ir_array_t by_addr;              /* free blocks below top, by address */
+    ir_array_t by_size;              /* the same blocks, by (size, address) */
+    uint64_t top;                    /* everything from here up is free */
+    ir_edge_t *edges;                /* open addressing, linear probing; 0 = empty slot */
+    size_t edge_slots;               /* a power of two, or 0 */
+    size_t edge_count;               /* pages with edges > 0 */
+    uint64_t map_calls, unmap_calls; /* one per page that becomes live, one per page that
+                                        stops: their difference is the live pages */
+    uint64_t live_pages_peak;        /* the highest that difference reached */
+    bool limited;                    /* a device capacity was set */
+    uint64_t capacity_pages;         /* whole pages within it */
 } ideal_remap_t;
+
+/* The pages some live block overlaps. */
+static uint64_t ir_live_pages(const ideal_remap_t *m) { return m->map_calls - m->unmap_calls; }
 
 static bool ir_less(const ir_free_t *a, const ir_free_t *b, bool by_size)
 {
@@ -280,7 +283,7 @@ static stow_status_t ir_alloc(void *ctx, uint64_t size_bytes, uint32_t stream, u
     if (!ir_edges_reserve(m))
         return STOW_EHOSTMEM;
     uint64_t gained = ir_pages_gained(m, f.addr, rounded);
-    if (m->limited && m->live_pages + gained > m->capacity_pages)
+    if (m->limited && ir_live_pages(m) + gained > m->capacity_pages)
         return STOW_ENOMEM; /* nothing is cached: no release to retry after */
     if (from_top) {
         m->top += rounded;
@@ -293,10 +296,9 @@ static stow_status_t ir_alloc(void *ctx, uint64_t size_bytes, uint32_t stream, u
         }
     }
     ir_edges_add(m, f.addr, rounded, +1);
-    m->live_pages += gained;
     m->map_calls += gained;
-    if (m->live_pages > m->live_pages_peak)
-        m->live_pages_peak = m->live_pages;
+    if (ir_live_pages(m) > m->live_pages_peak)
+        m->live_pages_peak = ir_live_pages(m);
     *handle = f.addr + 1; /* addresses are 512-aligned: never 0 as a handle */
     return STOW_OK;
 }
@@ -308,7 +310,6 @@ static void ir_free(void *ctx, uint64_t handle, uint64_t size_bytes)
     uint64_t rounded = ir_round(size_bytes);
     ir_edges_add(m, addr, rounded, -1);
     uint64_t lost = ir_pages_gained(m, addr, rounded); /* the same count, now the block is gone */
-    m->live_pages -= lost;
     m->unmap_calls += lost;
 
     ir_free_t f = {addr, rounded};
