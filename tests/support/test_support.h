@@ -12,7 +12,8 @@
 #include "stowage/sim.h"
 #include "stowage/trace.h"
 
-/* Path of a shared trace (../shared/traces/NAME), or NULL if absent. */
+/* Path of a shared trace (../shared/traces/NAME, else bench/traces/NAME), or
+ * NULL if absent. */
 const char *ts_shared_trace(const char *name, char *buf, size_t len);
 
 /* jemalloc-backed host memory for host-backed simulated devices. */
