@@ -182,17 +182,18 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
             return st;
     const stow_stats_t *s = &pool->acct.s;
     if (pool->vmm) {
-        /* Physical granules are counted by vmm.c; vmm_check.c checks them. */
-        if ((st = stow__vmm_check(pool, why, len)) != STOW_OK)
+        /* Physical granules are counted by vmm.c; vmm_check.c checks them
+         * and recounts, per kind, what the books must say. */
+        stow_vmm_recount_t phys;
+        if ((st = stow__vmm_check(pool, &phys, why, len)) != STOW_OK)
             return st;
-        for (unsigned k = 0; k < STOW_POOL_KINDS; k++)
-            t.reserved[k] = s->reserved_bytes[k].current;
         t.idle_bytes = pool->acct.idle_segment_bytes;
         /* Free blocks count, their bytes not: the bytes are the physical
-         * memory beside live data, from the figures vmm_check just recounted. */
-        uint64_t beside_live = t.reserved[STOW_POOL_ALL] - t.idle_bytes - pool->live_bytes;
-        t.split_bytes[STOW_POOL_ALL] = t.split_bytes[STOW_POOL_LARGE] = beside_live;
-        t.split_bytes[STOW_POOL_SMALL] = 0;
+         * memory beside live data. */
+        for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {
+            t.reserved[k] = phys.reserved_bytes[k];
+            t.split_bytes[k] = phys.beside_live_bytes[k];
+        }
     }
     for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {
         if ((st = compare("reserved_bytes", k, s->reserved_bytes[k].current, t.reserved[k], why,

@@ -408,9 +408,11 @@ static inline size_t stow__granule_of(const stow_pool_t *pool, const stow_segmen
 {
     return (size_t)(addr - seg->base) >> pool->granularity_shift;
 }
-/* stow__vmm_back and _unback beyond their fast paths. */
-stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes);
-void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b);
+/* stow__vmm_back and _unback beyond their fast paths; the block's span of
+ * granules [first, end) comes from them. */
+stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes,
+                                  size_t first, size_t end);
+void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b, size_t first, size_t end);
 /* Maps physical granules under [b->addr, b->addr + size_bytes) (b is a FREE
  * block about to be handed out with that size). STOW_ENOMEM when the device and
  * the unused granules cannot provide them; nothing changes on error. Inline
@@ -421,17 +423,17 @@ static inline stow_status_t stow__vmm_back(stow_pool_t *pool, stow_block_t *b, s
 {
     stow_segment_t *seg = b->segment;
     size_t first = stow__granule_of(pool, seg, b->addr);
-    if (first == stow__granule_of(pool, seg, b->addr + size_bytes - 1) &&
-        seg->granules[first].edges) {
+    size_t last = stow__granule_of(pool, seg, b->addr + size_bytes - 1);
+    if (first == last && seg->granules[first].edges) {
         seg->granules[first].edges++;
         pool->live_bytes += size_bytes;
         if (pool->live_bytes > pool->live_bytes_high_water)
             pool->live_bytes_high_water = pool->live_bytes;
         /* Held memory beside live data shrinks by what the block now covers. */
-        stow__stat2_sub(pool->acct.s.inactive_split_bytes, STOW_POOL_LARGE, size_bytes);
+        stow__stat2_sub(pool->acct.s.inactive_split_bytes, seg->pool_kind, size_bytes);
         return STOW_OK;
     }
-    return stow__vmm_back_span(pool, b, size_bytes);
+    return stow__vmm_back_span(pool, b, size_bytes, first, last + 1);
 }
 /* The block (ALLOCATED or PENDING) stops holding its granules. Inline fast
  * path: a block inside one granule that another live block still holds (its
@@ -440,17 +442,17 @@ static inline void stow__vmm_unback(stow_pool_t *pool, stow_block_t *b)
 {
     stow_segment_t *seg = b->segment;
     size_t first = stow__granule_of(pool, seg, b->addr);
-    if (first == stow__granule_of(pool, seg, b->addr + b->size_bytes - 1) &&
-        seg->granules[first].edges > 1) {
+    size_t last = stow__granule_of(pool, seg, b->addr + b->size_bytes - 1);
+    if (first == last && seg->granules[first].edges > 1) {
         stow_assert_internal(pool->live_bytes >= b->size_bytes);
         seg->granules[first].edges--;
         pool->live_bytes -= b->size_bytes;
-        stow__stat2_add(pool->acct.s.inactive_split_bytes, STOW_POOL_LARGE, b->size_bytes);
+        stow__stat2_add(pool->acct.s.inactive_split_bytes, seg->pool_kind, b->size_bytes);
         pool->extra_granules_live -= b->extra_granules;
         b->extra_granules = 0;
         return;
     }
-    stow__vmm_unback_span(pool, b);
+    stow__vmm_unback_span(pool, b, first, last + 1);
 }
 stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                              size_t rounded, stow_block_t **out);
@@ -491,7 +493,16 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
                               stow_block_t *b);
 
 /* ---- vmm_check.c ---- */
-stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len);
+/* A page-mapped pool's physical memory per pool kind, recounted from its
+ * granules, blocks and free handles (not from the books). */
+typedef struct stow_vmm_recount {
+    uint64_t reserved_bytes[STOW_POOL_KINDS];    /* mapped granules and free handles */
+    uint64_t beside_live_bytes[STOW_POOL_KINDS]; /* live granules' bytes less live bytes */
+} stow_vmm_recount_t;
+/* The invariants of a page-mapped pool; *phys gets the recount for the
+ * books' check (check.c). */
+stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char *why,
+                             size_t why_len);
 
 /* ---- pool.c (continued) ---- */
 /* Splits free indexed block b at b->addr + offset_bytes (0 < offset < size):

@@ -132,18 +132,30 @@ static void unused_take_within(stow_pool_t *pool, stow_segment_t *seg, size_t fr
     }
 }
 
-/* Idle physical memory: unused mapped granules and unmapped handles. And what
- * the pool holds but can neither use for another request size nor release:
- * the free bytes of granules that also hold live data (reserved - live -
- * idle), its inactive_split_bytes (the fast paths of stow__vmm_back and
- * _unback move it by the block's bytes themselves). */
+/* Idle physical memory: unused mapped granules and unmapped handles. */
 static void update_idle(stow_pool_t *pool)
 {
     pool->acct.idle_segment_bytes =
         (uint64_t)(pool->unused_count + pool->free_handle_count) * pool->granularity_bytes;
-    uint64_t held = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
-    stow__stat2_set(pool->acct.s.inactive_split_bytes, STOW_POOL_LARGE,
-                    held - pool->live_bytes - pool->acct.idle_segment_bytes);
+}
+
+/* What the pool holds beside live data in ranges of `kind`, and can neither
+ * use for another request size nor release (inactive_split_bytes): the free
+ * bytes of live granules, granule bytes under live blocks less their bytes.
+ * A block of `bytes` that made `granules` more granules live (backed; add) or
+ * left them (unbacked) moves it by the difference, in one step so that its
+ * peak never sees a value between. A remap moves a granule from idle to live
+ * and its reserved bytes between kinds, changing no kind's figure. */
+static inline void note_beside_live(stow_pool_t *pool, unsigned kind, size_t granules,
+                                    uint64_t bytes, bool add)
+{
+    int64_t grows = (int64_t)((uint64_t)granules << pool->granularity_shift) - (int64_t)bytes;
+    if (!add)
+        grows = -grows;
+    if (grows >= 0)
+        stow__stat2_add(pool->acct.s.inactive_split_bytes, kind, (uint64_t)grows);
+    else
+        stow__stat2_sub(pool->acct.s.inactive_split_bytes, kind, (uint64_t)-grows);
 }
 
 static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned kind)
@@ -346,11 +358,10 @@ static void give_back_created(stow_pool_t *pool, stow_segment_t *seg, size_t fir
     }
 }
 
-stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes)
+stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes,
+                                  size_t first, size_t end)
 {
     stow_segment_t *seg = b->segment;
-    size_t first, end;
-    granule_span(pool, seg, b->addr, size_bytes, &first, &end);
     uint64_t bytes_after = pool->live_bytes + size_bytes;
     uint64_t bytes_high_water =
         bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
@@ -422,23 +433,24 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
     bits_fill(seg->seen_live_bits, first, end, true);
     pool->live_bytes = bytes_after;
     pool->live_bytes_high_water = bytes_high_water;
+    note_beside_live(pool, seg->pool_kind, (end - first) - lo_live - hi_live, size_bytes, true);
     update_idle(pool);
     return STOW_OK;
 }
 
-void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b)
+void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b, size_t first, size_t end)
 {
     stow_segment_t *seg = b->segment;
-    size_t first, end;
-    granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
     stow_assert_internal(pool->live_bytes >= b->size_bytes);
     pool->live_bytes -= b->size_bytes;
     pool->extra_granules_live -= b->extra_granules;
     b->extra_granules = 0;
     size_t unused_before = pool->unused_count;
     release_span(pool, seg, first, end, true);
-    if (pool->unused_count != unused_before)
+    size_t released = pool->unused_count - unused_before;
+    if (released)
         stow__vmm_note_unused_pushed(pool, b->owner);
+    note_beside_live(pool, seg->pool_kind, released, b->size_bytes, false);
     update_idle(pool);
 }
 

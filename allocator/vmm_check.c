@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static bool bits_clear_from(const uint64_t *bits, size_t from, size_t n)
 {
@@ -32,11 +33,14 @@ static bool segment_of_pool(const stow_pool_t *pool, const stow_segment_t *seg)
  * not unused, the edge counts, mapped == live or unused (never both), run
  * starts only on unused granules, every live granule seen live (the adaptive
  * allowance's footprint), nothing marked at or above granules_touched.
- * Adds to the counts of stow__vmm_check. */
+ * Adds to the counts of stow__vmm_check, and to the recount of its range's
+ * kind in *phys: mapped granules, and live granule bytes less live bytes. */
 static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_segment_t *seg,
                                             uint64_t counts[4], uint64_t *extra,
-                                            uint64_t *live_bytes, char *why, size_t why_len)
+                                            uint64_t *live_bytes, stow_vmm_recount_t *phys,
+                                            char *why, size_t why_len)
 {
+    uint64_t seg_live_bytes = 0, seg_mapped = 0, seg_live_granules = 0;
     size_t touched = seg->granules_touched, n = seg->size_bytes / pool->granularity_bytes;
     uint32_t *edges = calloc(touched ? touched : 1, sizeof *edges);
     uint8_t *covered = calloc(touched ? touched : 1, 1);
@@ -52,7 +56,7 @@ static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_
         size_t first, end;
         granule_span(pool, seg, b->addr, b->size_bytes, &first, &end);
         *extra += b->extra_granules;
-        *live_bytes += b->size_bytes;
+        seg_live_bytes += b->size_bytes;
         for (size_t i = first; i < end; i++) {
             if (i >= touched || !seg->granules[i].phys || bit_at(seg->unused_bits, i)) {
                 snprintf(why, why_len, "vmm: live block %#lx on granule %zu: unmapped or unused",
@@ -92,11 +96,17 @@ static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_
             st = STOW_EINVAL;
             goto out;
         }
-        counts[0] += mapped;
         counts[1] += unused;
         counts[2] += run_start;
-        counts[3] += covered[i];
+        seg_mapped += mapped;
+        seg_live_granules += covered[i];
     }
+    counts[0] += seg_mapped;
+    counts[3] += seg_live_granules;
+    *live_bytes += seg_live_bytes;
+    unsigned k = seg->pool_kind;
+    phys->reserved_bytes[k] += seg_mapped * pool->granularity_bytes;
+    phys->beside_live_bytes[k] += seg_live_granules * pool->granularity_bytes - seg_live_bytes;
 out:
     free(edges);
     free(covered);
@@ -168,15 +178,24 @@ static stow_status_t check_closures(const stow_pool_t *pool, char *why, size_t w
     return STOW_OK;
 }
 
-stow_status_t stow__vmm_check(stow_pool_t *pool, char *why, size_t why_len)
+stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char *why,
+                             size_t why_len)
 {
     uint64_t counts[4] = {0}; /* mapped, unused, run starts, live granules */
     uint64_t extra = 0, live_bytes = 0;
     stow_status_t st;
+    memset(phys, 0, sizeof *phys);
     for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next)
         if (seg->granules && (st = check_segment_granules(pool, seg, counts, &extra, &live_bytes,
-                                                          why, why_len)) != STOW_OK)
+                                                          phys, why, why_len)) != STOW_OK)
             return st;
+    /* Free handles count where they were booked when they left their granule. */
+    for (size_t i = 0; i < pool->free_handle_count; i++)
+        phys->reserved_bytes[pool->free_handles[i].kind] += pool->granularity_bytes;
+    for (unsigned k = STOW_POOL_SMALL; k < STOW_POOL_KINDS; k++) {
+        phys->reserved_bytes[STOW_POOL_ALL] += phys->reserved_bytes[k];
+        phys->beside_live_bytes[STOW_POOL_ALL] += phys->beside_live_bytes[k];
+    }
     if (extra != pool->extra_granules_live || live_bytes != pool->live_bytes) {
         snprintf(why, why_len, "vmm: extra granules %llu vs %llu, live bytes %llu vs %llu",
                  (unsigned long long)extra, (unsigned long long)pool->extra_granules_live,
