@@ -511,7 +511,10 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char 
 stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes);
 
 /* ---- segment.c (continued) ---- */
-void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes);
+/* Fills the out-of-memory message; `retried`: after the release-and-retry
+ * (a page-mapped pool whose request no range can hold fails before it). */
+void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes,
+                               bool retried);
 /* Before a retry: synchronize, make every free block reusable by all streams,
  * complete pending blocks, release idle memory (unused granules only once
  * stow__segment_sync_for_release succeeded). */

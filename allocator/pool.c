@@ -415,7 +415,7 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
         /* No virtual range for it (or more than the pool may ever hold):
          * segment_grow explains its own out-of-memory errors, vmm_grow not. */
         pool->acct.s.num_ooms++;
-        stow__segment_explain_oom(pool, requested, rounded);
+        stow__segment_explain_oom(pool, requested, rounded, false);
     }
     if (st != STOW_OK) {
         stow_size_class_stats_t *c = &pool->acct.s.size_class[stow__size_class_of(requested)];
@@ -463,7 +463,7 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     pool->acct.s.retry_time_ns += now_ns() - t0;
     if (st == STOW_ENOMEM) {
         pool->acct.s.num_ooms++;
-        stow__segment_explain_oom(pool, requested, rounded);
+        stow__segment_explain_oom(pool, requested, rounded, true);
     }
     return st;
 }

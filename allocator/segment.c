@@ -269,20 +269,23 @@ static void oom_figures(const stow_pool_t *pool, size_t requested, uint64_t rese
  * it holds physical memory only under live blocks, and what is not allocated
  * is the rest of granules that live blocks share (or blocks waiting for their
  * streams). max_split_size_mb does not apply to it. */
-static void explain_vmm_oom(stow_pool_t *pool, size_t requested, const oom_figures_t *f)
+static void explain_vmm_oom(stow_pool_t *pool, size_t requested, const oom_figures_t *f,
+                            bool retried)
 {
     snprintf(pool->oom_message, sizeof pool->oom_message,
              "stowage: out of memory: tried to allocate %s (%zu bytes) in a page-mapped pool. "
              "Device capacity %s, pool limit %s. The pool holds %s of physical memory, of "
-             "which %s is allocated and %s is not: the rest of granules that live blocks share. "
-             "Unused granules were unmapped and the request retried.%s",
+             "which %s is allocated and %s is not: the rest of granules that live blocks "
+             "share.%s%s",
              f->requested, requested, f->capacity, f->limit, f->reserved, f->allocated,
              f->not_allocated,
+             retried ? " Unused granules were unmapped and the request retried." : "",
              requested > pool->limit_bytes ? " The request alone is larger than the pool limit."
                                            : "");
 }
 
-void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes)
+void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segment_bytes,
+                               bool retried)
 {
     stow__record(pool, STOW_REC_OOM, 0, requested, 0, stow__current_tag);
     uint64_t reserved = pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
@@ -290,7 +293,7 @@ void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segme
     oom_figures_t f;
     oom_figures(pool, requested, reserved, active, &f);
     if (pool->vmm) {
-        explain_vmm_oom(pool, requested, &f);
+        explain_vmm_oom(pool, requested, &f, retried);
         return;
     }
     char seg[32], largest[32];
@@ -402,7 +405,7 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
         stow__block_delete(&pool->blocks, b);
         if (st == STOW_ENOMEM) {
             pool->acct.s.num_ooms++;
-            stow__segment_explain_oom(pool, requested, size);
+            stow__segment_explain_oom(pool, requested, size, true);
             return STOW_ENOMEM;
         }
         return STOW_EBACKEND;

@@ -421,8 +421,15 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
     }
     if (st != STOW_OK) {
         /* Nothing becomes live: what the span had mapped goes (back) to unused,
-         * and what this attempt created goes back to the device. */
+         * and what this attempt created goes back to the device. The handles
+         * it created were the device's memory all the same: when they made a
+         * new reserved peak, the waste breakdown is taken now, at that peak
+         * (the failed request returns before stow_pool_alloc would take it,
+         * and the next success took it at whatever it held then). */
         release_span(pool, seg, first, end, false);
+        update_idle(pool);
+        if (pool->acct.reserved_peak_moved)
+            stow__acct_note_waste_if_peak(&pool->acct, stow__pool_largest_free(pool));
         give_back_created(pool, seg, first, end, phys_before, synced);
         update_idle(pool);
         return st;

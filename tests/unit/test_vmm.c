@@ -1503,6 +1503,26 @@ Test(vmm, a_request_beyond_the_limit_maps_nothing)
 /* The device refuses before the pool's limit (another pool holds part of it):
  * the granules the failed request had mapped go back to the device, so the
  * pool holds what it held before. */
+/* A request larger than the pool may ever hold fails before any range is
+ * built or retry made, and says so: counted as an out-of-memory error, with
+ * a message that claims no retry (it said "retried" until the thirty-eighth
+ * session). */
+Test(vmm, a_request_above_the_limit_is_an_explained_oom_without_a_retry)
+{
+    make_vmm(64 * MIB, false);
+    void *out = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, 100 * MIB, NULL, &out), STOW_ENOMEM);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_ooms, 1);
+    cr_assert_eq(s.num_alloc_retries, 0);
+    cr_assert_eq(s.segment[STOW_POOL_ALL].current, 0, "no range built for it");
+    char msg[768];
+    cr_assert(stow_pool_oom_message(pool, msg, sizeof msg) > 0);
+    cr_assert(strstr(msg, "larger than the pool limit") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "retried") == NULL, "%s", msg);
+    finish();
+}
+
 Test(vmm, a_request_the_device_refuses_midway_leaves_what_the_pool_held)
 {
     make_vmm(64 * MIB, false);
@@ -1521,7 +1541,25 @@ Test(vmm, a_request_the_device_refuses_midway_leaves_what_the_pool_held)
     stow_sim_counters_t c;
     stow_sim_counters(sim, &c);
     cr_assert_eq(c.reserved_bytes, 40 * MIB + before.reserved_bytes[STOW_POOL_ALL].current);
+    /* It held them for a moment: the peak, and the waste breakdown taken at
+     * it (until the thirty-eighth session the breakdown stayed at 4 MiB, and
+     * the next request took it at 6). */
+    const stow_waste_t *w = &after.waste_at_peak;
+    cr_assert_eq(after.reserved_bytes[STOW_POOL_ALL].peak, 24 * MIB, "a's 2 granules and 10 more");
+    cr_assert_eq(w->reserved_bytes, 24 * MIB);
+    cr_assert_eq(w->requested_bytes, 4 * MIB);
+    cr_assert_eq(w->idle_cached_bytes, 20 * MIB, "the attempt's granules, mapped, unused");
+    cr_assert_eq(w->requested_bytes + w->rounding_bytes + w->split_remainder_bytes +
+                     w->idle_cached_bytes + w->pending_bytes,
+                 w->reserved_bytes);
     check();
+    char msg[768];
+    cr_assert(stow_pool_oom_message(pool, msg, sizeof msg) > 0);
+    cr_assert_eq(after.num_alloc_retries, 1);
+    cr_assert(strstr(msg, "the request retried") != NULL, "%s", msg);
+    void *e = alloc_ok(2 * MIB);
+    cr_assert_eq(stats().waste_at_peak.reserved_bytes, 24 * MIB, "6 MiB is no peak");
+    cr_assert_eq(stow_pool_free(pool, e), STOW_OK);
     cr_assert_eq(stow_pool_free(other, held), STOW_OK);
     cr_assert_eq(stow_pool_destroy(other), STOW_OK); /* its segment goes back */
     void *d = alloc_ok(30 * MIB);
