@@ -10,11 +10,13 @@
 
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "allocator/internal.h"
+#include "test_support.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -376,6 +378,45 @@ Test(options, validate_direct)
     c.vmm_small_kb = 2048;
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL);
     cr_assert(strstr(err, "vmm_small_kb"));
+}
+
+/* vmm_slack is a fraction of the live peak in [0, 1]: outside it (or NaN,
+ * which every comparison refuses) a config is refused where it is checked,
+ * by stow__config_validate and so by stow_pool_create (a struct filled in by
+ * hand never meets the parser), and by the parser's key. A negative slack
+ * would hold the allowance below the live peak, and NaN is no fraction: the
+ * allowance would convert it to a granule count. */
+Test(options, vmm_slack_outside_0_to_1_is_refused)
+{
+    const double bad[] = {-0.5, 2.0, NAN};
+    stow_backend_t *sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        stow_config_t c;
+        stow_config_default(&c);
+        c.policy = STOW_POLICY_VMM;
+        c.vmm_slack = bad[i];
+        char err[128] = "";
+        cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_EINVAL, "vmm_slack %g",
+                     bad[i]);
+        cr_assert(strstr(err, "key 'vmm_slack'"), "vmm_slack %g: err '%s'", bad[i], err);
+        stow_pool_t *p = (stow_pool_t *)0x1;
+        cr_assert_eq(stow_pool_create(&c, sim, &p), STOW_EINVAL, "vmm_slack %g", bad[i]);
+        cr_assert_eq(p, (stow_pool_t *)0x1, "vmm_slack %g: out untouched", bad[i]);
+    }
+    /* The ends of the range are taken. */
+    stow_config_t c;
+    stow_config_default(&c);
+    char err[128];
+    c.vmm_slack = 0.0;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_OK, "%s", err);
+    c.vmm_slack = 1.0;
+    cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    parse_bad("vmm_slack:1.5", "key 'vmm_slack'");
+    parse_bad("vmm_slack:-0.1", "key 'vmm_slack'");
+    parse_bad("vmm_slack:nan", "key 'vmm_slack'");
+    parse_bad("vmm_slack:x", "key 'vmm_slack'");
 }
 
 Test(options, from_env_unset_is_noop)

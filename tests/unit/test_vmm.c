@@ -240,6 +240,38 @@ Test(vmm, small_range_blocks_are_kept_on_quick_lists)
     finish();
 }
 
+/* A page-mapped pool's quick lists are at most STOW_VMM_QUICK_DEPTH_MAX (16)
+ * deep, whatever quick_depth says (64 by default): a kept block holds its
+ * granules. Twenty 4 KiB blocks freed on one stream: the first 16 are kept,
+ * the last 4 merge. Twenty requested again: 16 come off the list, 4 from the
+ * free index (64 deep, all 20 would be hits). */
+Test(vmm, quick_lists_of_a_page_mapped_pool_are_at_most_16_deep)
+{
+    stow_config_t d;
+    stow_config_default(&d);
+    cr_assert_gt(d.quick_depth, STOW_VMM_QUICK_DEPTH_MAX, "the default is deeper than the cap");
+    cr_assert_eq(STOW_VMM_QUICK_DEPTH_MAX, 16);
+    make_vmm(0, false);
+    void *p[20];
+    for (int i = 0; i < 20; i++)
+        p[i] = alloc_ok(4 * KIB);
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    check();
+    uint64_t hits = stats().num_quick_hits;
+    for (int i = 0; i < 20; i++)
+        p[i] = alloc_ok(4 * KIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_quick_hits - hits, STOW_VMM_QUICK_DEPTH_MAX, "%llu quick hits",
+                 (unsigned long long)(s.num_quick_hits - hits));
+    cr_assert_eq(s.num_quick_flushes, 0);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G);
+    check();
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    finish();
+}
+
 /* Kept blocks hold granules: before the small range maps another, they are
  * merged (as a classic pool merges them before it grows), and the request
  * takes the room they leave. */
@@ -271,6 +303,71 @@ Test(vmm, quick_lists_are_merged_before_the_small_range_maps_a_granule)
             cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, r), STOW_OK);
+    finish();
+}
+
+/* A best fit that counts as mapping nothing lies inside ONE granule a live
+ * block holds; one that starts in such a granule but runs into the next
+ * would map that one, so the kept blocks are merged first. 31 blocks of
+ * 64 KiB fill the small range's granule 0 up to 1984 KiB; p[10] and p[11]
+ * freed are kept. 96 KiB fits no kept block; best fit is the free top of
+ * the range, [1984, 2080) KiB: granule 0 (held) and granule 1 (unmapped).
+ * Merged, p[10] and p[11] leave 128 KiB in granule 0, which takes it: one
+ * flush, no granule mapped. (Judged by its first granule alone, the request
+ * went to the top without a flush and mapped granule 1: 4 MiB reserved.) */
+Test(vmm, quick_lists_are_merged_before_a_small_fit_runs_into_the_next_granule)
+{
+    make_vmm(0, false);
+    void *p[31];
+    for (int i = 0; i < 31; i++)
+        p[i] = alloc_ok(64 * KIB);
+    cr_assert_eq(stow_pool_free(pool, p[10]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, p[11]), STOW_OK); /* both kept */
+    stow_stats_t before = stats();
+    cr_assert_eq(before.num_quick_flushes, 0);
+    cr_assert_eq(before.reserved_bytes[STOW_POOL_ALL].current, G, "granule 0 alone");
+    void *q = alloc_ok(96 * KIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_quick_flushes, 1, "the fit at the top crossed into granule 1");
+    cr_assert_eq(q, p[10], "the 128 KiB the two kept blocks left, merged");
+    cr_assert_eq(s.num_map_calls, before.num_map_calls, "no granule mapped");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G);
+    check();
+    for (int i = 0; i < 31; i++)
+        if (i != 10 && i != 11)
+            cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    finish();
+}
+
+/* Kept blocks are merged before a page-mapped range grows too, and the
+ * granules they held are unused then: under the allowance, the new range
+ * remaps them instead of creating more. Slack 0, so the allowance is the
+ * live peak, one granule. s1's 64 KiB block, freed, is kept on s1's list
+ * and holds s1's small range's granule; s2's first small request fits none
+ * of s2's free blocks (s1's kept one is s1's): the flush makes s1's granule
+ * unused and s2's new range takes it, one unmap, 2 MiB reserved. (Growing
+ * with the block still kept, no granule was unused: a second handle, 4 MiB,
+ * no flush, no unmap.) */
+Test(vmm, quick_lists_are_merged_before_a_range_grows)
+{
+    stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+    make_vmm_pool(0, false, true);
+    void *a, *b;
+    cr_assert_eq(stow_pool_alloc(pool, 64 * KIB, s1, &a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK); /* kept */
+    stow_stats_t before = stats();
+    cr_assert_eq(before.reserved_bytes[STOW_POOL_ALL].current, G);
+    cr_assert_eq(before.num_quick_flushes, 0);
+    cr_assert_eq(stow_pool_alloc(pool, 64 * KIB, s2, &b), STOW_OK);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.segment[STOW_POOL_SMALL].current, 2, "s2's small range was built");
+    cr_assert_eq(s.num_quick_flushes, 1, "s1's kept block merged before the range grew");
+    cr_assert_eq(s.num_unmap_calls, 1, "s1's granule, remapped");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G, "no second handle");
+    cr_assert_eq(s.num_device_alloc, 1);
+    check();
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     finish();
 }
 
@@ -579,6 +676,50 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
                  "destroy waited before unmapping b's granules");
     cr_assert_eq(after.reserved_bytes, 0);
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+/* A synchronize leaves no queued work on any granule unused so far: later
+ * remaps of those granules need no second one. Single-stream backend (no
+ * events: a synchronize is its only way to know), slack 0 and never raised,
+ * so the allowance is the live peak. a b c d (4 MiB each) hold granules 0-7;
+ * a and c freed leave 0-1 and 4-5 unused. e (6 MiB) fits neither hole and
+ * goes above d: 3 granules, the live peak stays 16 MiB (8 granules), so it
+ * remaps 0, 1 and 4 after one synchronize. f (2 MiB), best fit a's unmapped
+ * room (the lower of two 4 MiB holes), remaps granule 5, freed before that
+ * synchronize: no second one. */
+Test(vmm, granules_unused_at_a_synchronize_are_remapped_later_without_another)
+{
+    static stow_backend_t single_stream;
+    sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    single_stream = ts_single_stream(sim);
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_slack = 0;
+    cfg.vmm_slack_max = 0;
+    cr_assert_eq(stow_pool_create(&cfg, &single_stream, &pool), STOW_OK);
+    void *a = alloc_ok(4 * MIB), *b = alloc_ok(4 * MIB), *c = alloc_ok(4 * MIB);
+    void *d = alloc_ok(4 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    void *e = alloc_ok(6 * MIB);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_unmap_calls, 3, "a's two granules and c's first");
+    cr_assert_eq(s.num_sync_all_streams, 1, "before the first of them");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 8 * G);
+    check();
+    void *f = alloc_ok(2 * MIB);
+    cr_assert_eq(f, a, "best fit: a's room");
+    s = stats();
+    cr_assert_eq(s.num_unmap_calls, 4, "c's second granule, remapped under f");
+    cr_assert_eq(s.num_sync_all_streams, 1, "unused before the synchronize: no second one");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 8 * G);
+    check();
+    void *kept[] = {b, d, e, f};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(stow_pool_free(pool, kept[i]), STOW_OK);
+    finish();
 }
 
 /* The events first_remap recorded: the one its wait closed the epoch with. */
@@ -922,6 +1063,54 @@ Test(vmm, a_failed_event_wait_falls_back_to_a_synchronize)
     free_kept(kept, 2);
 }
 
+/* The page-mapping methods a page-mapped pool calls, by name, and a copy of
+ * `device` without the i-th of them. */
+static const char *const page_mapping_methods[] = {"va_reserve",   "va_release", "phys_create",
+                                                   "phys_release", "map",        "unmap"};
+#define PAGE_MAPPING_METHODS (sizeof page_mapping_methods / sizeof page_mapping_methods[0])
+
+static stow_backend_t without_page_mapping_method(const stow_backend_t *device, size_t i)
+{
+    stow_backend_t b = *device;
+    switch (i) {
+    case 0: b.va_reserve = NULL; break;
+    case 1: b.va_release = NULL; break;
+    case 2: b.phys_create = NULL; break;
+    case 3: b.phys_release = NULL; break;
+    case 4: b.map = NULL; break;
+    default: b.unmap = NULL; break;
+    }
+    return b;
+}
+
+/* Policy vmm needs every page-mapping method (stowage.h: else STOW_ENOSYS):
+ * a pool created without one would call a NULL pointer at its first remap
+ * (unmap), range (va_reserve) or destroy (va_release, phys_release). Each is
+ * taken away in turn from a copy of the simulated device, which is otherwise
+ * complete (the unchanged copy is accepted at the end); test_pool.c tried
+ * map alone, so a check that forgot unmap passed the suite. */
+Test(vmm, policy_vmm_is_refused_on_a_backend_without_any_page_mapping_method)
+{
+    static stow_backend_t lacking, complete;
+    sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    stow_config_t cfg;
+    stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_VMM;
+    for (size_t i = 0; i < PAGE_MAPPING_METHODS; i++) {
+        lacking = without_page_mapping_method(sim, i);
+        pool = (stow_pool_t *)0x1;
+        cr_assert_eq(stow_pool_create(&cfg, &lacking, &pool), STOW_ENOSYS, "without %s",
+                     page_mapping_methods[i]);
+        cr_assert_eq(pool, (stow_pool_t *)0x1, "without %s: out untouched",
+                     page_mapping_methods[i]);
+    }
+    complete = *sim;
+    cr_assert_eq(stow_pool_create(&cfg, &complete, &pool), STOW_OK);
+    check();
+    finish();
+}
+
 /* A version-1 backend's struct ends before event_synchronize: what lies
  * there is not the pool's to read, so its remaps synchronize. */
 static stow_status_t event_synchronize_past_the_struct(void *ctx, stow_event_t ev)
@@ -1101,6 +1290,31 @@ Test(vmm, destroy_with_live_blocks_is_busy_and_force_releases_everything)
     stow_sim_counters(sim, &c);
     cr_assert_eq(c.reserved_bytes, 0);
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
+/* Destroy gives back the handles on the free stack too, not only the
+ * granules mapped in its ranges. a (2 MiB) freed leaves its granule unused;
+ * empty_cache unmaps it and tries to release its handle, which the device
+ * refuses once: the handle waits, unmapped, on the free stack (the pool and
+ * the device still hold 2 MiB). Destroy must release it: finish() asserts
+ * the device holds nothing. */
+Test(vmm, destroy_releases_the_handles_left_on_the_free_stack)
+{
+    make_vmm(0, false);
+    cr_assert_eq(stow_pool_free(pool, alloc_ok(2 * MIB)), STOW_OK);
+    stow_sim_fail_nth(sim, STOW_SIM_PHYS_RELEASE, 1, STOW_EBACKEND);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_unmap_calls, 1, "a's granule was unmapped");
+    cr_assert_eq(s.num_device_free, 0, "its release was refused");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, G, "the handle is still the pool's");
+    cr_assert_eq(s.allocated_bytes[STOW_POOL_ALL].current, 0);
+    stow_sim_counters_t dev;
+    stow_sim_counters(sim, &dev);
+    cr_assert_eq(dev.failures[STOW_SIM_PHYS_RELEASE], 1);
+    cr_assert_eq(dev.reserved_bytes, G, "the device still counts it");
+    check();
+    finish();
 }
 
 /* A big request whose best fit lies on unmapped addresses goes where unused
@@ -1373,6 +1587,28 @@ Test(vmm, with_no_room_to_raise_the_same_loop_remaps_on_every_step)
     cr_assert_geq(tail_calls, 200 * 10, "the loop maps and unmaps 16 granules a step, not %llu",
                   (unsigned long long)tail_calls);
     finish();
+}
+
+/* vmm_slack_max AT vmm_slack leaves no room either (stowage.h: "at or below
+ * vmm_slack: never raised"): the test above has it below. loop4 remaps on
+ * every step at slack 0.0095 (the default, from which it is raised when
+ * vmm_slack_max allows) and at 0, so its 1500 steps make a run of hot
+ * windows (8 x 8192 operations, about 900 steps); with the pool taken for
+ * one that may still raise, that run ended in a raise to the cap (the cap
+ * itself: num_vmm_allowance_raises 1). */
+Test(vmm, with_vmm_slack_max_equal_to_vmm_slack_the_slack_is_never_raised)
+{
+    const double slacks[] = {0.0095, 0.0};
+    for (size_t i = 0; i < 2; i++) {
+        make_vmm_slacks(0, false, slacks[i], slacks[i]);
+        uint64_t tail_calls = run_loop(&loop4, 1500, 200);
+        cr_assert_geq(tail_calls, 200 * 10, "slack %g: the loop still remaps, not %llu calls",
+                      slacks[i], (unsigned long long)tail_calls);
+        uint64_t raises = stats().num_vmm_allowance_raises;
+        cr_assert_eq(raises, 0, "slack %g: raised %llu times", slacks[i],
+                     (unsigned long long)raises);
+        finish();
+    }
 }
 
 /* A raise that does not cut the remap rate is the last: on a device that
