@@ -52,7 +52,8 @@ typedef struct stow_replay_setup {
 /* What a policy reports after its measured pass. */
 typedef struct stow_replay_report {
     uint64_t peak_reserved_bytes;  /* high-water mark of reserved bytes */
-    uint64_t backend_calls;        /* device reserve/release/map/unmap calls */
+    uint64_t backend_calls;        /* every call to the device: reserve/release, and for
+                                      vmm also map/unmap, granule creates and events */
     bool has_backend_calls;        /* false: not defined for this policy (host) */
     double fragmentation_at_peak;  /* < 0: not tracked */
     stow_stats_t *stats;           /* classic and vmm: full snapshot, else NULL */
@@ -238,9 +239,11 @@ stow_status_t stow__replay_min_capacity(const stow_replay_policy_t *policy,
                                         unsigned *probes);
 
 /* One JSON object on one line: trace, policy, events, peak_live_bytes,
- * peak_reserved_bytes, reserved_over_live, backend_calls, ns_per_event, ooms,
- * min_capacity_bytes (null when not searched or not defined), repeats and, when
- * known, fragmentation_at_peak, waste_at_peak, num_alloc_retries. */
+ * peak_reserved_bytes, reserved_over_live, backend_calls, ns_per_event, repeats,
+ * ooms, min_capacity_bytes (null when not searched or not defined; with
+ * min_capacity_probes when searched), map_calls, unmap_calls and, when known,
+ * fragmentation_at_peak, modelled_backend_ms, waste_at_peak, num_alloc_retries,
+ * sync_calls, event_records, event_waits. */
 void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_result_t *r);
 /* Writes s as a JSON string literal (quotes, backslashes and control bytes
  * escaped; NULL as ""). Shared by every JSON the CLI prints. */
