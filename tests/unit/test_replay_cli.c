@@ -341,6 +341,37 @@ Test(replay_opts, defaults_and_all)
     cr_assert(o.help);
 }
 
+/* A policy named on its own and again through `all` runs once: `all` adds the
+ * five it lists that are not there yet, after vmm. */
+Test(replay_opts, repeated_policies_run_once)
+{
+    stow_replay_opts_t o;
+    char err[256];
+    const stow_replay_policy_t *want[] = {
+        &stow__replay_policy_vmm,     &stow__replay_policy_classic,
+        &stow__replay_policy_pytorch, &stow__replay_policy_pytorch_expandable,
+        &stow__replay_policy_naive,   &stow__replay_policy_jemalloc};
+    cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "vmm", "--policy", "all",
+                       "t"),
+                 STOW_OK, "%s", err);
+    cr_assert(o.all);
+    cr_assert_eq(o.policy_count, 6);
+    for (unsigned k = 0; k < 6; k++)
+        cr_assert_eq(o.policies[k], want[k], "policy %u is %s", k, o.policies[k]->name);
+
+    cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "all", "--policy", "vmm",
+                       "t"),
+                 STOW_OK, "%s", err);
+    cr_assert_eq(o.policy_count, 6);
+    cr_assert_eq(o.policies[1], &stow__replay_policy_vmm);
+
+    cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "vmm", "--policy", "vmm",
+                       "t"),
+                 STOW_OK, "%s", err);
+    cr_assert_eq(o.policy_count, 1);
+    cr_assert_eq(o.policies[0], &stow__replay_policy_vmm);
+}
+
 Test(replay_opts, bad_input_is_einval_with_a_message)
 {
     stow_replay_opts_t o;
@@ -575,6 +606,122 @@ Test(replay_output, json_keys_present)
     cr_assert_not_null(strstr(js, "\"min_capacity_bytes\": null"), "%s", js);
     cr_assert_not_null(strstr(js, "\"backend_calls\": null"), "%s", js);
     free(js);
+    stow_trace_free(t);
+}
+
+/* ---- vmm: the page-mapped pool's figures, worked out by hand ---- */
+
+/* Modelled cost of one simulated call, as stowage/sim.h documents the defaults
+ * (H200, driver 580), for the calls the vmm replay below makes. */
+#define COST_MEM_INFO 3900
+#define COST_EVENT_RECORD 157
+#define COST_EVENT_DESTROY 126
+#define COST_VA_RESERVE 16000
+#define COST_PHYS_CREATE 9800
+#define COST_MAP 24000
+#define COST_UNMAP 15000
+#define COST_EVENT_SYNCHRONIZE 10000
+
+static char *text_of(const char *trace_path, const stow_replay_result_t *r, bool min_capacity)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    stow__replay_print_text(f, trace_path, r, min_capacity);
+    fclose(f);
+    return buf;
+}
+
+static char *table_row_of(const char *trace_path, const stow_replay_result_t *r,
+                          bool min_capacity)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    stow__replay_print_table_row(f, trace_path, r, min_capacity);
+    fclose(f);
+    return buf;
+}
+
+/* naive_trace under vmm, on 2 MiB granules of one reserved address range:
+ *   a0 (3 MiB) at [0, 3): maps granules G0 and G1, each on a new physical page.
+ *   a1 (1 MiB) at [3, 4): inside G1, already mapped: no call.
+ *   f0 leaves G0 unused (G1 still holds a1); the pool keeps it mapped.
+ *   a2 (5 MiB) does not fit the 3 MiB hole, so it goes at [4, 9): granules
+ *   G2..G4. Two get new physical pages; the third takes G0's page, which is
+ *   unmapped and mapped again there (the one remap). Unmapping is not
+ *   stream-ordered, so before it the pool closes G0's epoch with one event on
+ *   the stream that freed a0 and waits on that event (allocator/vmm_epochs.c):
+ *   1 event recorded, 1 waited on, destroyed after, and no device synchronize.
+ * Calls: mem_info (pool create), va_reserve, 4 phys_create, 5 map, 1 unmap,
+ * event_record, event_synchronize, event_destroy: 15. Peak reserved: the 4
+ * physical pages, 8 MiB, with a1 + a2 = 6 MiB live (8 / 6 = 1.3333); no cache
+ * to drop, so 8 MiB is also the minimum capacity. */
+Test(replay_vmm_report, figures_worked_out_by_hand)
+{
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_replay_result_t r = run("vmm", t, NULL, 0, true);
+    cr_assert_str_eq(r.policy, "vmm");
+    cr_assert_eq(r.peak_live_bytes, 6 * MIB);
+    cr_assert_eq(r.peak_reserved_bytes, 8 * MIB);
+    cr_assert_eq(r.ooms, 0);
+    cr_assert(r.has_min_capacity);
+    cr_assert_eq(r.min_capacity_bytes, 8 * MIB);
+    cr_assert(r.has_map_calls);
+    cr_assert_eq(r.map_calls, 5);
+    cr_assert_eq(r.unmap_calls, 1);
+    cr_assert(r.has_backend_calls);
+    cr_assert_eq(r.backend_calls, 15);
+    cr_assert(r.has_modelled_time);
+    const uint64_t modelled = COST_MEM_INFO + COST_EVENT_RECORD + COST_EVENT_DESTROY +
+                              COST_VA_RESERVE + 4 * COST_PHYS_CREATE + 5 * COST_MAP +
+                              COST_UNMAP + COST_EVENT_SYNCHRONIZE; /* 204383 */
+    cr_assert_eq(r.modelled_backend_ns, modelled, "modelled %llu ns",
+                 (unsigned long long)r.modelled_backend_ns);
+    cr_assert(r.has_stats);
+    cr_assert_eq(r.stats.num_map_calls, 5);
+    cr_assert_eq(r.stats.num_unmap_calls, 1);
+    cr_assert_eq(r.stats.num_sync_all_streams, 0);
+    cr_assert_eq(r.stats.num_event_records, 1);
+    cr_assert_eq(r.stats.num_event_waits, 1);
+    cr_assert_eq(r.stats.num_event_queries, 0); /* differs from records: the text checks which */
+
+    char *js = json_of("t.rep", &r);
+    const char *keys[] = {"\"policy\": \"vmm\"", "\"peak_reserved_bytes\": 8388608",
+                          "\"reserved_over_live\": 1.333333", "\"backend_calls\": 15",
+                          "\"min_capacity_bytes\": 8388608", "\"map_calls\": 5",
+                          "\"unmap_calls\": 1", "\"modelled_backend_ms\": 0.204",
+                          "\"sync_calls\": 0", "\"event_records\": 1", "\"event_waits\": 1"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_assert_not_null(strstr(js, keys[i]), "missing %s in %s", keys[i], js);
+    free(js);
+
+    char *txt = text_of("t.rep", &r, true);
+    char min_line[128];
+    snprintf(min_line, sizeof min_line,
+             "  minimum capacity       8388608  (1.3333 x live; 2 MiB steps, %u replays)\n",
+             r.min_capacity_probes);
+    const char *lines[] = {"t.rep  (policy vmm)\n",
+                           "  peak reserved bytes    8388608\n",
+                           "  reserved / live        1.3333\n",
+                           min_line,
+                           "  backend calls          15\n",
+                           "  map / unmap calls      5 / 1  (1000.0 per 1000 events)\n",
+                           "  device synchronizes    0  (1 events recorded, 1 waited on)\n",
+                           "  modelled backend time  0.204 ms",
+                           "  OOM errors             0\n"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        cr_assert_not_null(strstr(txt, lines[i]), "missing '%s' in\n%s", lines[i], txt);
+    free(txt);
+
+    /* The `--policy all` row, up to the (timed, so unchecked) ns/event. */
+    char *row = table_row_of("dir/t.rep", &r, true);
+    const char *want = "t                        vmm                        6291456        8388608"
+                       "   1.3333        8388608   1.3333            15 ";
+    cr_assert_eq(strncmp(row, want, strlen(want)), 0, "row '%s'\nwant '%s'", row, want);
+    free(row);
     stow_trace_free(t);
 }
 

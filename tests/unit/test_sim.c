@@ -645,3 +645,77 @@ Test(sim, injected_fault_on_bad_event_destroy_counts_one_failure)
     cr_assert_eq(c.failures[STOW_SIM_EVENT_DESTROY], 1);
     cr_assert_eq(stow_sim_destroy(b), STOW_OK);
 }
+
+/* ---- modelled cost ---- */
+
+/* The defaults stowage/sim.h documents (H200, driver 580), by kind. */
+static const uint64_t documented_cost_ns[STOW_SIM_CALL_KINDS] = {
+    [STOW_SIM_RESERVE] = 55000,     [STOW_SIM_RELEASE] = 50000,
+    [STOW_SIM_MEM_INFO] = 3900,     [STOW_SIM_SYNCHRONIZE] = 10000,
+    [STOW_SIM_EVENT_RECORD] = 157,  [STOW_SIM_EVENT_QUERY] = 130,
+    [STOW_SIM_EVENT_DESTROY] = 126, [STOW_SIM_VA_RESERVE] = 16000,
+    [STOW_SIM_VA_RELEASE] = 16000,  [STOW_SIM_PHYS_CREATE] = 9800,
+    [STOW_SIM_PHYS_RELEASE] = 9400, [STOW_SIM_MAP] = 24000,
+    [STOW_SIM_UNMAP] = 15000,       [STOW_SIM_SCRUB] = 2000,
+    [STOW_SIM_EVENT_SYNCHRONIZE] = 10000,
+};
+
+/* Each call adds its kind's cost and nothing else's; the total of one call of
+ * every kind is the sum of the documented defaults (221513 ns). */
+static void expect_call_cost(stow_backend_t *b, uint64_t *ns, stow_sim_call_t kind,
+                             stow_status_t st)
+{
+    cr_assert_eq(st, STOW_OK, "%s", stow_sim_call_name(kind));
+    uint64_t now = counters(b).modelled_ns;
+    cr_assert_eq(now - *ns, documented_cost_ns[kind], "%s cost %llu ns", stow_sim_call_name(kind),
+                 (unsigned long long)(now - *ns));
+    *ns = now;
+}
+
+Test(sim, modelled_cost_of_one_call_of_each_kind)
+{
+    stow_backend_t *b = sim_new(0, false);
+    uint64_t ns = 0, sum = 0;
+    cr_assert_eq(counters(b).modelled_ns, 0);
+    void *p = NULL, *va = NULL;
+    stow_phys_t h = 0;
+    stow_event_t e;
+    size_t fr, tot;
+    bool done;
+    expect_call_cost(b, &ns, STOW_SIM_RESERVE, b->reserve(b->ctx, GRAN, NULL, &p));
+    expect_call_cost(b, &ns, STOW_SIM_SCRUB, b->scrub(b->ctx, p, GRAN, NULL));
+    expect_call_cost(b, &ns, STOW_SIM_RELEASE, b->release(b->ctx, p, GRAN));
+    expect_call_cost(b, &ns, STOW_SIM_MEM_INFO, b->mem_info(b->ctx, &fr, &tot));
+    expect_call_cost(b, &ns, STOW_SIM_SYNCHRONIZE, b->synchronize(b->ctx));
+    expect_call_cost(b, &ns, STOW_SIM_EVENT_RECORD, b->event_record(b->ctx, NULL, &e));
+    expect_call_cost(b, &ns, STOW_SIM_EVENT_QUERY, b->event_query(b->ctx, e, &done));
+    expect_call_cost(b, &ns, STOW_SIM_EVENT_SYNCHRONIZE, b->event_synchronize(b->ctx, e));
+    expect_call_cost(b, &ns, STOW_SIM_EVENT_DESTROY, b->event_destroy(b->ctx, e));
+    expect_call_cost(b, &ns, STOW_SIM_VA_RESERVE, b->va_reserve(b->ctx, GRAN, &va));
+    expect_call_cost(b, &ns, STOW_SIM_PHYS_CREATE, b->phys_create(b->ctx, GRAN, &h));
+    expect_call_cost(b, &ns, STOW_SIM_MAP, b->map(b->ctx, va, GRAN, h));
+    expect_call_cost(b, &ns, STOW_SIM_UNMAP, b->unmap(b->ctx, va, GRAN));
+    expect_call_cost(b, &ns, STOW_SIM_PHYS_RELEASE, b->phys_release(b->ctx, h, GRAN));
+    expect_call_cost(b, &ns, STOW_SIM_VA_RELEASE, b->va_release(b->ctx, va, GRAN));
+    stow_sim_counters_t c = counters(b);
+    for (int k = 0; k < STOW_SIM_CALL_KINDS; k++) {
+        cr_assert_eq(c.calls[k], 1, "calls of %s", stow_sim_call_name((stow_sim_call_t)k));
+        sum += documented_cost_ns[k];
+    }
+    cr_assert_eq(c.modelled_ns, sum, "modelled %llu ns", (unsigned long long)c.modelled_ns);
+    cr_assert_eq(sum, 221513);
+
+    /* A cost set to 0 adds nothing; the call still counts. */
+    stow_sim_set_call_cost(b, STOW_SIM_UNMAP, 0);
+    cr_assert_eq(b->va_reserve(b->ctx, GRAN, &va), STOW_OK);
+    cr_assert_eq(b->phys_create(b->ctx, GRAN, &h), STOW_OK);
+    cr_assert_eq(b->map(b->ctx, va, GRAN, h), STOW_OK);
+    uint64_t before = counters(b).modelled_ns;
+    cr_assert_eq(b->unmap(b->ctx, va, GRAN), STOW_OK);
+    c = counters(b);
+    cr_assert_eq(c.modelled_ns, before);
+    cr_assert_eq(c.calls[STOW_SIM_UNMAP], 2);
+    cr_assert_eq(b->phys_release(b->ctx, h, GRAN), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, va, GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
