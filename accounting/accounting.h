@@ -230,17 +230,6 @@ static inline void stow__acct_inactive_split(stow_accounting_t *a, unsigned kind
     stow__acct_inactive_split_count(a, kind, add);
 }
 
-/* Moves a stat pair (all and kind) to `bytes` now: the change is added or
- * subtracted, so peak and cumulative total follow as for counted changes. */
-static inline void stow__stat2_set(stow_stat_t *arr, unsigned kind, uint64_t bytes)
-{
-    uint64_t now = arr[STOW_POOL_ALL].current;
-    if (bytes > now)
-        stow__stat2_add(arr, kind, bytes - now);
-    else if (bytes < now)
-        stow__stat2_sub(arr, kind, now - bytes);
-}
-
 /* 128-bit products for exact fraction comparisons (a GCC/Clang extension). */
 __extension__ typedef unsigned __int128 stow_u128_t;
 
