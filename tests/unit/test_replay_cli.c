@@ -622,25 +622,18 @@ Test(replay_output, json_keys_present)
 #define COST_UNMAP 15000
 #define COST_EVENT_SYNCHRONIZE 10000
 
-static char *text_of(const char *trace_path, const stow_replay_result_t *r, bool min_capacity)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    cr_assert_not_null(f);
-    stow__replay_print_text(f, trace_path, r, min_capacity);
-    fclose(f);
-    return buf;
-}
+/* What a report printer (text or table row) writes for r, as a string. */
+typedef void report_printer_t(FILE *f, const char *trace_path, const stow_replay_result_t *r,
+                              bool min_capacity);
 
-static char *table_row_of(const char *trace_path, const stow_replay_result_t *r,
-                          bool min_capacity)
+static char *printed(report_printer_t *print, const char *trace_path,
+                     const stow_replay_result_t *r, bool min_capacity)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     cr_assert_not_null(f);
-    stow__replay_print_table_row(f, trace_path, r, min_capacity);
+    print(f, trace_path, r, min_capacity);
     fclose(f);
     return buf;
 }
@@ -698,7 +691,7 @@ Test(replay_vmm_report, figures_worked_out_by_hand)
         cr_assert_not_null(strstr(js, keys[i]), "missing %s in %s", keys[i], js);
     free(js);
 
-    char *txt = text_of("t.rep", &r, true);
+    char *txt = printed(stow__replay_print_text, "t.rep", &r, true);
     char min_line[128];
     snprintf(min_line, sizeof min_line,
              "  minimum capacity       8388608  (1.3333 x live; 2 MiB steps, %u replays)\n",
@@ -717,7 +710,7 @@ Test(replay_vmm_report, figures_worked_out_by_hand)
     free(txt);
 
     /* The `--policy all` row, up to the (timed, so unchecked) ns/event. */
-    char *row = table_row_of("dir/t.rep", &r, true);
+    char *row = printed(stow__replay_print_table_row, "dir/t.rep", &r, true);
     const char *want = "t                        vmm                        6291456        8388608"
                        "   1.3333        8388608   1.3333            15 ";
     cr_assert_eq(strncmp(row, want, strlen(want)), 0, "row '%s'\nwant '%s'", row, want);
