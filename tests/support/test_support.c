@@ -56,6 +56,20 @@ stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_even
     return stow_sim_create(&c, &b) == STOW_OK ? b : NULL;
 }
 
+void ts_sim_assert_released_then_destroy(stow_backend_t *sim)
+{
+    stow_sim_counters_t c;
+    stow_sim_counters(sim, &c);
+    cr_assert_eq(c.reserved_bytes, 0, "physical memory left: %llu",
+                 (unsigned long long)c.reserved_bytes);
+    cr_assert_eq(c.calls[STOW_SIM_MAP] - c.failures[STOW_SIM_MAP],
+                 c.calls[STOW_SIM_UNMAP] - c.failures[STOW_SIM_UNMAP], "every mapping undone");
+    cr_assert_eq(c.calls[STOW_SIM_VA_RESERVE] - c.failures[STOW_SIM_VA_RESERVE],
+                 c.calls[STOW_SIM_VA_RELEASE] - c.failures[STOW_SIM_VA_RELEASE],
+                 "every address range released");
+    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+}
+
 stow_backend_t ts_single_stream(const stow_backend_t *device)
 {
     stow_backend_t b = *device;

@@ -33,6 +33,10 @@ static inline uint64_t ts_xorshift(uint64_t *state)
 
 /* A simulated device with the given capacity (0 = unlimited). */
 stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_events);
+/* After the pools on it are destroyed: the simulated device holds no memory,
+ * every mapping was undone and every address range released. Then destroys
+ * it. */
+void ts_sim_assert_released_then_destroy(stow_backend_t *sim);
 /* `device` seen as a backend with no event methods (one stream): a copy that
  * shares its context, valid while `device` lives. */
 stow_backend_t ts_single_stream(const stow_backend_t *device);

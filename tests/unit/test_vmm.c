@@ -112,14 +112,7 @@ static void finish(void)
 {
     check();
     cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
-    stow_sim_counters_t c;
-    stow_sim_counters(sim, &c);
-    cr_assert_eq(c.reserved_bytes, 0, "physical memory left: %llu",
-                 (unsigned long long)c.reserved_bytes);
-    cr_assert_eq(c.calls[STOW_SIM_MAP] - c.failures[STOW_SIM_MAP],
-                 c.calls[STOW_SIM_UNMAP] - c.failures[STOW_SIM_UNMAP], "every mapping undone");
-    cr_assert_eq(c.calls[STOW_SIM_VA_RESERVE], c.calls[STOW_SIM_VA_RELEASE]);
-    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    ts_sim_assert_released_then_destroy(sim);
 }
 
 Test(vmm, physical_memory_only_under_live_blocks)

@@ -219,12 +219,7 @@ static void finish(void **live, size_t live_count)
     check();
     cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
     assert_no_unsafe_unmap();
-    stow_sim_counters_t c = device();
-    cr_assert_eq(c.reserved_bytes, 0, "physical memory left: %llu",
-                 (unsigned long long)c.reserved_bytes);
-    cr_assert_eq(c.calls[STOW_SIM_MAP] - c.failures[STOW_SIM_MAP],
-                 c.calls[STOW_SIM_UNMAP] - c.failures[STOW_SIM_UNMAP], "every mapping undone");
-    cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
+    ts_sim_assert_released_then_destroy(sim);
 }
 
 /* Epochs are closed only for a while after a remap: this one opens that
