@@ -17,18 +17,23 @@ def line(trace, policy, reserved, minimum, live=1000):
                        "peak_reserved_bytes": reserved, "min_capacity_bytes": minimum})
 
 
+def run_table(lines):
+    """bench/heldout_table.py on the replay lines, written to a file of their own."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+    try:
+        return subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
+    finally:
+        os.remove(f.name)
+
+
 class HeldoutTable(unittest.TestCase):
     def test_rows_and_the_goals_missed(self):
         lines = [line("a", "classic", 1050, 1040), line("a", "vmm", 1005, 1002),
                  line("a", "pytorch", 1100, 1030), line("a", "pytorch-expandable", 1010, 1010),
                  line("b", "classic", 1020, 1020), line("b", "vmm", 1011, 1003),
                  line("b", "pytorch", 1100, 1090), line("b", "pytorch-expandable", 1010, 1010)]
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write("\n".join(lines) + "\n")
-        try:
-            p = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
-        finally:
-            os.remove(f.name)
+        p = run_table(lines)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("| a | 1.0500 / 1.0400 | 1.0050 / 1.0020 | 1.1000 / 1.0300 | "
                       "1.0100 / 1.0100 |", p.stdout)
@@ -46,12 +51,7 @@ class HeldoutTable(unittest.TestCase):
                       line(name, "pytorch", 1100, 1090),
                       line(name, "pytorch-expandable", 1010, 1010),
                       line(name, "ideal-remap", ideal, ideal)]
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write("\n".join(lines) + "\n")
-        try:
-            p = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
-        finally:
-            os.remove(f.name)
+        p = run_table(lines)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("| 1.0100 / 1.0100 | 1.0040 |", p.stdout)
         self.assertIn("ideal-remap above 1.01 x live: 1: c 1.0300", p.stdout)
