@@ -196,6 +196,33 @@ typedef struct stow_vmm_adapt {
     bool settled;                /* no more raises: at the cap, or one that did not help */
 } stow_vmm_adapt_t;
 
+/* A layout learned from a loop's step (vmm_step.c, config vmm_learn_step):
+ * while looking, a log of operation signatures; once the step repeats, the
+ * plan: per phase of its cycle, the expected signature and, for a planned
+ * allocation, its address. Owned by the pool; the arrays are freed when the
+ * log or the plan is dropped. */
+typedef struct stow_vmm_step {
+    bool looking, active;
+    bool placing;                /* active: from start_phase on, requests take their addresses */
+    uint64_t *log_sigs;          /* looking: signature of each logged operation */
+    uint32_t *log_lives;         /* looking: allocations: operations until freed, 0 while live */
+    size_t log_count;
+    uint64_t log_first_op;       /* step_ops of log_sigs[0] */
+    uint64_t look_after_op;      /* no looking before this operation (back-off) */
+    uint64_t last_remap_op;      /* step_ops at the last remap */
+    uint64_t backoff_ops;        /* the next back-off, doubled after each refusal */
+    size_t cycle, phase;         /* active: operations per cycle; phase of the next one */
+    size_t start_phase;          /* active: where the planned blocks hold the fewest bytes */
+    size_t cycle_misses;         /* active: planned requests this cycle whose address was taken */
+    unsigned missed_cycles;      /* active: cycles in a row with such misses */
+    uint64_t *plan_sigs;         /* active: expected signature per phase */
+    uintptr_t *plan_addrs;       /* active: planned address per phase; 0: not planned */
+    uintptr_t *plan_anchors;     /* active: per phase, a block below the planned address
+                                    that is live then (the search starts there); 0: none */
+    struct stow_stream_state *stream; /* active: the stream whose large range holds the plan */
+    struct stow_segment *range;  /* active: that range */
+} stow_vmm_step_t;
+
 /* Epochs closed by events, not yet seen complete (vmm_epochs.c): a
  * ring of at most STOW_VMM_CLOSURES; events[] holds one event per stream
  * that freed a block since that stream's previous closure. */
@@ -238,6 +265,9 @@ struct stow_pool {
     stow_block_t *pending;           /* PENDING blocks, linked through ->right */
     stow_accounting_t acct;
     uint64_t op_count;               /* alloc + free calls, the GC clock */
+    bool learn_step;                 /* vmm with vmm_learn_step: operations are noted */
+    uint64_t step_ops;               /* operations noted (successful allocations and frees) */
+    stow_vmm_step_t step;            /* vmm_step.c */
     uint64_t reserved_high_water_bytes; /* highest reserved ever (not reset by users) */
     stow_idle_keep_t idle_keep;      /* whether growth keeps idle segments (segment.c) */
     /* vmm policy (vmm.c); all zero for classic pools */
@@ -466,6 +496,8 @@ void stow__vmm_release_all_handles(stow_pool_t *pool);
  * below its allowance for `live_bytes_high_water` or with no unused granule
  * to remap instead. */
 bool stow__vmm_may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water);
+/* The granules the pool may hold while some mapped granule sits unused, now. */
+uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool);
 /* Counts one remap for the adaptive allowance (may raise the slack). */
 void stow__vmm_note_remap(stow_pool_t *pool);
 
@@ -481,6 +513,21 @@ void stow__vmm_note_unused_pushed(stow_pool_t *pool, const stow_stream_state_t *
  * waiting on events alone). True when it is, or when `synced` (the caller
  * synchronized since it was freed); false: the caller must synchronize. */
 bool stow__vmm_oldest_unused_ready(stow_pool_t *pool, bool synced);
+
+/* ---- vmm_step.c: a layout learned from a loop's step (vmm_learn_step) ---- */
+void stow__vmm_step_destroy(stow_pool_t *pool);
+/* empty_cache: the free blocks change hands (to the streams' shared index),
+ * so the plan and the log go; the pool looks again at its next remap. */
+void stow__vmm_step_forget(stow_pool_t *pool);
+/* A remap: start looking for the step, unless looking, planned or backing off. */
+void stow__vmm_step_note_remap(stow_pool_t *pool);
+void stow__vmm_step_note_alloc(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
+                               size_t rounded);
+void stow__vmm_step_note_free(stow_pool_t *pool, stow_block_t *b);
+/* The free block cut at the planned address of this request, or NULL (no plan,
+ * not the expected request, or the address is not free). Needs one reserved
+ * block record. */
+stow_block_t *stow__vmm_step_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded);
 
 /* ---- vmm_place.c ---- */
 /* Where a page-mapped pool puts a request of `rounded` bytes that best fit

@@ -286,9 +286,11 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
     }
     if (!strcmp(key, "quick_mid_slots"))
         return parse_count(key, v, STOW_QUICK_MID_SLOTS_MAX, &c->quick_mid_slots, err, err_len);
-    if (!strcmp(key, "release_idle_on_grow") || !strcmp(key, "reuse_other_streams_on_miss")) {
-        bool *flag = !strcmp(key, "release_idle_on_grow") ? &c->release_idle_on_grow
-                                                           : &c->reuse_other_streams_on_miss;
+    if (!strcmp(key, "release_idle_on_grow") || !strcmp(key, "reuse_other_streams_on_miss") ||
+        !strcmp(key, "vmm_learn_step")) {
+        bool *flag = !strcmp(key, "release_idle_on_grow")          ? &c->release_idle_on_grow
+                     : !strcmp(key, "reuse_other_streams_on_miss") ? &c->reuse_other_streams_on_miss
+                                                                   : &c->vmm_learn_step;
         if (!parse_bool(v, flag))
             return fail(err, err_len, "key '%s': '%s' is not true or false", key, v);
         return STOW_OK;

@@ -146,6 +146,7 @@ static void pool_free_memory(stow_pool_t *pool)
     stow__record_free(pool);
     free(pool->free_handles);
     stow__vmm_drop_closures(pool, true);
+    stow__vmm_step_destroy(pool);
     stow__stream_states_destroy(pool);
     free(pool->any);
     stow__ptr_map_destroy(&pool->live);
@@ -193,6 +194,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
                                   ? backend->event_synchronize
                                   : NULL;
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
+    pool->learn_step = pool->vmm && cfg.vmm_learn_step;
     pool->adapt.slack = cfg.vmm_slack;
     pool->adapt.settled = cfg.vmm_slack_max <= cfg.vmm_slack;
     pool->unmap_epoch = 1;
@@ -521,6 +523,8 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
              * block is the same, the free bytes fewer) nor the reserved peak
              * can have moved. */
             hand_out(pool, q, ss, size_bytes, true);
+            if (pool->learn_step)
+                stow__vmm_step_note_alloc(pool, q, ss, rounded);
             *out = (void *)q->addr;
             stow_assert_expensive(pool);
             stow__unlock(&pool->lock);
@@ -537,7 +541,13 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         stow__unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }
-    stow_block_t *b = find_fit(pool, ss, kind, rounded);
+    /* A loop's step learned (vmm_step.c): its planned address, when free. */
+    stow_block_t *b = STOW_UNLIKELY(pool->step.active) && kind == STOW_POOL_LARGE
+                          ? stow__vmm_step_place(pool, ss, rounded)
+                          : NULL;
+    bool planned = b != NULL;
+    if (!planned)
+        b = find_fit(pool, ss, kind, rounded);
     if (pool->vmm && kind == STOW_POOL_SMALL && b && pool->quick_blocks &&
         !vmm_fits_held_granule(pool, b, rounded)) {
         /* Kept blocks hold granules: merge them before the small range maps
@@ -553,7 +563,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             return st;
         }
     }
-    if (pool->vmm && hit)
+    if (pool->vmm && hit && !planned)
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
     if (pool->vmm &&
         (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
@@ -567,6 +577,8 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         pool->extra_granules_live += pool->placed_extra;
         pool->placed_extra = 0;
     }
+    if (pool->learn_step)
+        stow__vmm_step_note_alloc(pool, b, ss, rounded);
     uint64_t largest = stow__pool_largest_free(pool);
     stow__acct_note_fragmentation(&pool->acct, largest);
     if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))
@@ -592,6 +604,8 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
         return STOW_ENOTOWNED;
     }
     pool->op_count++;
+    if (pool->learn_step)
+        stow__vmm_step_note_free(pool, b);
     stow__acct_free(&pool->acct, b->pool_kind, b->size_bytes, b->requested_bytes, b->size_class);
     pool->tag_stats[b->tag].allocated_bytes -= b->size_bytes;
     pool->tag_stats[b->tag].allocations--;
@@ -638,6 +652,8 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
         st = STOW_EBACKEND; /* nothing unmapped: queued work may still use it */
     else if (pool->vmm)
         stow__vmm_release_unused(pool);
+    if (pool->learn_step)
+        stow__vmm_step_forget(pool);
     stow__segment_release_idle(pool, true, 0);
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
     stow__unlock(&pool->lock);

@@ -101,7 +101,10 @@ struct stow_block {
     stow_block_t *left, *right;   /* FREE: treap children, or list prev / next;
                                      PENDING: pending-list links; QUICK: right = next */
     stow_stream_uses_t *uses;     /* record_stream users, or NULL */
-    uint64_t free_seq;            /* FREE: owner's free sequence number at insertion */
+    uint64_t free_seq;            /* FREE: owner's free sequence number at insertion;
+                                     ALLOCATED in a pool with vmm_learn_step: the number of
+                                     the operation that allocated it (vmm_step.c), which its
+                                     free's signature needs */
     uint32_t priority;            /* FREE in a treap bin: heap priority (hash of addr) */
     uint8_t state;                /* stow_block_state_t */
     uint8_t pool_kind;            /* STOW_POOL_SMALL or STOW_POOL_LARGE */

@@ -28,6 +28,11 @@ static uint64_t allowed_granules(const stow_pool_t *pool, uint64_t live_bytes_hi
     return allowed > live ? allowed : live;
 }
 
+uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool)
+{
+    return allowed_granules(pool, pool->live_bytes_high_water);
+}
+
 bool stow__vmm_may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
     uint64_t g = pool->granularity_bytes;
@@ -159,6 +164,8 @@ static void end_warm_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
 void stow__vmm_note_remap(stow_pool_t *pool)
 {
     stow_vmm_adapt_t *a = &pool->adapt;
+    if (pool->learn_step)
+        stow__vmm_step_note_remap(pool);
     if (a->settled)
         return;
     uint64_t ops = pool->op_count - a->window_start_op;

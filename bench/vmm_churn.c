@@ -365,12 +365,13 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
         snprintf(settled, sizeof settled, "settled from replay %d", stable + 1);
     printf("%-26s vmm reserved/live %.4f  steady churn %.1f  %s  vmm/classic host time %.3f"
            "  failures %llu  allowance raises %llu  synchronizes %llu, event waits %llu,"
-           " steady %.1f waits per replay\n",
+           " steady %.1f waits per replay  step plans %llu\n",
            base, peak_ratio, median(churn + from, replays - from), settled,
            median(ratio + from, replays - from), (unsigned long long)failures,
            (unsigned long long)st.num_vmm_allowance_raises,
            (unsigned long long)st.num_sync_all_streams, (unsigned long long)st.num_event_waits,
-           median(wait_counts + from, replays - from));
+           median(wait_counts + from, replays - from),
+           (unsigned long long)st.num_vmm_step_plans);
     rc = extra_replay(base, &vmm, t, config, who);
 out:
     side_close(&vmm);

@@ -149,6 +149,17 @@ typedef struct stow_config {
                                       allocated peak; counted in num_idle_keeps. Default
                                       0.05; 0: always released (docs/design.md, growth
                                       policy); key "keep_idle_max" */
+    bool vmm_learn_step;           /* policy vmm, default false: a pool that remaps looks for
+                                      the step of a loop (the period of its allocations and
+                                      frees); once the step repeats, it plans one layout of
+                                      the step's large blocks, the same every step, around
+                                      the blocks that stay (weights), and takes it when its
+                                      granules fit the allowance: each large request then
+                                      takes its planned address while the requests match
+                                      the step, and the first that does not drops the plan.
+                                      Counted in num_vmm_step_plans and
+                                      num_vmm_planned_allocations (docs/design.md, a layout
+                                      learned from the step); key "vmm_learn_step" */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
@@ -186,7 +197,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, vmm_slack_max,
  * record_events,
  * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
- * reuse_other_streams_on_miss (true|false),
+ * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
  * expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.

@@ -591,11 +591,13 @@ void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_
                 ", \"rounding_bytes\": %" PRIu64 ", \"split_remainder_bytes\": %" PRIu64
                 ", \"idle_cached_bytes\": %" PRIu64 ", \"pending_bytes\": %" PRIu64
                 "}, \"num_alloc_retries\": %" PRIu64 ", \"sync_calls\": %" PRIu64
-                ", \"event_records\": %" PRIu64 ", \"event_waits\": %" PRIu64,
+                ", \"event_records\": %" PRIu64 ", \"event_waits\": %" PRIu64
+                ", \"step_plans\": %" PRIu64 ", \"planned_allocations\": %" PRIu64,
                 w->requested_bytes, w->rounding_bytes, w->split_remainder_bytes,
                 w->idle_cached_bytes, w->pending_bytes, r->stats.num_alloc_retries,
                 r->stats.num_sync_all_streams, r->stats.num_event_records,
-                r->stats.num_event_waits);
+                r->stats.num_event_waits, r->stats.num_vmm_step_plans,
+                r->stats.num_vmm_planned_allocations);
     }
     fprintf(f, "}\n");
 }
@@ -633,6 +635,9 @@ void stow__replay_print_text(FILE *f, const char *trace_path, const stow_replay_
                 " waited on)\n",
                 r->stats.num_sync_all_streams, r->stats.num_event_records,
                 r->stats.num_event_waits);
+    if (r->has_stats && r->stats.num_vmm_step_plans)
+        fprintf(f, "  learned step           %" PRIu64 " plans, %" PRIu64 " planned allocations\n",
+                r->stats.num_vmm_step_plans, r->stats.num_vmm_planned_allocations);
     if (r->has_modelled_time)
         fprintf(f, "  modelled backend time  %.3f ms  (H200 cost per call, stowage/sim.h)\n",
                 (double)r->modelled_backend_ns / 1e6);

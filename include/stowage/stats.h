@@ -26,8 +26,9 @@ extern "C" {
 /* 2: num_quick_hits and num_quick_flushes added (the layout of stow_stats_t changed).
  * 3: num_vmm_allowance_raises added.
  * 4: num_idle_keeps added.
- * 5: num_event_waits added. */
-#define STOW_STATS_VERSION 5u
+ * 5: num_event_waits added.
+ * 6: num_vmm_step_plans and num_vmm_planned_allocations added. */
+#define STOW_STATS_VERSION 6u
 
 /* One figure over time. allocated/freed are cumulative increases/decreases
  * (PyTorch's naming), so current == allocated - freed. */
@@ -83,7 +84,9 @@ typedef enum {
     X(num_quick_flushes, "quick lists (or mid rings alone) flushed before growing or releasing") \
     X(num_vmm_allowance_raises, "times a page-mapped pool that kept remapping raised its slack") \
     X(num_idle_keeps, "growths that kept idle segments a loop needs again (keep_idle_max)") \
-    X(num_event_waits, "waits on one event before a remap, instead of a device synchronize")
+    X(num_event_waits, "waits on one event before a remap, instead of a device synchronize") \
+    X(num_vmm_step_plans, "layouts of a loop's step a page-mapped pool planned and took (vmm_learn_step)") \
+    X(num_vmm_planned_allocations, "allocations placed at their planned address (vmm_learn_step)")
 
 /* Where the reserved bytes went at the moment reserved_bytes reached its peak.
  * requested + rounding + split_remainder + idle_cached + pending == reserved. */

@@ -140,3 +140,23 @@ void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream
                 slot[i] = NULL;
             }
 }
+
+/* Seed 4: remaps for good at the default slack; a raise by half stops it. */
+const unsigned ts_loop4_weights_mib[] = {24, 64, 24, 24, 40, 24, 64, 64, 40, 40,
+                                             24, 40, 40, 64, 64};
+const size_t ts_loop4_slot_kib[] = {16384, 98816, 3072, 2048, 99840, 16384, 7680};
+const unsigned char ts_loop4_program[] = {
+    2, 2, 6, 1, 6, 0, 2, 1, 0, 6, 5, 6, 2, 6, 2, 1, 1, 2, 2, 5, 6, 5, 6, 6, 2,
+    0, 6, 4, 2, 5, 3, 4, 1, 1, 1, 3, 2, 0, 6, 6, 4, 6, 2, 0, 2, 4, 5, 2, 6, 6,
+    4, 1, 3, 3, 4, 2, 3, 3, 1, 1, 2, 2, 6, 6, 0, 0, 0, 3, 5, 2, 4, 4, 5, 3};
+
+/* Seed 33: its step touches about 1.032 x its live peak in granules, so a
+ * raise by half (1.0143) left it remapping about 110 granules a step, and
+ * helped too little for another: the pool stopped raising there, for good,
+ * until raises covered the footprint (thirty-first session). */
+const unsigned ts_loop33_weights_mib[] = {40, 40, 40, 24, 24, 64};
+const size_t ts_loop33_slot_kib[] = {4608,  6656,   134656, 206336, 4608,
+                                         263680, 42496, 205312, 133632, 308736};
+const unsigned char ts_loop33_program[] = {
+    4, 6, 4, 8, 7, 0, 9, 6, 4, 5, 8, 3, 1, 0, 5, 4, 3, 1, 5, 1, 5, 3,
+    8, 4, 5, 0, 5, 8, 4, 8, 6, 6, 2, 1, 0, 5, 8, 1, 1, 2, 1, 1, 5, 0};

@@ -66,6 +66,13 @@ void ts_loop_weights_free(stow_pool_t *pool, const ts_loop_t *loop, void **weigh
 /* Runs one step of the loop on stream; every call must succeed. */
 void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream);
 
+/* Seeds 4 and 33 of bench/random_loops.py (test_support.c says what each shows). */
+extern const unsigned ts_loop4_weights_mib[15], ts_loop33_weights_mib[6];
+extern const size_t ts_loop4_slot_kib[7], ts_loop33_slot_kib[10];
+extern const unsigned char ts_loop4_program[74], ts_loop33_program[44];
+#define TS_LOOP4 TS_LOOP(ts_loop4_weights_mib, ts_loop4_slot_kib, ts_loop4_program)
+#define TS_LOOP33 TS_LOOP(ts_loop33_weights_mib, ts_loop33_slot_kib, ts_loop33_program)
+
 /* Runs `build/stowage SUBCOMMAND ARGS` (the CLI next to the test binary),
  * capturing stdout and stderr into out; returns the exit status. Skips the
  * test when the CLI is not built. */

@@ -1456,27 +1456,7 @@ Test(vmm, failed_backing_after_a_carve_merges_back)
 
 /* ---- adaptive allowance ---- */
 
-/* Seed 4: remaps for good at the default slack; a raise by half stops it. */
-static const unsigned loop4_weights_mib[] = {24, 64, 24, 24, 40, 24, 64, 64, 40, 40,
-                                             24, 40, 40, 64, 64};
-static const size_t loop4_slot_kib[] = {16384, 98816, 3072, 2048, 99840, 16384, 7680};
-static const unsigned char loop4_program[] = {
-    2, 2, 6, 1, 6, 0, 2, 1, 0, 6, 5, 6, 2, 6, 2, 1, 1, 2, 2, 5, 6, 5, 6, 6, 2,
-    0, 6, 4, 2, 5, 3, 4, 1, 1, 1, 3, 2, 0, 6, 6, 4, 6, 2, 0, 2, 4, 5, 2, 6, 6,
-    4, 1, 3, 3, 4, 2, 3, 3, 1, 1, 2, 2, 6, 6, 0, 0, 0, 3, 5, 2, 4, 4, 5, 3};
-static const ts_loop_t loop4 = TS_LOOP(loop4_weights_mib, loop4_slot_kib, loop4_program);
-
-/* Seed 33: its step touches about 1.032 x its live peak in granules, so a
- * raise by half (1.0143) left it remapping about 110 granules a step, and
- * helped too little for another: the pool stopped raising there, for good,
- * until raises covered the footprint (thirty-first session). */
-static const unsigned loop33_weights_mib[] = {40, 40, 40, 24, 24, 64};
-static const size_t loop33_slot_kib[] = {4608,  6656,   134656, 206336, 4608,
-                                         263680, 42496, 205312, 133632, 308736};
-static const unsigned char loop33_program[] = {
-    4, 6, 4, 8, 7, 0, 9, 6, 4, 5, 8, 3, 1, 0, 5, 4, 3, 1, 5, 1, 5, 3,
-    8, 4, 5, 0, 5, 8, 4, 8, 6, 6, 2, 1, 0, 5, 8, 1, 1, 2, 1, 1, 5, 0};
-static const ts_loop_t loop33 = TS_LOOP(loop33_weights_mib, loop33_slot_kib, loop33_program);
+static const ts_loop_t loop4 = TS_LOOP4, loop33 = TS_LOOP33;
 
 /* A vmm pool on an unlimited device with the default settings but vmm_slack_max. */
 static void make_vmm_slack_max(double slack_max)

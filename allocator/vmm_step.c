@@ -1,0 +1,699 @@
+/*
+ * allocator/vmm_step.c: a layout learned from a loop's step (policy vmm,
+ * config vmm_learn_step; docs/design.md, a layout learned from the step).
+ *
+ * In a loop a page-mapped pool stops remapping only when the granules its
+ * step touches fit the allowance, and its online placement does not always
+ * lay the step out that tightly. A loop tells its future, though: once its
+ * step repeats, each of the step's large blocks can keep one address, the
+ * same every step, planned from a step already seen. Such a layout repeats by
+ * construction, so once its granules are mapped it makes no backend call.
+ *
+ * How: from a remap on, each operation's signature is logged (an allocation:
+ * its rounded size and stream; a free: how many operations back its block was
+ * allocated). At 4,096 logged operations and each time the log doubles, it is
+ * searched for a period with which it repeats from its end back over half of
+ * it (as bench/long_run.py and bench/step_plan_bound.py find a step). A pool
+ * that no longer remaps by then keeps its layout. Otherwise the large blocks
+ * of one steady step are laid out on a cycle of one step, or two when a block
+ * outlives its step (an input batch made before the last one is freed),
+ * largest first, each where it touches the fewest granules not touched yet,
+ * around the blocks that stay (weights, optimizer state) at their addresses.
+ * The plan is taken only when the granules it touches, with what the other
+ * ranges hold, fit the allowance: otherwise it would remap every step too.
+ * Placing starts at the phase where the planned blocks hold the fewest bytes.
+ * While the operations match the plan, each planned request takes its
+ * address, found by walking up from a block below it that is live then. The
+ * first operation that does not match drops the plan, and so do three cycles
+ * in a row in which some planned address was taken; looking starts again at
+ * a later remap, after a back-off that doubles each time. empty_cache drops
+ * the plan and the log (the free blocks change hands).
+ *
+ * Owns pool->step and pool->step_ops; keeps each allocated block's operation
+ * number in its free_seq (only free blocks use that field otherwise). Reads
+ * the free index, the range's blocks and the mapped bitmaps; changes nothing
+ * else but the free block a planned request is cut out of
+ * (stow__pool_split_free_at). Called with the pool lock held.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocator/vmm_granules.h"
+
+#define STEP_LOG_MAX ((size_t)1 << 17)   /* operations logged while looking */
+#define STEP_CHECK_FIRST 4096            /* a period is searched from this many on */
+#define STEP_MIN_PERIOD 50               /* as bench/long_run.py */
+#define STEP_MAX_BLOCKS 4096             /* planned blocks per cycle (first fit is quadratic) */
+#define STEP_BACKOFF_FIRST ((uint64_t)1 << 16) /* operations before looking again */
+#define STEP_BACKOFF_MAX ((uint64_t)1 << 26)
+#define STEP_MISSED_CYCLES_MAX 3         /* cycles in a row with misses drop a plan */
+#define SIG_SIZE_MASK (((uint64_t)1 << 48) - 2)
+
+static uint64_t alloc_sig(size_t rounded, const stow_stream_state_t *ss)
+{
+    return ((uint64_t)rounded & SIG_SIZE_MASK) | 1u | ((uint64_t)ss->index << 48);
+}
+
+static bool is_alloc(uint64_t sig)
+{
+    return sig & 1u;
+}
+
+static size_t sig_bytes(uint64_t sig)
+{
+    return (size_t)(sig & SIG_SIZE_MASK);
+}
+
+static void stop_looking(stow_vmm_step_t *s)
+{
+    free(s->log_sigs);
+    free(s->log_lives);
+    s->log_sigs = NULL;
+    s->log_lives = NULL;
+    s->log_count = 0;
+    s->looking = false;
+}
+
+static void drop_plan(stow_vmm_step_t *s)
+{
+    free(s->plan_sigs);
+    free(s->plan_addrs);
+    free(s->plan_anchors);
+    s->plan_sigs = NULL;
+    s->plan_addrs = NULL;
+    s->plan_anchors = NULL;
+    s->active = false;
+}
+
+/* No looking for the next backoff_ops operations, and twice as long after the
+ * next refusal: a loop whose plan does not fit is not planned again and again
+ * (planning is quadratic in the step's blocks). */
+static void back_off(stow_pool_t *pool)
+{
+    stow_vmm_step_t *s = &pool->step;
+    if (s->backoff_ops == 0)
+        s->backoff_ops = STEP_BACKOFF_FIRST;
+    s->look_after_op = pool->step_ops + s->backoff_ops;
+    if (s->backoff_ops < STEP_BACKOFF_MAX)
+        s->backoff_ops *= 2;
+}
+
+void stow__vmm_step_destroy(stow_pool_t *pool)
+{
+    stop_looking(&pool->step);
+    drop_plan(&pool->step);
+}
+
+void stow__vmm_step_forget(stow_pool_t *pool)
+{
+    stow__vmm_step_destroy(pool);
+    pool->step.look_after_op = 0; /* looks again at the next remap */
+}
+
+void stow__vmm_step_note_remap(stow_pool_t *pool)
+{
+    stow_vmm_step_t *s = &pool->step;
+    s->last_remap_op = pool->step_ops;
+    if (s->looking || s->active || pool->step_ops < s->look_after_op)
+        return;
+    s->log_sigs = malloc(STEP_LOG_MAX * sizeof *s->log_sigs);
+    s->log_lives = calloc(STEP_LOG_MAX, sizeof *s->log_lives);
+    if (!s->log_sigs || !s->log_lives) {
+        stop_looking(s); /* host memory: learning is an optimisation, the pool goes on */
+        back_off(pool);
+        return;
+    }
+    s->log_count = 0;
+    s->log_first_op = pool->step_ops;
+    s->looking = true;
+}
+
+/* ---- the period ---- */
+
+/* How many operations, back from the log's end, repeat with period p. */
+static size_t periodic_tail(const uint64_t *sigs, size_t n, size_t p)
+{
+    size_t i = n;
+    while (i > p && sigs[i - 1] == sigs[i - 1 - p])
+        i--;
+    return n - i;
+}
+
+/* The smallest distance between two allocations of the largest size that the
+ * log's second half allocates (with the first or the last of them) with which
+ * the log repeats from its end back over three periods and half the log; 0:
+ * none. */
+static size_t find_period(const stow_vmm_step_t *s)
+{
+    size_t n = s->log_count;
+    uint64_t biggest = 0;
+    for (size_t i = n / 2; i < n; i++)
+        if (is_alloc(s->log_sigs[i]) && sig_bytes(s->log_sigs[i]) > sig_bytes(biggest))
+            biggest = s->log_sigs[i];
+    if (!biggest)
+        return 0;
+    size_t first = SIZE_MAX, last = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s->log_sigs[i] == biggest) {
+            if (first == SIZE_MAX)
+                first = i;
+            last = i;
+        }
+    size_t best = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s->log_sigs[i] != biggest)
+            continue;
+        size_t candidates[2] = {i - first, last - i};
+        for (int c = 0; c < 2; c++) {
+            size_t p = candidates[c];
+            if (p < STEP_MIN_PERIOD || p > n / 3 || (best && p >= best))
+                continue;
+            size_t tail = periodic_tail(s->log_sigs, n, p);
+            if (tail >= 3 * p && tail >= n / 2)
+                best = p;
+        }
+    }
+    return best;
+}
+
+/* ---- the plan: cyclic first fit around the blocks that stay ---- */
+
+typedef struct step_block {
+    size_t size_bytes;
+    uint32_t phase, life;     /* lives over [phase, phase + life) on the cycle */
+    size_t offset;            /* from the range's base */
+    size_t anchor;            /* 1 + the offset of the highest block below it live when it
+                                 is allocated (a block that stays, or a planned one);
+                                 0: none */
+} step_block_t;
+
+typedef struct span {
+    size_t lo, hi;            /* [lo, hi) from the range's base */
+    const step_block_t *block; /* NULL: a block that stays, over the whole cycle */
+} span_t;
+
+static int by_size_then_life(const void *a, const void *b)
+{
+    const step_block_t *x = a, *y = b;
+    if (x->size_bytes != y->size_bytes)
+        return x->size_bytes > y->size_bytes ? -1 : 1;
+    if (x->life != y->life)
+        return x->life > y->life ? -1 : 1;
+    return (x->phase > y->phase) - (x->phase < y->phase);
+}
+
+/* Whether two arcs of a cycle overlap (each shorter than the cycle): one
+ * starts while the other is live. */
+static bool arcs_overlap(const step_block_t *a, const step_block_t *b, uint32_t cycle)
+{
+    uint32_t b_after_a = b->phase >= a->phase ? b->phase - a->phase : b->phase + cycle - a->phase;
+    return b_after_a < a->life || (b_after_a != 0 && cycle - b_after_a < b->life) ||
+           b_after_a == 0;
+}
+
+/* Granules touched so far, with counts over ranges (a Fenwick tree): the
+ * planner's measure of where a block costs the fewest new granules. */
+typedef struct touched {
+    size_t count, g;
+    uint8_t *is_touched;
+    uint32_t *tree;
+} touched_t;
+
+static bool touched_init(touched_t *t, size_t granules, size_t g)
+{
+    t->count = granules;
+    t->g = g;
+    t->is_touched = calloc(granules ? granules : 1, 1);
+    t->tree = calloc(granules + 1, sizeof *t->tree);
+    return t->is_touched && t->tree;
+}
+
+static void touched_free(touched_t *t)
+{
+    free(t->is_touched);
+    free(t->tree);
+}
+
+static void touch(touched_t *t, size_t lo, size_t hi)
+{
+    for (size_t q = lo / t->g; q < (hi + t->g - 1) / t->g && q < t->count; q++)
+        if (!t->is_touched[q]) {
+            t->is_touched[q] = 1;
+            for (size_t i = q + 1; i <= t->count; i += i & (~i + 1))
+                t->tree[i]++;
+        }
+}
+
+static size_t touched_below(const touched_t *t, size_t q)
+{
+    size_t n = 0;
+    for (size_t i = q < t->count ? q : t->count; i > 0; i -= i & (~i + 1))
+        n += t->tree[i];
+    return n;
+}
+
+/* Granules [lo, hi) would touch that nothing touched yet. */
+static size_t new_granules(const touched_t *t, size_t lo, size_t hi)
+{
+    size_t first = lo / t->g, end = (hi + t->g - 1) / t->g;
+    size_t known = end <= t->count ? touched_below(t, end) - touched_below(t, first)
+                                   : touched_below(t, t->count) - touched_below(t, first);
+    return (end - first) - known;
+}
+
+typedef struct spot {
+    size_t offset, fresh;
+} spot_t;
+
+static void consider(spot_t *best, const touched_t *t, size_t offset, size_t size_bytes)
+{
+    size_t fresh = new_granules(t, offset, offset + size_bytes);
+    if (fresh < best->fresh || (fresh == best->fresh && offset < best->offset))
+        *best = (spot_t){offset, fresh};
+}
+
+/* Places each block, largest first, where it touches the fewest granules no
+ * placed block (at any time of the cycle) or block that stays touched: at
+ * either end of each gap that no block overlapping it in time holds, lowest
+ * offset first among equals. spans[0, *n_spans) holds the blocks that stay,
+ * sorted by offset, with room for every block; each placed block is inserted
+ * in order. Returns false without host memory. */
+static bool place_blocks(step_block_t *blocks, size_t n, uint32_t cycle, span_t *spans,
+                         size_t *n_spans, touched_t *t)
+{
+    qsort(blocks, n, sizeof *blocks, by_size_then_life);
+    for (size_t i = 0; i < *n_spans; i++)
+        touch(t, spans[i].lo, spans[i].hi);
+    for (size_t i = 0; i < n; i++) {
+        step_block_t *b = &blocks[i];
+        spot_t best = {SIZE_MAX, SIZE_MAX};
+        size_t cursor = 0;
+        for (size_t k = 0; k < *n_spans; k++) {
+            const span_t *s = &spans[k];
+            if (s->block && !arcs_overlap(b, s->block, cycle))
+                continue;
+            if (s->lo >= cursor + b->size_bytes) { /* a gap [cursor, s->lo) that fits */
+                consider(&best, t, cursor, b->size_bytes);
+                consider(&best, t, s->lo - b->size_bytes, b->size_bytes);
+            }
+            if (s->hi > cursor)
+                cursor = s->hi;
+        }
+        consider(&best, t, cursor, b->size_bytes); /* above everything it overlaps */
+        b->offset = best.offset;
+        size_t at = 0;
+        while (at < *n_spans && spans[at].lo <= b->offset)
+            at++;
+        memmove(&spans[at + 1], &spans[at], (*n_spans - at) * sizeof *spans);
+        spans[at] = (span_t){b->offset, b->offset + b->size_bytes, b};
+        (*n_spans)++;
+        touch(t, b->offset, b->offset + b->size_bytes);
+    }
+    return true;
+}
+
+/* Whether block b (placed) is live at phase p of the cycle. */
+static bool live_at(const step_block_t *b, uint32_t p, uint32_t cycle)
+{
+    uint32_t since = p >= b->phase ? p - b->phase : p + cycle - b->phase;
+    return since < b->life;
+}
+
+/* Each block's anchor: the highest span below it whose block is live when it
+ * is allocated (a block that stays always is). The place finds the free block
+ * at the planned address by walking up from the anchor's live block, instead
+ * of searching the free index. */
+static void set_anchors(step_block_t *blocks, size_t n, uint32_t cycle, const span_t *spans,
+                        size_t n_spans)
+{
+    for (size_t i = 0; i < n; i++) {
+        step_block_t *b = &blocks[i];
+        b->anchor = 0;
+        size_t best_hi = 0;
+        for (size_t k = 0; k < n_spans && spans[k].lo < b->offset; k++) {
+            const span_t *s = &spans[k];
+            if (s->hi > b->offset || s->hi < best_hi || s->block == b ||
+                (s->block && (s->block->phase == b->phase || !live_at(s->block, b->phase, cycle))))
+                continue;
+            best_hi = s->hi;
+            b->anchor = 1 + s->lo;
+        }
+    }
+}
+
+typedef struct top_search {
+    stow_block_t *top;
+} top_search_t;
+
+static bool keep_highest(void *arg, stow_block_t *f)
+{
+    top_search_t *t = arg;
+    if (f->segment->granules &&
+        (!t->top || f->addr + f->size_bytes > t->top->addr + t->top->size_bytes))
+        t->top = f;
+    return true;
+}
+
+/* The large range of stream ss: the range of its highest free block. */
+static stow_segment_t *large_range_of(stow_pool_t *pool, stow_stream_state_t *ss)
+{
+    top_search_t t = {NULL};
+    stow__free_index_visit_fitting(&ss->free[STOW_POOL_LARGE], 1, keep_highest, &t);
+    if (!t.top && ss != pool->any)
+        stow__free_index_visit_fitting(&pool->any->free[STOW_POOL_LARGE], 1, keep_highest, &t);
+    return t.top ? t.top->segment : NULL;
+}
+
+/* The granules ranges other than seg hold mapped. */
+static uint64_t other_ranges_granules(const stow_pool_t *pool, const stow_segment_t *seg)
+{
+    uint64_t granules = 0;
+    for (const stow_segment_t *o = pool->segments; o; o = o->next)
+        if (o != seg && o->granules)
+            for (size_t w = 0; w < (o->granules_touched + 63) / 64; w++)
+                granules += popcount64(o->mapped_bits[w]);
+    return granules;
+}
+
+/* The step's large blocks of the log's window [s0, s0 + period) whose frees
+ * the log holds, and the cycle they need (1 or 2 steps); 0 blocks: none to
+ * plan, or too many. */
+static size_t collect_blocks(const stow_pool_t *pool, const stow_vmm_step_t *s, size_t s0,
+                             size_t period, step_block_t **out, unsigned *steps)
+{
+    size_t n = 0;
+    *steps = 1;
+    for (size_t j = s0; j < s0 + period; j++) {
+        uint32_t life = s->log_lives[j];
+        if (!is_alloc(s->log_sigs[j]) || sig_bytes(s->log_sigs[j]) <= pool->vmm_small_bytes ||
+            life == 0 || life >= 2 * period)
+            continue;
+        if (life >= period)
+            *steps = 2;
+        n++;
+    }
+    if (n == 0 || n * *steps > STEP_MAX_BLOCKS)
+        return 0;
+    step_block_t *blocks = malloc(n * *steps * sizeof *blocks);
+    if (!blocks)
+        return 0;
+    size_t k = 0;
+    for (size_t j = s0; j < s0 + period; j++) {
+        uint32_t life = s->log_lives[j];
+        if (!is_alloc(s->log_sigs[j]) || sig_bytes(s->log_sigs[j]) <= pool->vmm_small_bytes ||
+            life == 0 || life >= 2 * period)
+            continue;
+        for (unsigned c = 0; c < *steps; c++)
+            blocks[k++] = (step_block_t){sig_bytes(s->log_sigs[j]),
+                                         (uint32_t)(j - s0 + c * period), life, 0, 0};
+    }
+    *out = blocks;
+    return k;
+}
+
+/* The phase of the cycle where the planned blocks hold the fewest bytes:
+ * placing starts there, so that the fewest blocks of the layout before the
+ * plan are still live while the planned one fills in (their granules and the
+ * plan's add up until they are freed). */
+static uint32_t least_loaded_phase(const step_block_t *blocks, size_t n, uint32_t cycle)
+{
+    int64_t *delta = calloc((size_t)cycle + 1, sizeof *delta);
+    if (!delta)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t lo = blocks[i].phase, hi = lo + blocks[i].life;
+        delta[lo] += (int64_t)blocks[i].size_bytes;
+        if (hi <= cycle) {
+            delta[hi] -= (int64_t)blocks[i].size_bytes;
+        } else { /* wraps: [lo, cycle) and [0, hi - cycle) */
+            delta[0] += (int64_t)blocks[i].size_bytes;
+            delta[hi - cycle] -= (int64_t)blocks[i].size_bytes;
+        }
+    }
+    int64_t load = 0, least = INT64_MAX;
+    uint32_t at = 0;
+    for (uint32_t p = 0; p < cycle; p++) {
+        load += delta[p];
+        if (load < least) {
+            least = load;
+            at = p;
+        }
+    }
+    free(delta);
+    return at;
+}
+
+/* Builds and takes the plan of the step of `period` operations ending two
+ * periods before the log's end (so that the frees of its blocks are logged).
+ * Returns false (and takes nothing) when there is nothing to plan, no room,
+ * no host memory, or the plan's granules would not fit the allowance. */
+static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
+{
+    stow_vmm_step_t *s = &pool->step;
+    size_t n = s->log_count, s0 = n - 3 * period;
+    stow_segment_t *seg = large_range_of(pool, ss);
+    if (!seg)
+        return false;
+    unsigned steps;
+    step_block_t *blocks = NULL;
+    size_t n_blocks = collect_blocks(pool, s, s0, period, &blocks, &steps);
+    if (!n_blocks)
+        return false;
+    uint32_t cycle = (uint32_t)(steps * period);
+    /* The blocks that stay: live and allocated more than two periods ago
+     * (a step's blocks live less than two), or waiting for streams. */
+    size_t n_stay = 0;
+    for (stow_block_t *x = seg->first; x; x = x->next)
+        n_stay += x->state != BLOCK_FREE;
+    span_t *spans = malloc((n_stay + n_blocks + 1) * sizeof *spans);
+    uint64_t *sigs = malloc(cycle * sizeof *sigs);
+    uintptr_t *addrs = calloc(cycle, sizeof *addrs);
+    uintptr_t *anchors = calloc(cycle, sizeof *anchors);
+    bool taken = false;
+    if (spans && sigs && addrs && anchors) {
+        uint64_t old_op = pool->step_ops - 2 * period;
+        size_t n_spans = 0;
+        for (stow_block_t *x = seg->first; x; x = x->next) /* in address order */
+            if (x->state == BLOCK_PENDING || x->state == BLOCK_QUICK ||
+                (x->state == BLOCK_ALLOCATED && x->free_seq < old_op))
+                spans[n_spans++] = (span_t){x->addr - seg->base,
+                                            x->addr - seg->base + x->size_bytes, NULL};
+        touched_t t;
+        if (touched_init(&t, seg->size_bytes / pool->granularity_bytes,
+                         pool->granularity_bytes) &&
+            place_blocks(blocks, n_blocks, cycle, spans, &n_spans, &t)) {
+            size_t height = n_spans ? spans[n_spans - 1].hi : 0;
+            for (size_t i = 0; i < n_spans; i++)
+                if (spans[i].hi > height)
+                    height = spans[i].hi;
+            taken = height <= seg->size_bytes &&
+                    touched_below(&t, t.count) + other_ranges_granules(pool, seg) <=
+                        stow__vmm_allowed_granules(pool);
+            if (taken)
+                set_anchors(blocks, n_blocks, cycle, spans, n_spans);
+        }
+        touched_free(&t);
+    }
+    if (taken) {
+        s->start_phase = least_loaded_phase(blocks, n_blocks, cycle);
+        for (uint32_t p = 0; p < cycle; p++)
+            sigs[p] = s->log_sigs[s0 + p % period];
+        for (size_t i = 0; i < n_blocks; i++) {
+            addrs[blocks[i].phase] = seg->base + blocks[i].offset;
+            anchors[blocks[i].phase] = blocks[i].anchor ? seg->base + blocks[i].anchor - 1 : 0;
+        }
+        s->plan_sigs = sigs;
+        s->plan_addrs = addrs;
+        s->plan_anchors = anchors;
+        s->cycle = cycle;
+        s->phase = (n - s0) % cycle;
+        s->stream = ss;
+        s->range = seg;
+        s->active = true;
+        s->placing = false;
+        s->cycle_misses = s->missed_cycles = 0;
+        pool->acct.s.num_vmm_step_plans++;
+    } else {
+        free(sigs);
+        free(addrs);
+        free(anchors);
+    }
+    free(spans);
+    free(blocks);
+    return taken;
+}
+
+static void look(stow_pool_t *pool, stow_stream_state_t *ss)
+{
+    stow_vmm_step_t *s = &pool->step;
+    size_t period = find_period(s);
+    if (!period)
+        return;
+    /* A loop that no longer remaps has a layout that fits: keep it (a plan
+     * would move every block once, and may hold more granules). */
+    bool remapping = s->last_remap_op + 2 * period >= pool->step_ops;
+    bool taken = remapping && take_plan(pool, ss, period);
+    stop_looking(s);
+    if (!taken)
+        back_off(pool);
+}
+
+/* ---- each operation ---- */
+
+static void note(stow_pool_t *pool, stow_stream_state_t *ss, uint64_t sig)
+{
+    stow_vmm_step_t *s = &pool->step;
+    if (s->active) {
+        if (s->phase == s->start_phase)
+            s->placing = true;
+        if (s->plan_sigs[s->phase] != sig) {
+            drop_plan(s); /* the loop changed (or ended) */
+            back_off(pool);
+        } else if (++s->phase == s->cycle) {
+            s->phase = 0;
+            /* A plan whose addresses stay taken (by blocks placed around it)
+             * cycle after cycle only moves blocks: the first cycle may miss
+             * (blocks from before the plan), three in a row drop it. */
+            s->missed_cycles = s->cycle_misses ? s->missed_cycles + 1 : 0;
+            s->cycle_misses = 0;
+            if (s->missed_cycles == STEP_MISSED_CYCLES_MAX) {
+                drop_plan(s);
+                back_off(pool);
+            }
+        }
+    }
+    if (s->looking) {
+        if (s->log_count == STEP_LOG_MAX) {
+            stop_looking(s); /* no step in that many operations */
+            back_off(pool);
+        } else {
+            s->log_sigs[s->log_count++] = sig;
+            /* At 4,096 operations, then each time the log doubles: a search
+             * scans the log, so all of them together cost about two scans. */
+            if (s->log_count >= STEP_CHECK_FIRST && (s->log_count & (s->log_count - 1)) == 0)
+                look(pool, ss);
+        }
+    }
+    pool->step_ops++;
+}
+
+void stow__vmm_step_note_alloc(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
+                               size_t rounded)
+{
+    b->free_seq = pool->step_ops;
+    note(pool, ss, alloc_sig(rounded, ss));
+}
+
+void stow__vmm_step_note_free(stow_pool_t *pool, stow_block_t *b)
+{
+    stow_vmm_step_t *s = &pool->step;
+    uint64_t distance = pool->step_ops - b->free_seq;
+    if (s->looking && b->free_seq >= s->log_first_op && b->free_seq - s->log_first_op < s->log_count)
+        s->log_lives[b->free_seq - s->log_first_op] =
+            distance < UINT32_MAX ? (uint32_t)distance : 0;
+    note(pool, b->owner, distance << 1);
+}
+
+typedef struct containing {
+    uintptr_t lo, hi;
+    stow_block_t *found;
+} containing_t;
+
+static bool find_containing(void *arg, stow_block_t *f)
+{
+    containing_t *c = arg;
+    if (f->addr <= c->lo && c->hi <= f->addr + f->size_bytes) {
+        c->found = f;
+        return false;
+    }
+    return true;
+}
+
+static bool usable_by(const stow_block_t *b, const stow_stream_state_t *ss, const stow_pool_t *pool)
+{
+    return b->state == BLOCK_FREE && (b->owner == ss || b->owner == pool->any);
+}
+
+/* From the live block at `anchor` (below addr), the free block that holds
+ * [addr, addr + size), if it is within a few blocks up; NULL otherwise. */
+static stow_block_t *walk_up(stow_pool_t *pool, const stow_stream_state_t *ss, uintptr_t anchor,
+                             uintptr_t addr, size_t size)
+{
+    if (!anchor)
+        return NULL;
+    stow_block_t *b = stow__ptr_map_get(&pool->live, anchor);
+    for (int hops = 0; b && hops < 8; hops++, b = b->next) {
+        if (b->addr > addr)
+            return NULL;
+        if (b->addr + b->size_bytes > addr)
+            return usable_by(b, ss, pool) && b->addr + b->size_bytes >= addr + size &&
+                           b->segment == pool->step.range
+                       ? b
+                       : NULL;
+    }
+    return NULL;
+}
+
+
+/* The free blocks that cover [addr, addr + size) in the plan's range, when
+ * they are all usable by ss, merged into one of ss's: after empty_cache the
+ * free blocks are the streams' shared ones (`any`), and those freed on ss
+ * since do not merge with them, so a planned address can straddle the two.
+ * The merged block counts as freed on ss now (its free_seq a new one of ss),
+ * which orders it after ss's work, as each part was. NULL: not all free. */
+static stow_block_t *merge_free_span(stow_pool_t *pool, stow_stream_state_t *ss, uintptr_t addr,
+                                     size_t size)
+{
+    stow_segment_t *seg = pool->step.range;
+    stow_block_t *first = seg->first;
+    while (first && first->addr + first->size_bytes <= addr)
+        first = first->next;
+    if (!first || !usable_by(first, ss, pool))
+        return NULL;
+    stow_block_t *last = first;
+    while (last->addr + last->size_bytes < addr + size) {
+        last = last->next;
+        if (!last || !usable_by(last, ss, pool))
+            return NULL;
+    }
+    if (last == first)
+        return NULL; /* one block: the index search would have found it */
+    stow_block_t *after = last->next;
+    stow__pool_index_remove(pool, first);
+    while (first->next != after) {
+        stow_block_t *x = first->next;
+        stow__pool_index_remove(pool, x);
+        first->size_bytes += x->size_bytes;
+        first->next = x->next;
+        if (x->next)
+            x->next->prev = first;
+        stow__block_delete(&pool->blocks, x);
+    }
+    first->owner = ss;
+    first->free_seq = ++ss->free_seq;
+    stow__pool_index_insert(pool, first);
+    return first;
+}
+
+stow_block_t *stow__vmm_step_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded)
+{
+    stow_vmm_step_t *s = &pool->step;
+    uintptr_t addr = s->plan_addrs[s->phase];
+    if (!s->placing || ss != s->stream || !addr || s->plan_sigs[s->phase] != alloc_sig(rounded, ss))
+        return NULL;
+    containing_t c = {addr, addr + rounded, walk_up(pool, ss, s->plan_anchors[s->phase], addr, rounded)};
+    if (!c.found)
+        stow__free_index_visit_fitting(&ss->free[STOW_POOL_LARGE], rounded, find_containing, &c);
+    if (!c.found && ss != pool->any)
+        stow__free_index_visit_fitting(&pool->any->free[STOW_POOL_LARGE], rounded,
+                                       find_containing, &c);
+    if (!c.found && pool->has_events)
+        c.found = merge_free_span(pool, ss, addr, rounded);
+    if (!c.found) {
+        s->cycle_misses++; /* still held by a block placed before the plan, or elsewhere */
+        return NULL;
+    }
+    pool->acct.s.num_vmm_planned_allocations++;
+    return c.found->addr == addr ? c.found
+                                 : stow__pool_split_free_at(pool, c.found, addr - c.found->addr);
+}
