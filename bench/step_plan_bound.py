@@ -7,7 +7,8 @@ layout its online placement reached (docs/design.md, adaptive allowance). This a
 a layout learned from the loop itself would reserve: each block of a steady step keeps
 a fixed offset, the same in every step. Such a layout repeats by construction, so once
 mapped it makes no backend call, and its physical memory is its height rounded up to
-whole granules. No pool builds it yet; this is the bound for one that would.
+whole granules. This plans the blocks that stay with the step: a bound for a pool, which
+must plan around them where they lie (vmm_learn_step does, docs/design.md).
 
 The step: the period with which the trace repeats from its end back over at least half
 its events and three periods (two events a period apart match as in bench/long_run.py: the same size and stream, or a free of the
