@@ -556,6 +556,9 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char 
  * b keeps the lower part; returns the upper part, free and indexed. Needs a
  * reserved block record (stow__block_reserve). */
 stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes);
+/* Merges free block b (in no index) with its free neighbours of the same
+ * owner, which leave their index; returns the merged block (in no index). */
+stow_block_t *stow__pool_coalesce(stow_pool_t *pool, stow_block_t *b);
 
 /* ---- segment.c (continued) ---- */
 /* Fills the out-of-memory message; `retried`: after the release-and-retry

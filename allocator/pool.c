@@ -80,6 +80,11 @@ static stow_block_t *coalesce(stow_pool_t *pool, stow_block_t *b)
     return b;
 }
 
+stow_block_t *stow__pool_coalesce(stow_pool_t *pool, stow_block_t *b)
+{
+    return coalesce(pool, b);
+}
+
 void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner)
 {
     stow_segment_t *seg = b->segment;
