@@ -171,16 +171,8 @@ def cut_problem(persistent, cyclic, cycle):
 
 def max_cyclic_load(cyclic, period):
     """The most bytes the cyclic blocks hold at once."""
-    delta = [0] * (period + 1)
-    for phase, life, nbytes in cyclic:
-        for lo, hi in arcs(phase, life, period):
-            delta[lo] += nbytes
-            delta[hi] -= nbytes
-    load = most = 0
-    for d in delta:
-        load += d
-        most = max(most, load)
-    return most
+    return load_bound([(lo, hi, nbytes) for phase, life, nbytes in cyclic
+                       for lo, hi in arcs(phase, life, period)], period)
 
 
 def arcs(phase, life, period):

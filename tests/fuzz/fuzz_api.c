@@ -753,6 +753,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fz_backend.event_synchronize = NULL;
         if ((setup >> 5) & 1) /* one range for every request, no quick lists */
             cfg.vmm_small_kb = 0;
+        /* Learning the step (vmm_step.c): two bits that mean other things
+         * too, so that it meets each of them both ways. Random sequences
+         * rarely repeat long enough to be planned; the log, the signatures
+         * and empty_cache's forgetting run all the same. */
+        cfg.vmm_learn_step = ((conf >> 3) ^ (setup >> 3)) & 1;
         /* At most 1 GiB: the "unlimited" 64 TiB device would let one request
          * map 32 M granules, which only measures the simulator's patience. */
         if (!sc.capacity_bytes) {

@@ -141,6 +141,18 @@ void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream
             }
 }
 
+void ts_assert_reserved_within(stow_pool_t *pool, double slack, size_t granule_bytes)
+{
+    stow_stats_t s;
+    cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
+    uint64_t live_peak = s.allocated_bytes[STOW_POOL_ALL].peak;
+    cr_assert_leq(s.reserved_bytes[STOW_POOL_ALL].peak,
+                  (uint64_t)((1.0 + slack) * (double)live_peak) + granule_bytes,
+                  "reserved %llu for a live peak of %llu",
+                  (unsigned long long)s.reserved_bytes[STOW_POOL_ALL].peak,
+                  (unsigned long long)live_peak);
+}
+
 /* Seed 4: remaps for good at the default slack; a raise by half stops it. */
 const unsigned ts_loop4_weights_mib[] = {24, 64, 24, 24, 40, 24, 64, 64, 40, 40,
                                              24, 40, 40, 64, 64};

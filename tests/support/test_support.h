@@ -66,6 +66,11 @@ void ts_loop_weights_free(stow_pool_t *pool, const ts_loop_t *loop, void **weigh
 /* Runs one step of the loop on stream; every call must succeed. */
 void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream);
 
+/* Asserts that the pool's reserved peak is at most (1 + slack) x its live
+ * (allocated) peak, plus the granule that rounding the allowance down can
+ * leave. */
+void ts_assert_reserved_within(stow_pool_t *pool, double slack, size_t granule_bytes);
+
 /* Seeds 4 and 33 of bench/random_loops.py (test_support.c says what each shows). */
 extern const unsigned ts_loop4_weights_mib[15], ts_loop33_weights_mib[6];
 extern const size_t ts_loop4_slot_kib[7], ts_loop33_slot_kib[10];

@@ -1496,17 +1496,9 @@ static uint64_t run_loop(const ts_loop_t *loop, unsigned steps, unsigned tail)
     return s.num_map_calls + s.num_unmap_calls - tail_start;
 }
 
-/* Reserved memory at most (1 + slack_max) x the live peak, plus the granule
- * that rounding the allowance down can leave. */
 static void assert_reserved_within(double slack_max)
 {
-    stow_stats_t s = stats();
-    uint64_t live_peak = s.allocated_bytes[STOW_POOL_ALL].peak;
-    cr_assert_leq(s.reserved_bytes[STOW_POOL_ALL].peak,
-                  (uint64_t)((1.0 + slack_max) * (double)live_peak) + G,
-                  "reserved %llu for a live peak of %llu",
-                  (unsigned long long)s.reserved_bytes[STOW_POOL_ALL].peak,
-                  (unsigned long long)live_peak);
+    ts_assert_reserved_within(pool, slack_max, G);
 }
 
 Test(vmm, a_loop_that_keeps_remapping_raises_its_allowance_until_it_stops)

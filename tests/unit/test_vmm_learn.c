@@ -84,17 +84,9 @@ static uint64_t allocations_per_step(const ts_loop_t *loop)
     return n;
 }
 
-/* Reserved memory at most (1 + slack) x the live peak, plus the granule that
- * rounding the allowance down can leave. */
 static void assert_reserved_within(double slack)
 {
-    stow_stats_t s = stats();
-    uint64_t live_peak = s.allocated_bytes[STOW_POOL_ALL].peak;
-    cr_assert_leq(s.reserved_bytes[STOW_POOL_ALL].peak,
-                  (uint64_t)((1.0 + slack) * (double)live_peak) + G,
-                  "reserved %llu for a live peak of %llu",
-                  (unsigned long long)s.reserved_bytes[STOW_POOL_ALL].peak,
-                  (unsigned long long)live_peak);
+    ts_assert_reserved_within(pool, slack, G);
 }
 
 /* Loop 33's step touches about 1.032 x its live peak under the online
