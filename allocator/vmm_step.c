@@ -394,6 +394,18 @@ static uint64_t other_ranges_granules(const stow_pool_t *pool, const stow_segmen
     return granules;
 }
 
+/* The lifetime of logged operation j when it allocated a large block freed
+ * less than two periods later (a block the plan places); 0 otherwise. */
+static uint32_t planned_life(const stow_pool_t *pool, const stow_vmm_step_t *s, size_t j,
+                             size_t period)
+{
+    uint32_t life = s->log_lives[j];
+    if (!is_alloc(s->log_sigs[j]) || sig_bytes(s->log_sigs[j]) <= pool->vmm_small_bytes ||
+        life >= 2 * period)
+        return 0;
+    return life;
+}
+
 /* The step's large blocks of the log's window [s0, s0 + period) whose frees
  * the log holds, and the cycle they need (1 or 2 steps); 0 blocks: none to
  * plan, or too many. */
@@ -403,9 +415,8 @@ static size_t collect_blocks(const stow_pool_t *pool, const stow_vmm_step_t *s, 
     size_t n = 0;
     *steps = 1;
     for (size_t j = s0; j < s0 + period; j++) {
-        uint32_t life = s->log_lives[j];
-        if (!is_alloc(s->log_sigs[j]) || sig_bytes(s->log_sigs[j]) <= pool->vmm_small_bytes ||
-            life == 0 || life >= 2 * period)
+        uint32_t life = planned_life(pool, s, j, period);
+        if (!life)
             continue;
         if (life >= period)
             *steps = 2;
@@ -418,11 +429,8 @@ static size_t collect_blocks(const stow_pool_t *pool, const stow_vmm_step_t *s, 
         return 0;
     size_t k = 0;
     for (size_t j = s0; j < s0 + period; j++) {
-        uint32_t life = s->log_lives[j];
-        if (!is_alloc(s->log_sigs[j]) || sig_bytes(s->log_sigs[j]) <= pool->vmm_small_bytes ||
-            life == 0 || life >= 2 * period)
-            continue;
-        for (unsigned c = 0; c < *steps; c++)
+        uint32_t life = planned_life(pool, s, j, period);
+        for (unsigned c = 0; life && c < *steps; c++)
             blocks[k++] = (step_block_t){sig_bytes(s->log_sigs[j]),
                                          (uint32_t)(j - s0 + c * period), life, 0, 0};
     }
