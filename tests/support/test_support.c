@@ -141,10 +141,22 @@ void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream
             }
 }
 
-void ts_assert_reserved_within(stow_pool_t *pool, double slack, size_t granule_bytes)
+void ts_pool_check(stow_pool_t *pool)
+{
+    char why[256];
+    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
+}
+
+stow_stats_t ts_pool_stats(stow_pool_t *pool)
 {
     stow_stats_t s;
     cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
+    return s;
+}
+
+void ts_assert_reserved_within(stow_pool_t *pool, double slack, size_t granule_bytes)
+{
+    stow_stats_t s = ts_pool_stats(pool);
     uint64_t live_peak = s.allocated_bytes[STOW_POOL_ALL].peak;
     cr_assert_leq(s.reserved_bytes[STOW_POOL_ALL].peak,
                   (uint64_t)((1.0 + slack) * (double)live_peak) + granule_bytes,

@@ -66,6 +66,11 @@ void ts_loop_weights_free(stow_pool_t *pool, const ts_loop_t *loop, void **weigh
 /* Runs one step of the loop on stream; every call must succeed. */
 void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream);
 
+/* Asserts that stow_pool_check finds the pool's books exact (its reason if not). */
+void ts_pool_check(stow_pool_t *pool);
+/* The pool's stats; asserts that they could be read. */
+stow_stats_t ts_pool_stats(stow_pool_t *pool);
+
 /* Asserts that the pool's reserved peak is at most (1 + slack) x its live
  * (allocated) peak, plus the granule that rounding the allowance down can
  * leave. */

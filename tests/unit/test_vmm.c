@@ -57,18 +57,9 @@ static void make_vmm(size_t capacity, bool manual_events)
  * reach) and no slack: every granule beyond the live bytes is remapped. */
 static void make_vmm_tight(void) { make_vmm_pool(0, true, true); }
 
-static void check(void)
-{
-    char why[256];
-    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
-}
+static void check(void) { ts_pool_check(pool); }
 
-static stow_stats_t stats(void)
-{
-    stow_stats_t s;
-    cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
-    return s;
-}
+static stow_stats_t stats(void) { return ts_pool_stats(pool); }
 
 /* How a pool waited for queued work before unmapping: device synchronizes,
  * and waits on single events (event_synchronize). */

@@ -51,18 +51,9 @@ static void make_default_pool(void)
     make_pool(d.vmm_slack, d.vmm_slack_max);
 }
 
-static void check(void)
-{
-    char why[256];
-    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
-}
+static void check(void) { ts_pool_check(pool); }
 
-static stow_stats_t stats(void)
-{
-    stow_stats_t s;
-    cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
-    return s;
-}
+static stow_stats_t stats(void) { return ts_pool_stats(pool); }
 
 static void *alloc_ok(size_t size)
 {

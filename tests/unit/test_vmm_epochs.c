@@ -144,18 +144,9 @@ static void make_tight_pool(void)
     cr_assert_eq(stow_pool_create(&c, &oracle.watched, &pool), STOW_OK);
 }
 
-static void check(void)
-{
-    char why[256];
-    cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
-}
+static void check(void) { ts_pool_check(pool); }
 
-static stow_stats_t stats(void)
-{
-    stow_stats_t s;
-    cr_assert_eq(stow_pool_stats(pool, &s), STOW_OK);
-    return s;
-}
+static stow_stats_t stats(void) { return ts_pool_stats(pool); }
 
 static stow_sim_counters_t device(void)
 {
