@@ -190,6 +190,7 @@ typedef struct step_block {
 typedef struct span {
     size_t lo, hi;            /* [lo, hi) from the range's base */
     const step_block_t *block; /* NULL: a block that stays, over the whole cycle */
+    uint64_t when;            /* the block's arc_mask (a block that stays: all ones) */
 } span_t;
 
 static int by_area(const void *a, const void *b)
@@ -228,6 +229,22 @@ static bool arcs_overlap(const step_block_t *a, const step_block_t *b, uint32_t 
     uint32_t b_after_a = b->phase >= a->phase ? b->phase - a->phase : b->phase + cycle - a->phase;
     return b_after_a < a->life || (b_after_a != 0 && cycle - b_after_a < b->life) ||
            b_after_a == 0;
+}
+
+/* The 64ths of the cycle that the arc [phase, phase + life) touches, as bits:
+ * two arcs whose masks share no bit do not overlap, which the planner tests
+ * first (most of a step's blocks are not live while a given one is). */
+static uint64_t arc_mask(uint32_t phase, uint32_t life, uint32_t cycle)
+{
+    if (life >= cycle)
+        return ~(uint64_t)0;
+    unsigned first = (unsigned)((uint64_t)phase * 64 / cycle);
+    uint32_t last_phase = phase + life - 1; /* life >= 1 */
+    bool wraps = last_phase >= cycle;
+    unsigned last = (unsigned)((uint64_t)(wraps ? last_phase - cycle : last_phase) * 64 / cycle);
+    uint64_t from_first = ~(uint64_t)0 << first;
+    uint64_t to_last = last == 63 ? ~(uint64_t)0 : ((uint64_t)1 << (last + 1)) - 1;
+    return wraps ? from_first | to_last : from_first & to_last;
 }
 
 /* Granules touched so far, with counts over ranges (a Fenwick tree): the
@@ -291,6 +308,20 @@ static void consider(spot_t *best, const touched_t *t, size_t offset, size_t siz
         *best = (spot_t){offset, fresh};
 }
 
+/* The index of the first of spans[0, n) (sorted by offset) that starts above offset. */
+static size_t spans_above(const span_t *spans, size_t n, size_t offset)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (spans[mid].lo <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Places each block, largest first, where it touches the fewest granules no
  * placed block (at any time of the cycle) or block that stays touched: at
  * either end of each gap that no block overlapping it in time holds, lowest
@@ -305,11 +336,12 @@ static bool place_blocks(step_block_t *blocks, size_t n, uint32_t cycle, span_t 
         touch(t, spans[i].lo, spans[i].hi);
     for (size_t i = 0; i < n; i++) {
         step_block_t *b = &blocks[i];
+        uint64_t when = arc_mask(b->phase, b->life, cycle);
         spot_t best = {SIZE_MAX, SIZE_MAX};
         size_t cursor = 0;
         for (size_t k = 0; k < *n_spans; k++) {
             const span_t *s = &spans[k];
-            if (s->block && !arcs_overlap(b, s->block, cycle))
+            if (s->block && (!(s->when & when) || !arcs_overlap(b, s->block, cycle)))
                 continue;
             if (s->lo >= cursor + b->size_bytes) { /* a gap [cursor, s->lo) that fits */
                 consider(&best, t, cursor, b->size_bytes);
@@ -320,11 +352,9 @@ static bool place_blocks(step_block_t *blocks, size_t n, uint32_t cycle, span_t 
         }
         consider(&best, t, cursor, b->size_bytes); /* above everything it overlaps */
         b->offset = best.offset;
-        size_t at = 0;
-        while (at < *n_spans && spans[at].lo <= b->offset)
-            at++;
+        size_t at = spans_above(spans, *n_spans, b->offset);
         memmove(&spans[at + 1], &spans[at], (*n_spans - at) * sizeof *spans);
-        spans[at] = (span_t){b->offset, b->offset + b->size_bytes, b};
+        spans[at] = (span_t){b->offset, b->offset + b->size_bytes, b, when};
         (*n_spans)++;
         touch(t, b->offset, b->offset + b->size_bytes);
     }
@@ -341,21 +371,22 @@ static bool live_at(const step_block_t *b, uint32_t p, uint32_t cycle)
 /* Each block's anchor: the highest span below it whose block is live when it
  * is allocated (a block that stays always is). The place finds the free block
  * at the planned address by walking up from the anchor's live block, instead
- * of searching the free index. */
+ * of searching the free index. The spans live at one phase are disjoint (the
+ * plan overlaps no two blocks live at once), so the first found walking down
+ * from the block is the highest. */
 static void set_anchors(step_block_t *blocks, size_t n, uint32_t cycle, const span_t *spans,
                         size_t n_spans)
 {
     for (size_t i = 0; i < n; i++) {
         step_block_t *b = &blocks[i];
         b->anchor = 0;
-        size_t best_hi = 0;
-        for (size_t k = 0; k < n_spans && spans[k].lo < b->offset; k++) {
+        for (size_t k = spans_above(spans, n_spans, b->offset); k-- > 0;) {
             const span_t *s = &spans[k];
-            if (s->hi > b->offset || s->hi < best_hi || s->block == b ||
+            if (s->lo >= b->offset || s->hi > b->offset || s->block == b ||
                 (s->block && (s->block->phase == b->phase || !live_at(s->block, b->phase, cycle))))
                 continue;
-            best_hi = s->hi;
             b->anchor = 1 + s->lo;
+            break;
         }
     }
 }
@@ -504,7 +535,8 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
             if (x->state == BLOCK_PENDING || x->state == BLOCK_QUICK ||
                 (x->state == BLOCK_ALLOCATED && x->free_seq < old_op))
                 spans[n_spans++] = (span_t){x->addr - seg->base,
-                                            x->addr - seg->base + x->size_bytes, NULL};
+                                            x->addr - seg->base + x->size_bytes, NULL,
+                                            ~(uint64_t)0};
         /* Three orders of placement; the layout that touches the fewest
          * granules is kept (random loops: 4 of 40 above 1.01 x live with the
          * first order alone, 3 with the three, and 1 remapping instead of 3). */
