@@ -76,11 +76,13 @@ stow_stats_t ts_pool_stats(stow_pool_t *pool);
  * leave. */
 void ts_assert_reserved_within(stow_pool_t *pool, double slack, size_t granule_bytes);
 
-/* Seeds 4 and 33 of bench/random_loops.py (test_support.c says what each shows). */
-extern const unsigned ts_loop4_weights_mib[15], ts_loop33_weights_mib[6];
-extern const size_t ts_loop4_slot_kib[7], ts_loop33_slot_kib[10];
-extern const unsigned char ts_loop4_program[74], ts_loop33_program[44];
+/* Seeds 4, 12 and 33 of bench/random_loops.py (test_support.c says what each shows). */
+extern const unsigned ts_loop4_weights_mib[15], ts_loop12_weights_mib[19],
+    ts_loop33_weights_mib[6];
+extern const size_t ts_loop4_slot_kib[7], ts_loop12_slot_kib[9], ts_loop33_slot_kib[10];
+extern const unsigned char ts_loop4_program[74], ts_loop12_program[79], ts_loop33_program[44];
 #define TS_LOOP4 TS_LOOP(ts_loop4_weights_mib, ts_loop4_slot_kib, ts_loop4_program)
+#define TS_LOOP12 TS_LOOP(ts_loop12_weights_mib, ts_loop12_slot_kib, ts_loop12_program)
 #define TS_LOOP33 TS_LOOP(ts_loop33_weights_mib, ts_loop33_slot_kib, ts_loop33_program)
 
 /* Runs `build/stowage SUBCOMMAND ARGS` (the CLI next to the test binary),

@@ -14,7 +14,7 @@
 #define G (2 * MIB) /* the simulated device's granule */
 #define STREAM ((stow_stream_t)1)
 
-static const ts_loop_t loop4 = TS_LOOP4, loop33 = TS_LOOP33;
+static const ts_loop_t loop4 = TS_LOOP4, loop12 = TS_LOOP12, loop33 = TS_LOOP33;
 
 static stow_backend_t *sim;
 static stow_pool_t *pool;
@@ -105,6 +105,30 @@ Test(learn, a_loop_that_learns_its_step_stops_remapping_within_the_allowance)
     cr_assert_eq(s.num_vmm_allowance_raises, 0);
     assert_reserved_within(0.0095); /* the default vmm_slack: no raise needed */
     ts_loop_weights_free(pool, &loop33, weights);
+    finish();
+}
+
+/* Loop 12's step: no placement block by block fits the allowance (the best
+ * touches 1.066 x the live peak), so the plan is the offline planner's layout
+ * of the step above the weights. Without it the pool remapped on every step,
+ * raised to 1.05 x live. */
+Test(learn, a_step_no_placement_fits_takes_the_offline_planners_layout)
+{
+    make_pool(true);
+    void *weights[19];
+    ts_loop_weights_alloc(pool, &loop12, STREAM, weights);
+    run_steps(&loop12, 200, 25);
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_vmm_step_plans, 1);
+    uint64_t before = calls(), planned = s.num_vmm_planned_allocations;
+    run_steps(&loop12, 100, 25);
+    s = stats();
+    cr_assert_eq(calls(), before, "the last 100 steps mapped or unmapped %llu times",
+                 (unsigned long long)(calls() - before));
+    cr_assert_eq(s.num_vmm_planned_allocations - planned, 100 * allocations_per_step(&loop12));
+    cr_assert_eq(s.num_vmm_allowance_raises, 0);
+    assert_reserved_within(0.0095);
+    ts_loop_weights_free(pool, &loop12, weights);
     finish();
 }
 
