@@ -221,6 +221,8 @@ typedef struct stow_vmm_step {
                                     that is live then (the search starts there); 0: none */
     struct stow_stream_state *stream; /* active: the stream whose large range holds the plan */
     struct stow_segment *range;  /* active: that range */
+    uintptr_t plan_top;          /* active: above every planned block and block that stays,
+                                    on a granule: where a request whose address is taken goes */
 } stow_vmm_step_t;
 
 /* Epochs closed by events, not yet seen complete (vmm_epochs.c): a

@@ -588,6 +588,7 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
     uintptr_t *addrs = calloc(cycle, sizeof *addrs);
     uintptr_t *anchors = calloc(cycle, sizeof *anchors);
     bool taken = false;
+    size_t height = 0; /* of the layout kept, blocks that stay included */
     if (spans && sigs && addrs && anchors) {
         uint64_t old_op = pool->step_ops - 2 * period;
         size_t n_spans = 0;
@@ -645,7 +646,6 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
             }
         }
         if (ok) {
-            size_t height = 0;
             for (size_t i = 0; i < best_n_spans; i++)
                 if (best_spans[i].hi > height)
                     height = best_spans[i].hi;
@@ -674,6 +674,8 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
         s->phase = (n - s0) % cycle;
         s->stream = ss;
         s->range = seg;
+        s->plan_top = seg->base + (height + pool->granularity_bytes - 1) / pool->granularity_bytes *
+                                      pool->granularity_bytes;
         s->active = true;
         s->placing = false;
         s->cycle_misses = s->missed_cycles = 0;
@@ -842,6 +844,47 @@ static stow_block_t *merge_free_span(stow_pool_t *pool, stow_stream_state_t *ss,
     return first;
 }
 
+/* The lowest free block of the plan's range with room for `size` at or above
+ * `top` (a visitor of the free index). */
+typedef struct lowest_above {
+    uintptr_t top;
+    size_t size;
+    const stow_segment_t *seg;
+    stow_block_t *found;
+} lowest_above_t;
+
+static bool keep_lowest_above(void *arg, stow_block_t *f)
+{
+    lowest_above_t *a = arg;
+    uintptr_t start = f->addr > a->top ? f->addr : a->top;
+    if (f->segment == a->seg && start < f->addr + f->size_bytes &&
+        f->addr + f->size_bytes - start >= a->size && (!a->found || f->addr < a->found->addr))
+        a->found = f;
+    return true;
+}
+
+/* A planned request whose address is taken goes above the plan (every planned
+ * block and block that stays), at the lowest free place there. Placed online
+ * instead, it lands where later planned blocks go, and they miss in turn: on
+ * a cycle of two steps, whose blocks live over a period, a first miss (the
+ * input batch against its copy from before the plan) chained from cycle to
+ * cycle until the plan was dropped after three. Above the plan a miss costs
+ * granules of its own for one life and takes no planned address. NULL: no
+ * room there (the caller places it online). */
+static stow_block_t *place_above(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded)
+{
+    stow_vmm_step_t *s = &pool->step;
+    lowest_above_t a = {s->plan_top, rounded, s->range, NULL};
+    stow__free_index_visit_fitting(&ss->free[STOW_POOL_LARGE], rounded, keep_lowest_above, &a);
+    if (ss != pool->any)
+        stow__free_index_visit_fitting(&pool->any->free[STOW_POOL_LARGE], rounded,
+                                       keep_lowest_above, &a);
+    if (!a.found)
+        return NULL;
+    return a.found->addr >= a.top ? a.found
+                                  : stow__pool_split_free_at(pool, a.found, a.top - a.found->addr);
+}
+
 stow_block_t *stow__vmm_step_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded)
 {
     stow_vmm_step_t *s = &pool->step;
@@ -858,7 +901,7 @@ stow_block_t *stow__vmm_step_place(stow_pool_t *pool, stow_stream_state_t *ss, s
         c.found = merge_free_span(pool, ss, addr, rounded);
     if (!c.found) {
         s->cycle_misses++; /* still held by a block placed before the plan, or elsewhere */
-        return NULL;
+        return place_above(pool, ss, rounded);
     }
     pool->acct.s.num_vmm_planned_allocations++;
     return c.found->addr == addr ? c.found
