@@ -10,7 +10,8 @@
  *   queued work may use its bytes, no granule unmapped under a live block or
  *   queued work, no block handed out before a scrub covered it (scrub_on_free);
  * - the shadow model of the live (ptr, block, requested) set, compared with
- *   stow_pool_stats and stow_pool_check after every call (fz_check_books);
+ *   stow_pool_stats and stow_pool_check (fz_check_books; fuzz_api after every
+ *   call);
  * - allocation and free with every check of the call's result.
  *
  * One input at a time, one thread: the state is global.
@@ -98,7 +99,9 @@ typedef struct fz_state {
 } fz_state_t;
 
 stow_stats_t fz_stats(fz_state_t *s);
-/* The books agree with the shadow model and the pool's own walk passes. */
+/* The books agree with the shadow model and the device (counts, cheap). */
+void fz_check_counts(fz_state_t *s, const char *after);
+/* The counts, and the pool's own walk (stow_pool_check) passes. */
 void fz_check_books(fz_state_t *s, const char *after);
 /* The index of live block p in s->live, or -1. */
 int fz_find(const fz_state_t *s, uintptr_t p);
