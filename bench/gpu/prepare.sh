@@ -19,4 +19,14 @@ for path in "${trace_paths[@]}"; do
         echo "prepare: $path missing; skipped" >&2
     fi
 done
+# The long runs of the training traces (40 more steps each, bench/long_run.py): what a
+# page-mapped pool does once its loop repeats, replayed on the CUDA backend.
+long=()
+for name in gpt2_train resnet50_train vit_train; do
+    [ -f "$dst/$name.rep" ] && long+=("$dst/$name.rep")
+done
+if [ ${#long[@]} -gt 0 ]; then
+    rm -rf "$root/.gpu-carry/long"
+    python3 "$root/bench/long_run.py" "$root/.gpu-carry/long" "${long[@]}" --steps 40 >/dev/null
+fi
 du -sh "$root/.gpu-carry" | awk -v n="$n" '{print "prepare: " n " traces, " $1 " in .gpu-carry (carry limit 64 MiB)"}'

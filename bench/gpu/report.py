@@ -18,11 +18,12 @@ def load(name):
 
 
 MiB = 1 << 20
-g = load("gputests.json")
-if g:
-    print("\n== GPU checks (PyTorch on Stowage)")
-    for k, v in sorted(g["checks"].items()):
-        print("  %-30s %s" % (k, v))
+for name, label in (("gputests.json", "classic"), ("gputests_vmm.json", "vmm")):
+    g = load(name)
+    if g:
+        print("\n== GPU checks (PyTorch on Stowage, %s pools)" % label)
+        for k, v in sorted(g["checks"].items()):
+            print("  %-30s %s" % (k, v))
 
 print("\n== training (median step ms, peak allocated / reserved MiB, last loss)")
 print("  %-10s %-12s %10s %12s %12s %9s" % ("model", "allocator", "step ms", "peak alloc", "peak resv", "loss"))
@@ -65,3 +66,25 @@ if rw:
     print("  remapping alloc, median: event waits %.3f ms, synchronize %.3f ms (x%.1f)" % (
         rw["event_waits_alloc_ms"], rw["sync_alloc_ms"],
         rw["sync_alloc_ms"] / rw["event_waits_alloc_ms"] if rw["event_waits_alloc_ms"] else 0))
+
+for name, label in (("replay_cuda_vmm.json", "vmm"),
+                    ("replay_cuda_vmm_learn.json", "vmm, vmm_learn_step")):
+    r = load(name)
+    if r:
+        print("\n== page-mapped pool on the driver (%s): peak reserved / peak live, "
+              "map+unmap calls per pass" % label)
+        print("  %-26s %10s %10s %10s %8s %6s" % ("trace", "warm ns/ev", "resv/live", "cold calls",
+                                                 "warm", "plans"))
+        for trace, v in sorted(r.items()):
+            print("  %-26s %10.0f %10.4f %10d %8d %6d" % (
+                trace, v["warm_ns_per_event"], v["peak_reserved_bytes"] / v["peak_live_bytes"],
+                v["cold_map_unmap_calls"], v["warm_map_unmap_calls"], v["step_plans"]))
+
+rn = load("replay_native.json")
+if rn:
+    print("\n== host ns/event from C++ (median; the loop's own cost in 'loop')")
+    print("  %-26s %10s %10s %8s %14s" % ("trace", "torch", "stowage", "loop", "stowage/torch"))
+    for trace, v in sorted(rn.items()):
+        print("  %-26s %10.1f %10.1f %8.1f %14.3f" % (
+            trace, v["torch_ns_per_event"], v["stowage_ns_per_event"], v["loop_ns_per_event"],
+            v["stowage_over_torch"]))

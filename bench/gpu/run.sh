@@ -6,12 +6,15 @@
 #   1 build      libstowage.so (CMake, STOW_WITH_TOOLS=OFF without jemalloc; gcc fallback)
 #   2 ctest      tests/unit/test_cuda (the Criterion GPU tests), when Criterion exists
 #   3 gputests   bench/gpu/gpu_tests.py: PyTorch on Stowage (write/read, streams +
-#                record_stream, OOM under a memory fraction, empty_cache, stats)
-#   4 replay     bench/gpu/replay_cuda (C, pool on the CUDA backend) and
-#                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process);
+#                record_stream, OOM under a memory fraction, empty_cache, stats), on classic
+#                pools and again on page-mapped ones (STOWAGE_CONF=policy:vmm)
+#   4 replay     bench/gpu/replay_cuda (C, pool on the CUDA backend; classic, then vmm
+#                without and with vmm_learn_step on the traces and their long runs) and
+#                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process, from
+#                Python) and bench/gpu/replay_native.py (the same from C++, an extension);
 #                bench/gpu/remap_wait (C: what a page-mapped remap waits for, events or the
 #                whole device, with another stream's queue behind it)
-#   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, a few steps each with
+#   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, TRAIN_STEPS (30) steps each with
 #                PyTorch native, native expandable_segments, Stowage classic (vmm when available)
 #   6 unseen     bench/gpu/record_unseen.py: workloads the PyTorch models were never tuned on
 #                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
@@ -113,6 +116,9 @@ fi
 # ---- 3 PyTorch on Stowage: functional GPU checks ----
 SECTION=3
 part gputests 150 "$PY" bench/gpu/gpu_tests.py --out "$OUT/results/gputests.json"
+# The same checks on page-mapped pools (STOWAGE_CONF is read at each pool's creation).
+part gputests_vmm 150 env STOWAGE_CONF=policy:vmm "$PY" bench/gpu/gpu_tests.py \
+    --out "$OUT/results/gputests_vmm.json"
 
 # ---- 4 replay: ns/event ----
 SECTION=4
@@ -121,19 +127,39 @@ if [ -x "$BUILD/replay_cuda" ]; then
         "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
         "$TRACES/gpt2_generate.rep"
 fi
+if [ -x "$BUILD/replay_cuda" ]; then
+    # The page-mapped pool on the real driver (cuMemCreate / cuMemMap at the device's own
+    # granularity), without and with a learned step, on the traces and their long runs.
+    LONG="$ROOT/.gpu-carry/long"
+    vmm_traces=("$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
+                "$TRACES/gpt2_generate.rep")
+    for t in gpt2_train resnet50_train vit_train; do
+        [ -f "$LONG/${t}_long.rep" ] && vmm_traces+=("$LONG/${t}_long.rep")
+    done
+    part replay_cuda_vmm 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda_vmm.json" \
+        --conf policy:vmm "${vmm_traces[@]}"
+    part replay_cuda_vmm_learn 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda_vmm_learn.json" \
+        --conf policy:vmm,vmm_learn_step:true "${vmm_traces[@]}"
+fi
 if [ -x "$BUILD/remap_wait" ]; then
-    # 20 rounds of each variant; 64 MiB blocks; s2 queues 40 memsets of 64 MiB (a few ms).
-    part remap_wait 60 "$BUILD/remap_wait" "$OUT/results/remap_wait.json" 20 64 40
+    # 20 rounds of each variant; 64 MiB blocks; s2 queues 600 memsets of 64 MiB (about 13 ms
+    # on an H200: 40 of them took 0.7 ms there, too short to tell the two waits apart).
+    part remap_wait 60 "$BUILD/remap_wait" "$OUT/results/remap_wait.json" 20 64 600
 fi
 part replay_torch 180 "$PY" bench/gpu/replay_torch.py --out "$OUT/results/replay_torch.json" \
     "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
+# Both allocators called from C++ (an extension built here), the loop's own cost apart:
+# host ns/event of the allocators alone.
+part replay_native 200 "$PY" bench/gpu/replay_native.py --out "$OUT/results/replay_native.json" \
+    "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
+    "$TRACES/gpt2_generate.rep"
 
 # ---- 5 training runs (each its own process) ----
 SECTION=5
 for model in gpt2 resnet50; do
     for mode in native expandable stowage stowage_vmm; do
         part "train_${model}_${mode}" 110 "$PY" bench/gpu/train.py --model "$model" --mode "$mode" \
-            --steps 6 --out "$OUT/results/train_${model}_${mode}.json"
+            --steps "${TRAIN_STEPS:-30}" --out "$OUT/results/train_${model}_${mode}.json"
     done
 done
 
