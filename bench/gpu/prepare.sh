@@ -29,4 +29,28 @@ if [ ${#long[@]} -gt 0 ]; then
     rm -rf "$root/.gpu-carry/long"
     python3 "$root/bench/long_run.py" "$root/.gpu-carry/long" "${long[@]}" --steps 40 >/dev/null
 fi
+# The Criterion GPU tests (tests/unit/test_cuda.c, test_torch_entry.c), built here: the GPU
+# machine has neither Criterion nor jemalloc. Built to find the repository's files from the
+# directory they run in (STOW_TEST_SOURCE_DIR "."), with every shared library they load but
+# the C and C++ runtimes beside them in .gpu-carry/lib; run.sh runs them from its root when
+# it cannot build them there. Skipped where Criterion is missing here too.
+if pkg-config --exists criterion jemalloc; then
+    tb="$root/build-gpu-tests"
+    cmake -S "$root" -B "$tb" -DCMAKE_BUILD_TYPE=Release -DSTOW_DEBUG=1 \
+          -DSTOW_TEST_SOURCE_DIR=. >/dev/null
+    cmake --build "$tb" -j2 --target test_cuda test_torch_entry >/dev/null
+    rm -rf "$root/.gpu-carry/bin" "$root/.gpu-carry/lib"
+    mkdir -p "$root/.gpu-carry/bin" "$root/.gpu-carry/lib"
+    for t in test_cuda test_torch_entry; do
+        cp "$tb/$t" "$root/.gpu-carry/bin/"
+        ldd "$tb/$t" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+            case "$(basename "$lib")" in
+                libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|\
+                ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
+                *) cp -L "$lib" "$root/.gpu-carry/lib/" ;;
+            esac
+        done
+    done
+    echo "prepare: test_cuda and test_torch_entry with $(ls "$root/.gpu-carry/lib" | wc -l) libraries"
+fi
 du -sh "$root/.gpu-carry" | awk -v n="$n" '{print "prepare: " n " traces, " $1 " in .gpu-carry (carry limit 64 MiB)"}'

@@ -4,7 +4,8 @@
 #     bash bench/gpu/run.sh            # results under $OUT (default ./out-gpu)
 # Parts, each in its own process with a timeout; a failure is reported, never fatal:
 #   1 build      libstowage.so (CMake, STOW_WITH_TOOLS=OFF without jemalloc; gcc fallback)
-#   2 ctest      tests/unit/test_cuda (the Criterion GPU tests), when Criterion exists
+#   2 ctest      tests/unit/test_cuda and test_torch_entry (the Criterion GPU tests): built
+#                there when Criterion exists, else the ones prepare.sh built and carried
 #   3 gputests   bench/gpu/gpu_tests.py: PyTorch on Stowage (write/read, streams +
 #                record_stream, OOM under a memory fraction, empty_cache, stats), on classic
 #                pools and again on page-mapped ones (STOWAGE_CONF=policy:vmm)
@@ -109,6 +110,14 @@ SECTION=2
 if [ -x "$BUILD/test_cuda" ]; then
     part ctest_cuda 150 "$BUILD/test_cuda" --verbose --jobs 1
     part ctest_torch_entry 60 "$BUILD/test_torch_entry"
+elif [ -x "$ROOT/.gpu-carry/bin/test_cuda" ]; then
+    # Built by bench/gpu/prepare.sh on the CPU machine, with the libraries they load (for
+    # them alone: the Python parts keep the machine's own).
+    carried_libs="$ROOT/.gpu-carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    part ctest_cuda 150 env LD_LIBRARY_PATH="$carried_libs" \
+        "$ROOT/.gpu-carry/bin/test_cuda" --verbose --jobs 1
+    part ctest_torch_entry 60 env LD_LIBRARY_PATH="$carried_libs" \
+        "$ROOT/.gpu-carry/bin/test_torch_entry"
 else
     case " $PARTS " in *" 2 "*) echo "ctest_cuda                   SKIP (no Criterion)" | tee -a "$STATUS" ;; esac
 fi
