@@ -73,11 +73,14 @@ for name, label in (("replay_cuda_vmm.json", "vmm"),
     if r:
         print("\n== page-mapped pool on the driver (%s): peak reserved / peak live, "
               "map+unmap calls per pass" % label)
-        print("  %-26s %10s %10s %10s %8s %6s" % ("trace", "warm ns/ev", "resv/live", "cold calls",
-                                                 "warm", "plans"))
+        print("  %-26s %10s %10s %10s %10s %8s %6s" % (
+            "trace", "warm ns/ev", "x classic", "resv/live", "cold calls", "warm", "plans"))
         for trace, v in sorted(r.items()):
-            print("  %-26s %10.0f %10.4f %10d %8d %6d" % (
-                trace, v["warm_ns_per_event"], v["peak_reserved_bytes"] / v["peak_live_bytes"],
+            classic = (rc or {}).get(trace, {}).get("warm_ns_per_event")
+            ratio = "%10.2f" % (v["warm_ns_per_event"] / classic) if classic else "%10s" % "-"
+            print("  %-26s %10.0f %s %10.4f %10d %8d %6d" % (
+                trace, v["warm_ns_per_event"], ratio,
+                v["peak_reserved_bytes"] / v["peak_live_bytes"],
                 v["cold_map_unmap_calls"], v["warm_map_unmap_calls"], v["step_plans"]))
 
 rn = load("replay_native.json")

@@ -70,6 +70,9 @@ part() { # part NAME TIMEOUT_S CMD...
     "$PY" -c 'import torch,sys; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
     for m in transformers timm torchvision; do "$PY" -c "import $m; print('$m', $m.__version__)" 2>&1 | tail -1; done
     gcc --version | head -1; cmake --version | head -1
+    # The host: its ns/event are compared with this VM's (docs/design.md, on an H200).
+    grep -m1 "model name" /proc/cpuinfo; echo "cpus $(nproc)"
+    echo "transparent hugepages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1)"
     pkg-config --modversion criterion jemalloc 2>&1 | tr '\n' ' '; echo
 } > "$OUT/logs/env.log" 2>&1
 cat "$OUT/logs/env.log"
@@ -132,23 +135,21 @@ part gputests_vmm 150 env STOWAGE_CONF=policy:vmm "$PY" bench/gpu/gpu_tests.py \
 # ---- 4 replay: ns/event ----
 SECTION=4
 if [ -x "$BUILD/replay_cuda" ]; then
-    part replay_cuda 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda.json" \
-        "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
-        "$TRACES/gpt2_generate.rep"
-fi
-if [ -x "$BUILD/replay_cuda" ]; then
-    # The page-mapped pool on the real driver (cuMemCreate / cuMemMap at the device's own
-    # granularity), without and with a learned step, on the traces and their long runs.
+    # Classic, then the page-mapped pool on the real driver (cuMemCreate / cuMemMap at the
+    # device's own granularity) without and with a learned step, on the same traces and
+    # their long runs: host ns/event of the three side by side.
     LONG="$ROOT/.gpu-carry/long"
-    vmm_traces=("$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
-                "$TRACES/gpt2_generate.rep")
+    replay_traces=("$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
+                   "$TRACES/gpt2_generate.rep")
     for t in gpt2_train resnet50_train vit_train; do
-        [ -f "$LONG/${t}_long.rep" ] && vmm_traces+=("$LONG/${t}_long.rep")
+        [ -f "$LONG/${t}_long.rep" ] && replay_traces+=("$LONG/${t}_long.rep")
     done
+    part replay_cuda 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda.json" \
+        "${replay_traces[@]}"
     part replay_cuda_vmm 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda_vmm.json" \
-        --conf policy:vmm "${vmm_traces[@]}"
+        --conf policy:vmm "${replay_traces[@]}"
     part replay_cuda_vmm_learn 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda_vmm_learn.json" \
-        --conf policy:vmm,vmm_learn_step:true "${vmm_traces[@]}"
+        --conf policy:vmm,vmm_learn_step:true "${replay_traces[@]}"
 fi
 if [ -x "$BUILD/remap_wait" ]; then
     # 20 rounds of each variant; 64 MiB blocks; s2 queues 600 memsets of 64 MiB (about 13 ms
