@@ -173,11 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t setup = fz_u8(&in), conf = fz_u8(&in);
     fz_totals.inputs++;
 
-    stow_sim_config_t sc;
-    stow_sim_config_default(&sc);
-    sc.capacity_bytes = capacities[setup % 4];
-    sc.manual_events = (setup >> 2) & 1;
-    fz_device_open(&sc, (setup >> 6) & 1, (setup >> 7) & 1);
+    fz_device_open(setup, capacities);
 
     stow_config_t cfg;
     stow_config_default(&cfg);
@@ -212,7 +208,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cfg.vmm_learn_step = ((conf >> 3) ^ (setup >> 3)) & 1;
         /* At most 1 GiB: the "unlimited" 64 TiB device would let one request
          * map 32 M granules, which only measures the simulator's patience. */
-        if (!sc.capacity_bytes) {
+        if (!capacities[setup % 4]) {
             fz_capacity = capacities[1 + setup % 3];
             stow_sim_set_capacity(fz_sim, fz_capacity);
         }

@@ -368,11 +368,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t setup = fz_u8(&in), conf = fz_u8(&in);
     fz_totals.inputs++;
 
-    stow_sim_config_t sc;
-    stow_sim_config_default(&sc);
-    sc.capacity_bytes = capacities[setup % 4];
-    sc.manual_events = (setup >> 2) & 1;
-    fz_device_open(&sc, (setup >> 6) & 1, (setup >> 7) & 1);
+    fz_device_open(setup, capacities);
 
     stow_config_t cfg;
     stow_config_default(&cfg);

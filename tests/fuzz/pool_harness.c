@@ -502,8 +502,14 @@ void fz_memory_fraction(fz_state_t *s, double fraction)
                "a new limit released or reserved memory by itself");
 }
 
-void fz_device_open(const stow_sim_config_t *sc, bool single_stream, bool scrub_checks)
+void fz_device_open(uint8_t setup, const size_t capacities[4])
 {
+    stow_sim_config_t config;
+    stow_sim_config_default(&config);
+    config.capacity_bytes = capacities[setup % 4];
+    config.manual_events = (setup >> 2) & 1;
+    const stow_sim_config_t *sc = &config;
+    bool single_stream = (setup >> 6) & 1, scrub_checks = (setup >> 7) & 1;
     FUZZ_CHECK(stow_sim_create(sc, &fz_sim) == STOW_OK, "sim create");
     fz_injected = 0;
     fz_capacity = sc->capacity_bytes ? sc->capacity_bytes : (size_t)1 << 46;

@@ -46,10 +46,12 @@ extern size_t fz_capacity;        /* current device capacity (bytes) */
 extern uint64_t fz_injected;      /* faults injected in this input */
 extern const stow_stream_t fz_streams[FZ_STREAMS];
 
-/* Creates the simulated device from *sc and the wrapper around it, and resets
- * the oracle. single_stream: a backend without events (every stream shares one
- * order); scrub_checks: the pool scrubs freed blocks (scrub_on_free). */
-void fz_device_open(const stow_sim_config_t *sc, bool single_stream, bool scrub_checks);
+/* Creates the simulated device and the wrapper around it, and resets the
+ * oracle, from an input's setup byte as both pool fuzzers decode it: bits 0-1
+ * the capacity (capacities[setup % 4]; 0: unlimited), bit 2 manual events,
+ * bit 6 a backend without events (every stream shares one order), bit 7 the
+ * pool scrubs freed blocks (scrub_on_free: the oracle checks scrubs). */
+void fz_device_open(uint8_t setup, const size_t capacities[4]);
 
 /* ---- the device-work oracle ---- */
 #define FZ_MAX_REGIONS 1024
