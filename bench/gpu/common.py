@@ -28,3 +28,16 @@ def load_rep(path):
         else:
             events.append((1, int(p[1]), 0, 0))
     return nids, events
+
+
+def peaks_and_reset(torch, stowage):
+    """Both allocators' peak reserved bytes since the last call; then both caches
+    emptied and both peaks reset, for the next trace."""
+    torch.cuda.synchronize()
+    peaks = {"torch_peak_reserved": torch.cuda.max_memory_reserved(),
+             "stowage_peak_reserved": stowage.max_memory_reserved()}
+    torch.cuda.empty_cache()
+    stowage.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    stowage.reset_peak_memory_stats()
+    return peaks

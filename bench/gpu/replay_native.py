@@ -139,7 +139,6 @@ for path in args.traces:
         for w in labels:
             passes[w] += ext.replay(kinds, ids, sizes, nids, w, malloc_addr, free_addr,
                                     args.passes)
-    torch.cuda.synchronize()
     r = {"events": int(kinds.numel())}
     for w, label in labels.items():
         r[label + "_ns_per_event"] = statistics.median(passes[w])
@@ -147,12 +146,7 @@ for path in args.traces:
         r[label + "_ns_max"] = max(passes[w])
     loop = r["loop_ns_per_event"]
     r["stowage_over_torch"] = (r["stowage_ns_per_event"] - loop) / (r["torch_ns_per_event"] - loop)
-    r["torch_peak_reserved"] = torch.cuda.max_memory_reserved()
-    r["stowage_peak_reserved"] = stowage.max_memory_reserved()
-    torch.cuda.empty_cache()
-    stowage.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    stowage.reset_peak_memory_stats()
+    r.update(common.peaks_and_reset(torch, stowage))
     name = os.path.basename(path)
     out[name] = r
     print("%-26s torch %7.1f ns/event  stowage %7.1f  loop %5.1f  stowage/torch %.3f" % (

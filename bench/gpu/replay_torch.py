@@ -76,13 +76,7 @@ for path in args.traces:
             r[label + "_ns_per_event"] = replay(nids, events, a, f)
         except Exception as e:
             r[label + "_error"] = str(e)
-    torch.cuda.synchronize()
-    r["torch_peak_reserved"] = torch.cuda.max_memory_reserved()
-    r["stowage_peak_reserved"] = stowage.max_memory_reserved()
-    torch.cuda.empty_cache()
-    stowage.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    stowage.reset_peak_memory_stats()
+    r.update(common.peaks_and_reset(torch, stowage))
     out[name] = r
     print(name, r, flush=True)
 common.write_json(args.out, out)
