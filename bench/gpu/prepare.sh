@@ -53,4 +53,23 @@ if pkg-config --exists criterion jemalloc; then
     done
     echo "prepare: test_cuda and test_torch_entry with $(ls "$root/.gpu-carry/lib" | wc -l) libraries"
 fi
+# The CLI with debug information, and the libraries it loads, for run.sh part 7
+# (bench/gpu/host_profile.sh: the host time of vmm against classic on that machine's CPU, and
+# where it goes): built here so that both machines run the same instructions.
+if pkg-config --exists jemalloc; then
+    pb="$root/build-gpu-prof"
+    cmake -S "$root" -B "$pb" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g -DSTOW_DEBUG=1 \
+          -DSTOW_BUILD_TESTS=OFF >/dev/null
+    cmake --build "$pb" -j2 --target stowage_cli >/dev/null
+    rm -rf "$root/.gpu-carry/prof"
+    mkdir -p "$root/.gpu-carry/prof/lib"
+    cp "$pb/stowage" "$root/.gpu-carry/prof/"
+    ldd "$pb/stowage" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+        case "$(basename "$lib")" in
+            libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*|libgcc_s.so.*|libstdc++.so.*) ;;
+            *) cp -L "$lib" "$root/.gpu-carry/prof/lib/" ;;
+        esac
+    done
+    echo "prepare: the CLI with -g and $(ls "$root/.gpu-carry/prof/lib" | wc -l) libraries"
+fi
 du -sh "$root/.gpu-carry" | awk -v n="$n" '{print "prepare: " n " traces, " $1 " in .gpu-carry (carry limit 64 MiB)"}'

@@ -23,6 +23,9 @@
 #                $OUT/unseen; compared on the CPU machine with
 #                `python3 bench/model_check.py DIR/unseen` (issue 3: models within 1%) and,
 #                cudaMalloc by cudaMalloc, `python3 bench/snapshot_check.py DIR/unseen/*.pickle.gz`
+#   7 hostprof   bench/gpu/host_profile.sh: vmm against classic on this machine's CPU alone (the
+#                simulated device; the CLI built with -g by prepare.sh) and sampled profiles of
+#                both, resolved on the CPU machine with bench/gpu/profile_report.py
 # The table printed last summarises results/*.json. Everything is packed at the end into
 # $OUT/gpu_results.tar.gz (logs/, results/, unseen/): the device tool brings back at most 8
 # files from $OUT; status.txt stays beside it.
@@ -42,8 +45,8 @@ STATUS="$OUT/status.txt"
 # The whole run must end inside one device call (600 s at most) with time left to pack the
 # results: a part gets at most what is left of BUDGET_S, and none starts with under 20 s left.
 BUDGET_S="${BUDGET_S:-540}"
-# PARTS: which of the six parts run (say "6" alone for the unseen workloads in a second call).
-PARTS="${PARTS:-1 2 3 4 5 6}"
+# PARTS: which of the seven parts run (say "6" alone for the unseen workloads in a second call).
+PARTS="${PARTS:-1 2 3 4 5 6 7}"
 SECTION=0
 part() { # part NAME TIMEOUT_S CMD...
     local name="$1" t="$2"; shift 2
@@ -183,6 +186,10 @@ for w in $UNSEEN; do
     done
 done
 
+# ---- 7 host time of the page-mapped pool on this CPU, and where it goes ----
+SECTION=7
+part host_profile 120 bash bench/gpu/host_profile.sh "$OUT/results/host_profile"
+
 echo
 echo "== summary ($(( $(date +%s) - T0 ))s total; logs in $OUT/logs)"
 cat "$STATUS"
@@ -190,6 +197,7 @@ cat "$STATUS"
 echo "unseen workloads: bring $OUT/gpu_results.tar.gz back, unpack it and run"
 echo "    python3 bench/model_check.py unseen"
 echo "    python3 bench/snapshot_check.py unseen/*.pickle.gz"
+tail -n 8 "$OUT/logs/host_profile.log" 2>/dev/null
 tar -C "$OUT" -czf "$OUT/gpu_results.tar.gz" logs results unseen &&
     rm -rf "$OUT/logs" "$OUT/results" "$OUT/unseen"
 ls -la "$OUT"
