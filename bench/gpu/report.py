@@ -26,13 +26,13 @@ for name, label in (("gputests.json", "classic"), ("gputests_vmm.json", "vmm")):
             print("  %-30s %s" % (k, v))
 
 print("\n== training (median step ms, peak allocated / reserved MiB, last loss)")
-print("  %-10s %-12s %10s %12s %12s %9s" % ("model", "allocator", "step ms", "peak alloc", "peak resv", "loss"))
+print("  %-10s %-17s %10s %12s %12s %9s" % ("model", "allocator", "step ms", "peak alloc", "peak resv", "loss"))
 for p in sorted(glob.glob(os.path.join(d, "train_*.json"))):
     r = json.load(open(p))
     if "skipped" in r:
-        print("  %-10s %-12s %s" % (r["model"], r["mode"], "skipped: " + r["skipped"][:70]))
+        print("  %-10s %-17s %s" % (r["model"], r["mode"], "skipped: " + r["skipped"][:70]))
         continue
-    print("  %-10s %-12s %10.1f %12.0f %12.0f %9.4f" % (
+    print("  %-10s %-17s %10.1f %12.0f %12.0f %9.4f" % (
         r["model"], r["mode"], r["step_ms_median"], r["peak_allocated_bytes"] / MiB,
         r["peak_reserved_bytes"] / MiB, r["losses"][-1]))
     if r.get("num_unmap_calls"):
@@ -42,6 +42,13 @@ for p in sorted(glob.glob(os.path.join(d, "train_*.json"))):
             "", r.get("num_map_calls"), r.get("num_unmap_calls"),
             r.get("num_sync_all_streams"), r.get("num_event_records"),
             r.get("num_event_waits")))
+    if "map_unmap_calls_second_half" in r:
+        # Whether the loop settled (no remap in the second half of the steps) and what the
+        # learned step did (vmm_learn_step).
+        print("  %-23s second half: %s map+unmap; allowance raises %s, step plans %s, "
+              "planned allocations %s" % (
+                  "", r.get("map_unmap_calls_second_half"), r.get("num_vmm_allowance_raises"),
+                  r.get("num_vmm_step_plans"), r.get("num_vmm_planned_allocations")))
 
 rt = load("replay_torch.json")
 rc = load("replay_cuda.json")

@@ -16,7 +16,8 @@
 #                bench/gpu/remap_wait (C: what a page-mapped remap waits for, events or the
 #                whole device, with another stream's queue behind it)
 #   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, TRAIN_STEPS (30) steps each with
-#                PyTorch native, native expandable_segments, Stowage classic (vmm when available)
+#                PyTorch native, native expandable_segments, Stowage classic, vmm, and vmm with
+#                vmm_learn_step
 #   6 unseen     bench/gpu/record_unseen.py: workloads the PyTorch models were never tuned on
 #                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
 #                trace and max reserved) and again with expandable_segments (max reserved), into
@@ -170,7 +171,7 @@ part replay_native 200 "$PY" bench/gpu/replay_native.py --out "$OUT/results/repl
 # ---- 5 training runs (each its own process) ----
 SECTION=5
 for model in gpt2 resnet50; do
-    for mode in native expandable stowage stowage_vmm; do
+    for mode in native expandable stowage stowage_vmm stowage_vmm_learn; do
         part "train_${model}_${mode}" 110 "$PY" bench/gpu/train.py --model "$model" --mode "$mode" \
             --steps "${TRAIN_STEPS:-30}" --out "$OUT/results/train_${model}_${mode}.json"
     done

@@ -1,9 +1,14 @@
 """A few training steps of one model under one allocator (one process per run).
 
-    python3 bench/gpu/train.py --model gpt2|resnet50 --mode native|expandable|stowage|stowage_vmm
+    python3 bench/gpu/train.py --model gpt2|resnet50
+        --mode native|expandable|stowage|stowage_vmm|stowage_vmm_learn
 
 Prints and writes: loss per step, median step time, peak allocated and peak
 reserved (from torch.cuda for native modes, from stowage for Stowage modes).
+stowage_vmm_learn is the page-mapped pool with vmm_learn_step:true (a layout
+learned from the loop's step, docs/design.md); Stowage modes also write the
+pool's map and unmap calls in the second half of the steps (a settled loop
+makes none) and the learned step's plans and planned allocations.
 Random init, no network: GPT-2 small from a transformers config; ResNet-50 from
 torchvision (or timm).
 """
@@ -18,7 +23,8 @@ import common
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", choices=["gpt2", "resnet50"], required=True)
-ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_vmm"], required=True)
+ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_vmm",
+                                         "stowage_vmm_learn"], required=True)
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--out")
 args = ap.parse_args()
@@ -30,7 +36,8 @@ if args.mode.startswith("stowage"):
     import ctypes
     import stowage
     import stowage.torch
-    conf = "policy:vmm" if args.mode == "stowage_vmm" else None
+    conf = {"stowage_vmm": "policy:vmm",
+            "stowage_vmm_learn": "policy:vmm,vmm_learn_step:true"}.get(args.mode)
     if conf:
         os.environ["STOWAGE_CONF"] = conf
     # Create the pool now (before torch initialises CUDA) to fail early, e.g. a policy
@@ -84,8 +91,16 @@ else:
         opt.zero_grad(set_to_none=True)
         return loss
 
+def remaps():
+    s = stowage.memory_stats()
+    return s.get("num_map_calls", 0) + s.get("num_unmap_calls", 0)
+
+
 losses, times = [], []
+remaps_at_half = None
 for i in range(args.steps):
+    if i == args.steps // 2 and args.mode.startswith("stowage"):
+        remaps_at_half = remaps()
     torch.cuda.synchronize()
     t = time.perf_counter()
     loss = step()
@@ -101,8 +116,10 @@ if args.mode.startswith("stowage"):
     # events they waited on instead (docs/design.md, remaps without a
     # synchronize).
     for key in ("num_alloc_retries", "num_device_alloc", "num_map_calls", "num_unmap_calls",
-                "num_sync_all_streams", "num_event_records", "num_event_waits"):
+                "num_sync_all_streams", "num_event_records", "num_event_waits",
+                "num_vmm_allowance_raises", "num_vmm_step_plans", "num_vmm_planned_allocations"):
         result[key] = s.get(key)
+    result["map_unmap_calls_second_half"] = remaps() - remaps_at_half
 else:
     peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
 result.update({
