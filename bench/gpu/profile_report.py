@@ -11,10 +11,11 @@ the innermost frame is the one that says what the time went on), and prints
 the share of samples by file, function and line. With a second profile (the
 same binary on another machine or another policy) it prints both side by
 side, in samples per 1000 of each profile's samples in BINARY, and the
-difference: where one spends more than the other.
+difference: where one spends more than the other. Profiles may be gzipped.
 """
 import argparse
 import collections
+import gzip
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ def load(path, binary):
     """Offsets (ELF virtual addresses, PIE) of the samples inside binary."""
     name = os.path.basename(binary)
     maps, pcs = [], []
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for line in f:
             if line.startswith("map "):
                 parts = line[4:].split()
