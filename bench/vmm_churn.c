@@ -18,7 +18,8 @@
  *
  * With --parts P it also prints the map + unmap calls of the first replay (a
  * fresh pool, as in a real run) in P equal slices of its events: for a trace of
- * P training steps, step by step.
+ * P training steps, step by step; and the classic pool's backend calls
+ * (segment reserves and releases) in the same slices.
  *
  * Then it replays once more (not counted above) and prints that replay's
  * footprint: the granules some block overlapped while live. A replay whose
@@ -49,6 +50,7 @@
 #define MAX_WHO 1000
 
 typedef struct side {
+    stow_policy_t policy;
     stow_backend_t *sim;
     stow_pool_t *pool;
     void **ptrs;
@@ -128,12 +130,14 @@ typedef struct event_note {
 static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int parts,
                        uint64_t *part_remaps, event_note_t *notes)
 {
+    /* The vmm pool's slices count its remaps, the classic pool's its backend calls. */
+    uint64_t (*calls)(stow_pool_t *) = s->policy == STOW_POLICY_VMM ? remaps : backend_calls;
     size_t per_part = parts > 0 ? (t->event_count + (size_t)parts - 1) / (size_t)parts : 0;
-    uint64_t part_start = parts > 0 ? remaps(s->pool) : 0;
+    uint64_t part_start = parts > 0 ? calls(s->pool) : 0;
     uint64_t t0 = now_ns();
     for (size_t i = 0; i < t->event_count; i++) {
         if (parts > 0 && i && i % per_part == 0) {
-            uint64_t now = remaps(s->pool);
+            uint64_t now = calls(s->pool);
             part_remaps[i / per_part - 1] = now - part_start;
             part_start = now;
         }
@@ -161,7 +165,7 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int
     }
     uint64_t dt = now_ns() - t0;
     if (parts > 0)
-        part_remaps[(t->event_count - 1) / per_part] = remaps(s->pool) - part_start;
+        part_remaps[(t->event_count - 1) / per_part] = calls(s->pool) - part_start;
     for (uint32_t id = 0; id < t->id_count; id++)
         if (s->ptrs[id]) {
             (void)stow_pool_free(s->pool, s->ptrs[id]);
@@ -176,6 +180,7 @@ static int side_open(side_t *s, const stow_config_t *base, stow_policy_t policy,
     stow_config_t c = *base;
     c.policy = policy;
     memset(s, 0, sizeof *s);
+    s->policy = policy;
     s->ptrs = calloc(t->id_count ? t->id_count : 1, sizeof *s->ptrs);
     return s->ptrs && stow_sim_create(NULL, &s->sim) == STOW_OK &&
                    stow_pool_create(&c, s->sim, &s->pool) == STOW_OK
@@ -326,13 +331,15 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
     base = base ? base + 1 : path;
     double churn[MAX_REPLAYS], ratio[MAX_REPLAYS], wait_counts[MAX_REPLAYS];
     uint64_t count[MAX_REPLAYS], classic_calls[MAX_REPLAYS], part_remaps[MAX_PARTS];
+    uint64_t part_classic_calls[MAX_PARTS];
     uint64_t failures = 0;
     printf("%-26s map+unmap / 1000 events by replay:", base);
     for (int r = 0; r < replays; r++) {
         uint64_t before = remaps(vmm.pool), classic_before = backend_calls(classic.pool);
         uint64_t waits_before = waits(vmm.pool);
         uint64_t vmm_ns = replay(&vmm, t, &failures, r == 0 ? parts : 0, part_remaps, NULL);
-        uint64_t classic_ns = replay(&classic, t, &failures, 0, NULL, NULL);
+        uint64_t classic_ns =
+            replay(&classic, t, &failures, r == 0 ? parts : 0, part_classic_calls, NULL);
         count[r] = remaps(vmm.pool) - before;
         wait_counts[r] = (double)(waits(vmm.pool) - waits_before);
         classic_calls[r] = backend_calls(classic.pool) - classic_before;
@@ -353,6 +360,9 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
         printf("%-26s first replay, map+unmap by 1/%d of its events:", base, parts);
         for (int k = 0; k < parts; k++)
             printf(" %llu", (unsigned long long)part_remaps[k]);
+        printf("\n%-26s first replay, classic backend calls by 1/%d of its events:", base, parts);
+        for (int k = 0; k < parts; k++)
+            printf(" %llu", (unsigned long long)part_classic_calls[k]);
         printf("\n");
     }
     stow_stats_t st;
