@@ -29,6 +29,17 @@ if [ ${#long[@]} -gt 0 ]; then
     rm -rf "$root/.gpu-carry/long"
     python3 "$root/bench/long_run.py" "$root/.gpu-carry/long" "${long[@]}" --steps 40 >/dev/null
 fi
+# copy_libs BINARY DIR: the shared libraries BINARY loads into DIR, but the C and C++
+# runtimes, which the GPU machine has in newer versions.
+copy_libs() {
+    ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+        case "$(basename "$lib")" in
+            libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|\
+            ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
+            *) cp -L "$lib" "$2/" ;;
+        esac
+    done
+}
 # The Criterion GPU tests (tests/unit/test_cuda.c, test_torch_entry.c), built here: the GPU
 # machine has neither Criterion nor jemalloc. Built to find the repository's files from the
 # directory they run in (STOW_TEST_SOURCE_DIR "."), with every shared library they load but
@@ -43,13 +54,7 @@ if pkg-config --exists criterion jemalloc; then
     mkdir -p "$root/.gpu-carry/bin" "$root/.gpu-carry/lib"
     for t in test_cuda test_torch_entry; do
         cp "$tb/$t" "$root/.gpu-carry/bin/"
-        ldd "$tb/$t" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
-            case "$(basename "$lib")" in
-                libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|\
-                ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
-                *) cp -L "$lib" "$root/.gpu-carry/lib/" ;;
-            esac
-        done
+        copy_libs "$tb/$t" "$root/.gpu-carry/lib"
     done
     echo "prepare: test_cuda and test_torch_entry with $(ls "$root/.gpu-carry/lib" | wc -l) libraries"
 fi
@@ -64,12 +69,7 @@ if pkg-config --exists jemalloc; then
     rm -rf "$root/.gpu-carry/prof"
     mkdir -p "$root/.gpu-carry/prof/lib"
     cp "$pb/stowage" "$root/.gpu-carry/prof/"
-    ldd "$pb/stowage" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
-        case "$(basename "$lib")" in
-            libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*|libgcc_s.so.*|libstdc++.so.*) ;;
-            *) cp -L "$lib" "$root/.gpu-carry/prof/lib/" ;;
-        esac
-    done
+    copy_libs "$pb/stowage" "$root/.gpu-carry/prof/lib"
     echo "prepare: the CLI with -g and $(ls "$root/.gpu-carry/prof/lib" | wc -l) libraries"
 fi
 du -sh "$root/.gpu-carry" | awk -v n="$n" '{print "prepare: " n " traces, " $1 " in .gpu-carry (carry limit 64 MiB)"}'
