@@ -53,21 +53,16 @@ def resolve(binary, addresses):
     out = subprocess.run(["addr2line", "-f", "-i", "-a", "-e", binary] +
                          [hex(a) for a in uniq], capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    result, cur, i = {}, None, 0
+    # Per address: the address, then a function and a file:line per frame, innermost first.
+    result, i = {}, 0
     while i < len(out):
-        line = out[i]
-        if line.startswith("0x") and i + 2 < len(out) + 1:
-            cur = int(line, 16)
-            func = out[i + 1] if i + 1 < len(out) else "??"
-            loc = out[i + 2] if i + 2 < len(out) else "??:0"
-            loc = os.path.basename(loc.split(" (")[0])
-            result[cur] = (func, loc)
-            i += 3
-            # skip the outer inline frames (pairs of lines) until the next address
-            while i < len(out) and not out[i].startswith("0x"):
-                i += 1
-        else:
+        if not out[i].startswith("0x"):
             i += 1
+            continue
+        func = out[i + 1] if i + 1 < len(out) else "??"
+        loc = out[i + 2] if i + 2 < len(out) else "??:0"
+        result[int(out[i], 16)] = (func, os.path.basename(loc.split(" (")[0]))
+        i += 3  # the outer frames' lines are skipped above
     return result
 
 
@@ -87,7 +82,9 @@ def main():
     ap.add_argument("profiles", nargs="+")
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
-    loaded = [load(p, a.binary) for p in a.profiles[:2]]
+    if len(a.profiles) > 2:
+        ap.error("one profile, or two to compare")
+    loaded = [load(p, a.binary) for p in a.profiles]
     where = resolve(a.binary, [x for offs, _ in loaded for x in offs])
     tallies = [tally(offs, where) for offs, _ in loaded]
     for p, (offs, outside) in zip(a.profiles, loaded):
@@ -101,7 +98,8 @@ def main():
         for key in keys:
             per = [1000.0 * c[key] / n for c, n in zip(counts, totals)]
             rows.append((per[-1] - per[0] if len(per) > 1 else per[0], key, per))
-        rows.sort(key=lambda r: -abs(r[0]) if len(counts) > 1 else -r[0])
+        # Largest first (differences by size), ties by name: the same report every run.
+        rows.sort(key=lambda r: (-abs(r[0]) if len(counts) > 1 else -r[0], r[1]))
         for diff, key, per in rows[:a.top]:
             cols = " ".join(f"{x:7.1f}" for x in per)
             extra = f" {diff:+7.1f}" if len(per) > 1 else ""
