@@ -26,13 +26,16 @@ for name, label in (("gputests.json", "classic"), ("gputests_vmm.json", "vmm")):
             print("  %-30s %s" % (k, v))
 
 print("\n== training (median step ms, peak allocated / reserved MiB, last loss)")
-print("  %-10s %-17s %10s %12s %12s %9s" % ("model", "allocator", "step ms", "peak alloc", "peak resv", "loss"))
+print("  %-10s %-20s %10s %12s %12s %9s" % ("model", "allocator", "step ms", "peak alloc", "peak resv", "loss"))
 for p in sorted(glob.glob(os.path.join(d, "train_*.json"))):
     r = json.load(open(p))
+    stem = os.path.basename(p)[:-len(".json")]
+    if "_r" in stem and stem.rsplit("_r", 1)[1].isdigit():  # TRAIN_ROUNDS: the round
+        r["mode"] += " r" + stem.rsplit("_r", 1)[1]
     if "skipped" in r:
-        print("  %-10s %-17s %s" % (r["model"], r["mode"], "skipped: " + r["skipped"][:70]))
+        print("  %-10s %-20s %s" % (r["model"], r["mode"], "skipped: " + r["skipped"][:70]))
         continue
-    print("  %-10s %-17s %10.1f %12.0f %12.0f %9.4f" % (
+    print("  %-10s %-20s %10.1f %12.0f %12.0f %9.4f" % (
         r["model"], r["mode"], r["step_ms_median"], r["peak_allocated_bytes"] / MiB,
         r["peak_reserved_bytes"] / MiB, r["losses"][-1]))
     if r.get("num_unmap_calls"):

@@ -17,7 +17,7 @@
 #                whole device, with another stream's queue behind it)
 #   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, TRAIN_STEPS (30) steps each with
 #                PyTorch native, native expandable_segments, Stowage classic, vmm, and vmm with
-#                vmm_learn_step
+#                vmm_learn_step (TRAIN_MODELS, TRAIN_MODES, TRAIN_ROUNDS: below)
 #   6 unseen     bench/gpu/record_unseen.py: workloads the PyTorch models were never tuned on
 #                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
 #                trace and max reserved) and again with expandable_segments (max reserved), into
@@ -170,10 +170,19 @@ part replay_native 200 "$PY" bench/gpu/replay_native.py --out "$OUT/results/repl
 
 # ---- 5 training runs (each its own process) ----
 SECTION=5
-for model in gpt2 resnet50; do
-    for mode in native expandable stowage stowage_vmm stowage_vmm_learn; do
-        part "train_${model}_${mode}" 110 "$PY" bench/gpu/train.py --model "$model" --mode "$mode" \
-            --steps "${TRAIN_STEPS:-30}" --out "$OUT/results/train_${model}_${mode}.json"
+# TRAIN_MODELS, TRAIN_MODES: which; TRAIN_ROUNDS above 1 runs them all that many times, in
+# turn (results train_MODEL_MODE_rK.json), so that a step-time difference can be told from
+# the machine's drift.
+rounds="${TRAIN_ROUNDS:-1}"
+for k in $(seq "$rounds"); do
+    suffix=""
+    [ "$rounds" -gt 1 ] && suffix="_r$k"
+    for model in ${TRAIN_MODELS:-gpt2 resnet50}; do
+        for mode in ${TRAIN_MODES:-native expandable stowage stowage_vmm stowage_vmm_learn}; do
+            part "train_${model}_${mode}$suffix" 110 "$PY" bench/gpu/train.py --model "$model" \
+                --mode "$mode" --steps "${TRAIN_STEPS:-30}" \
+                --out "$OUT/results/train_${model}_${mode}$suffix.json"
+        done
     done
 done
 

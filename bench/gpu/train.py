@@ -1,12 +1,14 @@
 """A few training steps of one model under one allocator (one process per run).
 
     python3 bench/gpu/train.py --model gpt2|resnet50
-        --mode native|expandable|stowage|stowage_vmm|stowage_vmm_learn
+        --mode native|expandable|stowage|stowage_keep|stowage_vmm|stowage_vmm_learn
 
 Prints and writes: loss per step, median step time, peak allocated and peak
 reserved (from torch.cuda for native modes, from stowage for Stowage modes).
 stowage_vmm_learn is the page-mapped pool with vmm_learn_step:true (a layout
-learned from the loop's step, docs/design.md); Stowage modes also write the
+learned from the loop's step, docs/design.md); stowage_keep the classic pool
+with release_idle_on_grow:false (no segment released to hold the reserved
+high-water mark: no churn, more memory; docs/torch.md). Stowage modes also write the
 pool's map and unmap calls in the second half of the steps (a settled loop
 makes none) and the learned step's plans and planned allocations.
 Random init, no network: GPT-2 small from a transformers config; ResNet-50 from
@@ -23,8 +25,8 @@ import common
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", choices=["gpt2", "resnet50"], required=True)
-ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_vmm",
-                                         "stowage_vmm_learn"], required=True)
+ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_keep",
+                                         "stowage_vmm", "stowage_vmm_learn"], required=True)
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--out")
 args = ap.parse_args()
@@ -36,7 +38,8 @@ if args.mode.startswith("stowage"):
     import ctypes
     import stowage
     import stowage.torch
-    conf = {"stowage_vmm": "policy:vmm",
+    conf = {"stowage_keep": "release_idle_on_grow:false",
+            "stowage_vmm": "policy:vmm",
             "stowage_vmm_learn": "policy:vmm,vmm_learn_step:true"}.get(args.mode)
     if conf:
         os.environ["STOWAGE_CONF"] = conf
