@@ -19,11 +19,16 @@ def run_on_file(script, name, data, argv, read):
         return p, read(d)
 
 
-def stowage_cli():
-    """build/stowage beside STOWAGE_LIB (set by ctest), else the repository's build/; None if
+def build_program(name):
+    """build/NAME beside STOWAGE_LIB (set by ctest), else in the repository's build/; None if
     neither is built."""
     lib = os.environ.get("STOWAGE_LIB")
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-    candidates = [os.path.join(os.path.dirname(lib), "stowage")] if lib else []
-    candidates.append(os.path.join(root, "build", "stowage"))
+    candidates = [os.path.join(os.path.dirname(lib), name)] if lib else []
+    candidates.append(os.path.join(root, "build", name))
     return next((c for c in candidates if os.access(c, os.X_OK)), None)
+
+
+def stowage_cli():
+    """The stowage CLI (build_program)."""
+    return build_program("stowage")
