@@ -48,7 +48,7 @@ for t in "$out"/long/*.rep; do
     [ "$parts" -gt 64 ] && parts=64
     churn=$("$root/build/vmm_churn" --replays 5 --parts "$parts" "$@" "$t")
     host=$(sed -n 's/.*vmm\/classic host time \([0-9.]*\).*/\1/p' <<<"$churn")
-    echo "$name $period $events $parts $host $(grep "first replay" <<<"$churn" | cut -d: -f2)"
+    echo "$name $period $events $parts $host $(grep "first replay, map+unmap" <<<"$churn" | cut -d: -f2)"
 done >"$out/parts.txt"
 
 python3 - "$out/parts.txt" <<'EOF'

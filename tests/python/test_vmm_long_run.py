@@ -1,0 +1,45 @@
+"""A smoke test of bench/vmm_long_run.sh (it parses build/vmm_churn's output, which broke once
+when vmm_churn printed a second "first replay" line): the bundled trace under the five shared
+traces' names, one scaled variant, 3 more steps; one table row per long run and one summary
+line per model."""
+
+import os
+import re
+import subprocess
+import tempfile
+import unittest
+
+from script_runner import build_program
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+SCRIPT = os.path.join(ROOT, "bench", "vmm_long_run.sh")
+TRACE = os.path.join(ROOT, "bench", "traces", "resnet50_train.rep")
+NAMES = ("gpt2_train", "resnet50_train", "resnet_multiscale_train", "vit_train", "gpt2_generate")
+
+
+@unittest.skipUnless(build_program("vmm_churn") and
+                     os.path.realpath(os.path.dirname(build_program("vmm_churn"))) ==
+                     os.path.realpath(os.path.join(ROOT, "build")),
+                     "the script runs build/vmm_churn of the repository")
+class VmmLongRun(unittest.TestCase):
+    def test_a_row_per_long_run_and_a_summary_per_model(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name in NAMES:
+                os.symlink(os.path.abspath(TRACE), os.path.join(d, name + ".rep"))
+            env = dict(os.environ, STOW_TRACES_DIR=d, STEPS="3", FACTORS="1.05")
+            p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = [l for l in p.stdout.splitlines() if l.startswith("| ") and "long run" not in l]
+        # resnet50_train repeats its step: each name and its x1.05 variant make a long run.
+        self.assertEqual(len(rows), 2 * len(NAMES), p.stdout)
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            self.assertEqual(len(cells), 6, row)
+            self.assertGreater(float(cells[5]), 0.0, row)  # host time vs classic
+        for name in NAMES:
+            self.assertTrue(re.search(r"^%s: 2 long runs; .*host time vs classic: median [0-9.]+"
+                                      % name, p.stdout, re.M), p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
