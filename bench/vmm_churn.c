@@ -124,13 +124,13 @@ typedef struct event_note {
 
 /* One replay of the whole trace, then frees what the trace leaves live.
  * Returns the time of the replay proper; counts allocation failures. With
- * parts > 0, part_remaps[k] gets the map + unmap calls of the k-th of `parts`
- * equal slices of the events; with notes, notes[i] describes event i (a
+ * parts > 0, part_calls[k] gets the calls of the k-th of `parts` equal slices
+ * of the events (a vmm pool's map + unmap calls, a classic pool's backend
+ * calls); with notes, notes[i] describes event i (a
  * statistics snapshot around every event: such a replay is not timed for real). */
 static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int parts,
-                       uint64_t *part_remaps, event_note_t *notes)
+                       uint64_t *part_calls, event_note_t *notes)
 {
-    /* The vmm pool's slices count its remaps, the classic pool's its backend calls. */
     uint64_t (*calls)(stow_pool_t *) = s->policy == STOW_POLICY_VMM ? remaps : backend_calls;
     size_t per_part = parts > 0 ? (t->event_count + (size_t)parts - 1) / (size_t)parts : 0;
     uint64_t part_start = parts > 0 ? calls(s->pool) : 0;
@@ -138,7 +138,7 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int
     for (size_t i = 0; i < t->event_count; i++) {
         if (parts > 0 && i && i % per_part == 0) {
             uint64_t now = calls(s->pool);
-            part_remaps[i / per_part - 1] = now - part_start;
+            part_calls[i / per_part - 1] = now - part_start;
             part_start = now;
         }
         const stow_trace_event_t *e = &t->events[i];
@@ -165,7 +165,7 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int
     }
     uint64_t dt = now_ns() - t0;
     if (parts > 0)
-        part_remaps[(t->event_count - 1) / per_part] = calls(s->pool) - part_start;
+        part_calls[(t->event_count - 1) / per_part] = calls(s->pool) - part_start;
     for (uint32_t id = 0; id < t->id_count; id++)
         if (s->ptrs[id]) {
             (void)stow_pool_free(s->pool, s->ptrs[id]);

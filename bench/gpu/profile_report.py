@@ -21,19 +21,28 @@ import subprocess
 import sys
 
 
+class BadProfile(Exception):
+    pass
+
+
 def load(path, binary):
     """Offsets (ELF virtual addresses, PIE) of the samples inside binary."""
     name = os.path.basename(binary)
     maps, pcs = [], []
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        for line in f:
-            if line.startswith("map "):
-                parts = line[4:].split()
-                if len(parts) >= 6 and os.path.basename(parts[5]) == name and "x" in parts[1]:
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    maps.append((lo, hi, int(parts[2], 16)))
-            elif line.startswith("pc "):
-                pcs.append(int(line[3:], 16))
+        for number, line in enumerate(f, 1):
+            try:
+                if line.startswith("map "):
+                    parts = line[4:].split()
+                    if len(parts) >= 6 and os.path.basename(parts[5]) == name and "x" in parts[1]:
+                        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                        maps.append((lo, hi, int(parts[2], 16)))
+                elif line.startswith("pc "):
+                    pcs.append(int(line[3:], 16))
+                else:
+                    raise ValueError("neither a 'map' nor a 'pc' line")
+            except ValueError as e:
+                raise BadProfile("%s:%d: %s: %r" % (path, number, e, line.strip()[:80]))
     offsets, outside = [], 0
     for pc in pcs:
         for lo, hi, off in maps:
@@ -84,7 +93,13 @@ def main():
     a = ap.parse_args()
     if len(a.profiles) > 2:
         ap.error("one profile, or two to compare")
-    loaded = [load(p, a.binary) for p in a.profiles]
+    if not os.access(a.binary, os.R_OK):
+        ap.error("cannot read %s" % a.binary)
+    try:
+        loaded = [load(p, a.binary) for p in a.profiles]
+    except (OSError, BadProfile) as e:
+        print("profile_report: %s" % e, file=sys.stderr)
+        return 2
     where = resolve(a.binary, [x for offs, _ in loaded for x in offs])
     tallies = [tally(offs, where) for offs, _ in loaded]
     for p, (offs, outside) in zip(a.profiles, loaded):

@@ -215,8 +215,11 @@ int main(int argc, char **argv)
     }
     stow_backend_t wrapped = counting(b);
     FILE *out = fopen(argv[1], "w");
-    if (!out)
+    if (!out) {
+        fprintf(stderr, "cannot write %s: ", argv[1]);
+        perror(NULL);
         return 1;
+    }
     fprintf(out, "{");
     int rc = 0;
     for (int a = first; a < argc; a++) {

@@ -41,14 +41,14 @@ for p in sorted(glob.glob(os.path.join(d, "train_*.json"))):
     if r.get("num_unmap_calls"):
         # Remaps, how many of them still waited for the whole device, and the
         # events waited on instead.
-        print("  %-23s maps %s, unmaps %s, synchronizes %s, events %s, waited on %s" % (
+        print("  %-32s maps %s, unmaps %s, synchronizes %s, events %s, waited on %s" % (
             "", r.get("num_map_calls"), r.get("num_unmap_calls"),
             r.get("num_sync_all_streams"), r.get("num_event_records"),
             r.get("num_event_waits")))
     if "map_unmap_calls_second_half" in r:
         # Whether the loop settled (no remap in the second half of the steps) and what the
         # learned step did (vmm_learn_step).
-        print("  %-23s second half: %s map+unmap; allowance raises %s, step plans %s, "
+        print("  %-32s second half: %s map+unmap; allowance raises %s, step plans %s, "
               "planned allocations %s" % (
                   "", r.get("map_unmap_calls_second_half"), r.get("num_vmm_allowance_raises"),
                   r.get("num_vmm_step_plans"), r.get("num_vmm_planned_allocations")))

@@ -8,7 +8,8 @@
  *   STOW_SAMPLER_OUT=prof.txt STOW_SAMPLER_HZ=20000 LD_PRELOAD=./sampler.so PROGRAM...
  *
  * A POSIX timer on CLOCK_MONOTONIC (high resolution, unlike ITIMER_PROF's
- * scheduler ticks) signals the main thread STOW_SAMPLER_HZ times a second;
+ * scheduler ticks) signals the main thread STOW_SAMPLER_HZ times a second
+ * (10,000 by default, 1 to 100,000; anything else is refused, no sampling);
  * the handler stores the interrupted instruction pointer in a fixed buffer
  * (nothing else: it runs inside the allocator). At exit the buffer goes to
  * STOW_SAMPLER_OUT as "pc HEX" lines, after the process's /proc/self/maps as
@@ -33,6 +34,7 @@
 
 static uintptr_t *samples;
 static volatile size_t sample_count;
+static volatile size_t samples_dropped;
 static timer_t timer;
 static const char *out_path;
 
@@ -45,6 +47,8 @@ static void on_tick(int sig, siginfo_t *info, void *uc_void)
     if (n < MAX_SAMPLES) {
         samples[n] = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
         sample_count = n + 1;
+    } else {
+        samples_dropped = samples_dropped + 1;
     }
 }
 
@@ -52,8 +56,11 @@ static void write_out(void)
 {
     timer_delete(timer);
     FILE *f = fopen(out_path, "w");
-    if (!f)
+    if (!f) {
+        fprintf(stderr, "sampler: cannot write %s: ", out_path);
+        perror(NULL);
         return;
+    }
     FILE *maps = fopen("/proc/self/maps", "r");
     char line[4096];
     while (maps && fgets(line, sizeof line, maps))
@@ -62,8 +69,15 @@ static void write_out(void)
         fclose(maps);
     for (size_t i = 0; i < sample_count; i++)
         fprintf(f, "pc %lx\n", (unsigned long)samples[i]);
-    fclose(f);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "sampler: writing %s failed: ", out_path);
+        perror(NULL);
+        return;
+    }
     fprintf(stderr, "sampler: %zu samples -> %s\n", (size_t)sample_count, out_path);
+    if (samples_dropped)
+        fprintf(stderr, "sampler: %zu more samples dropped (buffer full)\n",
+                (size_t)samples_dropped);
 }
 
 __attribute__((constructor)) static void start(void)
@@ -72,12 +86,17 @@ __attribute__((constructor)) static void start(void)
     if (!out_path)
         return;
     const char *hz_text = getenv("STOW_SAMPLER_HZ");
-    long hz = hz_text ? atol(hz_text) : 10000;
-    if (hz < 1 || hz > 100000)
-        hz = 10000;
-    samples = calloc(MAX_SAMPLES, sizeof *samples);
-    if (!samples)
+    char *end = NULL;
+    long hz = hz_text ? strtol(hz_text, &end, 10) : 10000;
+    if (hz_text && (end == hz_text || *end || hz < 1 || hz > 100000)) {
+        fprintf(stderr, "sampler: STOW_SAMPLER_HZ '%s' is not 1..100000; not sampling\n", hz_text);
         return;
+    }
+    samples = calloc(MAX_SAMPLES, sizeof *samples);
+    if (!samples) {
+        fprintf(stderr, "sampler: no memory for the sample buffer; not sampling\n");
+        return;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_tick;

@@ -30,6 +30,8 @@ ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_k
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--out")
 args = ap.parse_args()
+if args.steps < 1:
+    ap.error("--steps: at least 1")
 
 result = {"model": args.model, "mode": args.mode}
 if args.mode == "expandable":
@@ -94,16 +96,15 @@ else:
         opt.zero_grad(set_to_none=True)
         return loss
 
-def remaps():
-    s = stowage.memory_stats()
-    return s.get("num_map_calls", 0) + s.get("num_unmap_calls", 0)
+def remaps(stats):
+    return stats.get("num_map_calls", 0) + stats.get("num_unmap_calls", 0)
 
 
 losses, times = [], []
 remaps_at_half = None
 for i in range(args.steps):
     if i == args.steps // 2 and args.mode.startswith("stowage"):
-        remaps_at_half = remaps()
+        remaps_at_half = remaps(stowage.memory_stats())
     torch.cuda.synchronize()
     t = time.perf_counter()
     loss = step()
@@ -122,7 +123,7 @@ if args.mode.startswith("stowage"):
                 "num_sync_all_streams", "num_event_records", "num_event_waits",
                 "num_vmm_allowance_raises", "num_vmm_step_plans", "num_vmm_planned_allocations"):
         result[key] = s.get(key)
-    result["map_unmap_calls_second_half"] = remaps() - remaps_at_half
+    result["map_unmap_calls_second_half"] = remaps(s) - remaps_at_half
 else:
     peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
 result.update({

@@ -111,6 +111,25 @@ class ProfileReport(unittest.TestCase):
         outside = lambda line: int(line.split(", ")[1].split()[0])
         self.assertEqual(outside(second), outside(first) + 2)
 
+    def test_a_malformed_profile_is_refused_with_its_file_and_line(self):
+        with open(self.profile) as f:
+            first = f.readline()
+        bad = os.path.join(self.dir, "bad.txt")
+        with open(bad, "w") as f:
+            f.write(first + "pc not-hex\n")
+        p = subprocess.run([sys.executable, REPORT, self.prog, bad], capture_output=True,
+                           text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("bad.txt:2:", p.stderr)
+        self.assertEqual(p.stdout, "")
+
+    def test_a_bad_rate_is_refused(self):
+        out = os.path.join(self.dir, "never.txt")
+        env = dict(os.environ, LD_PRELOAD=self.so, STOW_SAMPLER_OUT=out, STOW_SAMPLER_HZ="4k")
+        p = subprocess.run(["true"], env=env, capture_output=True, text=True)
+        self.assertIn("STOW_SAMPLER_HZ '4k' is not 1..100000", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
 
 if __name__ == "__main__":
     unittest.main()
