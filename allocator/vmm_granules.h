@@ -58,6 +58,27 @@ static inline __attribute__((always_inline)) void bits_fill(uint64_t *bits, size
         bits[w_last] &= ~last_mask;
 }
 
+/* Clears bits [from, end) of `clear` and sets them in `set`: one pass for two
+ * bitmaps of the same range (granules that stop being unused and become live
+ * join the seen-live footprint). */
+static inline __attribute__((always_inline)) void bits_move(uint64_t *clear, uint64_t *set,
+                                                          size_t from, size_t end)
+{
+    if (from >= end)
+        return;
+    size_t w = from / 64, w_last = (end - 1) / 64;
+    uint64_t mask = ~(uint64_t)0 << (from % 64);
+    uint64_t last_mask = ~(uint64_t)0 >> (63 - (end - 1) % 64);
+    for (;; mask = ~(uint64_t)0) {
+        if (w == w_last)
+            mask &= last_mask;
+        clear[w] &= ~mask;
+        set[w] |= mask;
+        if (w++ == w_last)
+            return;
+    }
+}
+
 /* First i in [from, end) whose bit is `value`, or end. */
 static inline size_t next_bit(const uint64_t *bits, size_t from, size_t end, bool value)
 {
