@@ -281,8 +281,9 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
  * the span that is mapped and overlapped by no other live block becomes
  * unused, in address order. Only an edge can still be overlapped by another
  * live block. */
-static void release_span(stow_pool_t *pool, stow_segment_t *seg, size_t first, size_t end,
-                         bool all_mapped)
+static inline __attribute__((always_inline)) void release_span(stow_pool_t *pool,
+                                                             stow_segment_t *seg, size_t first,
+                                                             size_t end, bool all_mapped)
 {
     size_t last = end - 1, lo = first, hi = end;
     stow_assert_internal(seg->granules[first].edges > 0 && seg->granules[last].edges > 0);
@@ -364,49 +365,64 @@ static void give_back_created(stow_pool_t *pool, stow_segment_t *seg, size_t fir
     }
 }
 
-stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes,
-                                  size_t first, size_t end)
+/* The block's edges count it; lo_live and hi_live say whether another live
+ * block held its first and last granule before. */
+static inline __attribute__((always_inline)) void count_edges(stow_segment_t *seg, size_t first,
+                                                            size_t end, bool *lo_live,
+                                                            bool *hi_live)
 {
-    stow_segment_t *seg = b->segment;
-    uint64_t bytes_after = pool->live_bytes + size_bytes;
-    uint64_t bytes_high_water =
-        bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
-    /* (A block inside one granule that a live block holds took the inline
-     * fast path, stow__vmm_back.) */
-    /* The block counts at its edges, and the span's unused granules leave their
-     * runs (so that obtain_handle below cannot take them): a few bitmap words
-     * and run entries, not a pass over the granules. */
     stow_granule_t *lo_g = &seg->granules[first], *hi_g = &seg->granules[end - 1];
-    bool lo_live = lo_g->edges != 0, hi_live = end - 1 != first && hi_g->edges != 0;
+    *lo_live = lo_g->edges != 0;
+    *hi_live = end - 1 != first && hi_g->edges != 0;
     lo_g->edges++;
     if (end - 1 != first)
         hi_g->edges++;
+}
+
+/* The block of size_bytes over granules [first, end) is live from now on. */
+static inline __attribute__((always_inline)) void note_backed(stow_pool_t *pool,
+                                                            stow_segment_t *seg, size_t first,
+                                                            size_t end, uint64_t size_bytes,
+                                                            bool lo_live, bool hi_live)
+{
+    uint64_t bytes_after = pool->live_bytes + size_bytes;
+    pool->live_bytes = bytes_after;
+    if (bytes_after > pool->live_bytes_high_water)
+        pool->live_bytes_high_water = bytes_after;
+    note_beside_live(pool, seg->pool_kind, (end - first) - lo_live - hi_live, size_bytes, true);
+    update_idle(pool);
+}
+
+/* stow__vmm_back_span when some granule of the span is unmapped (at
+ * first_unmapped): maps the span's unmapped granules. Apart from the steady
+ * state's path, so that that one saves fewer registers. */
+static __attribute__((noinline)) stow_status_t back_span_mapping(stow_pool_t *pool,
+                                                                 stow_segment_t *seg,
+                                                                 size_t size_bytes, size_t first,
+                                                                 size_t end, size_t first_unmapped)
+{
+    uint64_t bytes_after = pool->live_bytes + size_bytes;
+    uint64_t bytes_high_water =
+        bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
+    /* The block counts at its edges, and the span's unused granules leave their
+     * runs (so that obtain_handle below cannot take them): a few bitmap words
+     * and run entries, not a pass over the granules. */
+    bool lo_live, hi_live;
+    count_edges(seg, first, end, &lo_live, &hi_live);
+    unused_take_within(pool, seg, first, end);
+    /* More granules to map than the pool can get under its limit: fail
+     * before mapping any (it used to map up to the limit first, then fail,
+     * and the out-of-memory retry did it all again: about 950 map and 480
+     * unmap calls on a 1 GiB device). The count is taken only when the
+     * span alone could be too many. */
+    uint64_t obtainable = obtainable_handles(pool);
+    if (end - first > obtainable && end - first - mapped_in(seg, first, end) > obtainable) {
+        release_span(pool, seg, first, end, false);
+        update_idle(pool);
+        return STOW_ENOMEM;
+    }
     /* Remaps take unused granules only, so the span's mapped bits change in the
      * loop below alone. */
-    size_t first_unmapped = next_bit(seg->mapped_bits, first, end, false);
-    if (first_unmapped == end) {
-        /* Every granule of the span is mapped, the steady state: only the
-         * edges can hold another live block (the interior lies inside one
-         * free block), so the unused ones are the span less its live edges,
-         * one stretch, and nothing needs mapping. This skips the scans of the
-         * unused bits and the count of obtainable handles. */
-        size_t lo = first + lo_live, hi = end - hi_live;
-        if (lo < hi)
-            unused_take(pool, seg, lo, hi, true);
-    } else {
-        unused_take_within(pool, seg, first, end);
-        /* More granules to map than the pool can get under its limit: fail
-         * before mapping any (it used to map up to the limit first, then fail,
-         * and the out-of-memory retry did it all again: about 950 map and 480
-         * unmap calls on a 1 GiB device). The count is taken only when the
-         * span alone could be too many. */
-        uint64_t obtainable = obtainable_handles(pool);
-        if (end - first > obtainable && end - first - mapped_in(seg, first, end) > obtainable) {
-            release_span(pool, seg, first, end, false);
-            update_idle(pool);
-            return STOW_ENOMEM;
-        }
-    }
     uint64_t phys_before = pool->phys_count;
     bool synced = false;
     stow_status_t st = STOW_OK;
@@ -442,15 +458,34 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
     }
     /* The granules that become live join the footprint of the adaptive
      * allowance's run (the only place a granule becomes live: a block inside
-     * one granule a live block holds takes the fast path, and its bit is set).
-     * In the steady state unused_take set them as it took them (the span's
-     * live edges are in it already). */
+     * one granule a live block holds takes the fast path, and its bit is set). */
+    bits_fill(seg->seen_live_bits, first, end, true);
+    note_backed(pool, seg, first, end, size_bytes, lo_live, hi_live);
+    return STOW_OK;
+}
+
+stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t size_bytes,
+                                  size_t first, size_t end)
+{
+    /* (A block inside one granule that a live block holds took the inline
+     * fast path, stow__vmm_back.) */
+    stow_segment_t *seg = b->segment;
+    size_t first_unmapped = next_bit(seg->mapped_bits, first, end, false);
     if (first_unmapped != end)
-        bits_fill(seg->seen_live_bits, first, end, true);
-    pool->live_bytes = bytes_after;
-    pool->live_bytes_high_water = bytes_high_water;
-    note_beside_live(pool, seg->pool_kind, (end - first) - lo_live - hi_live, size_bytes, true);
-    update_idle(pool);
+        return back_span_mapping(pool, seg, size_bytes, first, end, first_unmapped);
+    /* Every granule of the span is mapped, the steady state: only the edges
+     * can hold another live block (the interior lies inside one free block),
+     * so the unused ones are the span less its live edges, one stretch, and
+     * nothing needs mapping. This skips the scans of the unused bits and the
+     * count of obtainable handles. The granules taken become live: unused_take
+     * adds them to the seen-live footprint of the adaptive allowance's run (the
+     * span's live edges are in it already). */
+    bool lo_live, hi_live;
+    count_edges(seg, first, end, &lo_live, &hi_live);
+    size_t lo = first + lo_live, hi = end - hi_live;
+    if (lo < hi)
+        unused_take(pool, seg, lo, hi, true);
+    note_backed(pool, seg, first, end, size_bytes, lo_live, hi_live);
     return STOW_OK;
 }
 
