@@ -374,12 +374,13 @@ static inline __attribute__((always_inline)) void hand_out(stow_pool_t *pool, st
     stow__record(pool, STOW_REC_ALLOC, b->addr, requested, ss->index, b->tag);
 }
 
-/* Hands out free block b (indexed) for a request; cannot fail. */
+/* Hands out free block b (indexed) for a request, cut to `rounded` bytes when
+ * split (should_split); cannot fail. */
 static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
-                       size_t rounded, size_t requested, bool hit)
+                       size_t rounded, size_t requested, bool hit, bool split)
 {
     stow__pool_index_remove(pool, b);
-    if (should_split(pool, b, rounded))
+    if (split)
         split_block(pool, b, rounded);
     stow__ptr_map_put(&pool->live, b->addr, b);
     hand_out(pool, b, ss, requested, hit);
@@ -444,10 +445,10 @@ static uint64_t now_ns(void)
  * try once more (the block may differ then). */
 static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *ss,
                                        unsigned kind, size_t rounded, size_t requested,
-                                       stow_block_t **b)
+                                       stow_block_t **b, bool *split)
 {
-    size_t final = should_split(pool, *b, rounded) ? rounded : (*b)->size_bytes;
-    stow_status_t st = stow__vmm_back(pool, *b, final);
+    *split = should_split(pool, *b, rounded);
+    stow_status_t st = stow__vmm_back(pool, *b, *split ? rounded : (*b)->size_bytes);
     if (st == STOW_OK)
         return st;
     /* The block stays free: merge it back with what placement may have carved
@@ -464,8 +465,8 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     *b = find_fit(pool, ss, kind, rounded);
     st = *b ? STOW_OK : stow__vmm_grow(pool, ss, kind, rounded, b);
     if (st == STOW_OK) {
-        final = should_split(pool, *b, rounded) ? rounded : (*b)->size_bytes;
-        st = stow__vmm_back(pool, *b, final);
+        *split = should_split(pool, *b, rounded);
+        st = stow__vmm_back(pool, *b, *split ? rounded : (*b)->size_bytes);
     }
     pool->acct.s.retry_time_ns += now_ns() - t0;
     if (st == STOW_ENOMEM) {
@@ -570,13 +571,16 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     }
     if (pool->vmm && hit && !planned)
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
+    bool split; /* whether b is cut to `rounded`: decided where vmm backs it */
     if (pool->vmm &&
-        (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b)) != STOW_OK) {
+        (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b, &split)) != STOW_OK) {
         pool->placed_extra = 0;
         stow__unlock(&pool->lock);
         return st;
     }
-    take_block(pool, b, ss, rounded, size_bytes, cached);
+    if (!pool->vmm)
+        split = should_split(pool, b, rounded);
+    take_block(pool, b, ss, rounded, size_bytes, cached, split);
     if (pool->vmm) {
         b->extra_granules = (uint32_t)pool->placed_extra;
         pool->extra_granules_live += pool->placed_extra;
