@@ -571,7 +571,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     }
     if (pool->vmm && hit && !planned)
         b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
-    bool split; /* whether b is cut to `rounded`: decided where vmm backs it */
+    bool split = false; /* whether b is cut to `rounded`: vmm decides it where it backs b */
     if (pool->vmm &&
         (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b, &split)) != STOW_OK) {
         pool->placed_extra = 0;
