@@ -204,6 +204,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->adapt.settled = cfg.vmm_slack_max <= cfg.vmm_slack;
     pool->unmap_epoch = 1;
     pool->vmm_small_bytes = pool->vmm ? (size_t)cfg.vmm_small_kb << 10 : 0;
+    pool->small_kind_max_bytes = pool->vmm ? pool->vmm_small_bytes : STOW_SMALL_REQUEST_BYTES;
     /* Quick lists need a small pool (a page-mapped pool's small range, when it
      * has one) and cannot hold blocks that must be scrubbed before reuse. In a
      * page-mapped pool a kept block holds its granules, so its lists are
@@ -306,6 +307,14 @@ static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t 
      * requests, which never come to the large pool: keep it in the block. */
     return b->size_bytes < pool->config.max_split_size_bytes &&
            remaining > STOW_SMALL_REQUEST_BYTES;
+}
+
+/* should_split in a page-mapped pool, whose blocks all lie in ranges of
+ * granules: any remainder of a block is cut off (one load chain fewer on every
+ * allocation there). */
+static inline bool vmm_should_split(const stow_block_t *b, size_t rounded)
+{
+    return b->size_bytes - rounded >= STOW_MIN_BLOCK_BYTES;
 }
 
 /* Cuts b at b->addr + offset_bytes: b keeps the lower part, the returned new
@@ -447,7 +456,7 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
                                        unsigned kind, size_t rounded, size_t requested,
                                        stow_block_t **b, bool *split)
 {
-    *split = should_split(pool, *b, rounded);
+    *split = vmm_should_split(*b, rounded);
     stow_status_t st = stow__vmm_back(pool, *b, *split ? rounded : (*b)->size_bytes);
     if (st == STOW_OK)
         return st;
@@ -465,7 +474,7 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     *b = find_fit(pool, ss, kind, rounded);
     st = *b ? STOW_OK : stow__vmm_grow(pool, ss, kind, rounded, b);
     if (st == STOW_OK) {
-        *split = should_split(pool, *b, rounded);
+        *split = vmm_should_split(*b, rounded);
         st = stow__vmm_back(pool, *b, *split ? rounded : (*b)->size_bytes);
     }
     pool->acct.s.retry_time_ns += now_ns() - t0;
@@ -487,9 +496,7 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
  * (docs/design.md, page-mapped segments, small range). */
 static unsigned pool_kind_for(const stow_pool_t *pool, size_t rounded)
 {
-    if (pool->vmm)
-        return rounded <= pool->vmm_small_bytes ? STOW_POOL_SMALL : STOW_POOL_LARGE;
-    return rounded <= STOW_SMALL_REQUEST_BYTES ? STOW_POOL_SMALL : STOW_POOL_LARGE;
+    return rounded <= pool->small_kind_max_bytes ? STOW_POOL_SMALL : STOW_POOL_LARGE;
 }
 
 /* Page-mapped small range: whether block b, best fit for `rounded` bytes,
