@@ -17,16 +17,31 @@
 # vmm against classic (vmm_churn --replays 5 replays the long run four more
 # times on the same warm pools, interleaving the two policies: the median of
 # the per-replay ratios of replays 3 to 5), then a summary by model.
-# Extra arguments go to vmm_churn as settings (--conf ...).
+# Time on a shared VM scatters: REPLAYS (5 by default, 3 to 64) sets vmm_churn's
+# --replays, so that the median is over REPLAYS - 2 ratios. INSTRUCTIONS=1 adds
+# a column that does not scatter: vmm's instructions per event against
+# classic's over four warm passes of the long run (bench/warm_instructions.sh,
+# under callgrind: about 20 s a long run of 126,549 events).
+# Extra arguments go to vmm_churn (and warm_instructions) as settings (--conf ...).
 # Usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...]   (from the repository
-# root, after building; STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by
-# default)
+# root, after building; STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5,
+# REPLAYS=5 and INSTRUCTIONS=0 by default)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/shared_traces.sh"
 factors=${FACTORS:-0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5}
 steps=${STEPS:-40}
+replays=${REPLAYS:-5}
+instructions=${INSTRUCTIONS:-0}
+if ! [[ "$replays" =~ ^[0-9]+$ ]] || [ "$replays" -lt 3 ] || [ "$replays" -gt 64 ]; then
+    echo "vmm_long_run: REPLAYS=$replays: a count from 3 to 64" >&2
+    exit 2
+fi
+if [ "$instructions" != 0 ] && [ "$instructions" != 1 ]; then
+    echo "vmm_long_run: INSTRUCTIONS=$instructions: 0 or 1" >&2
+    exit 2
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -46,9 +61,15 @@ for t in "$out"/long/*.rep; do
     events=$(head -1 "$t" | cut -d' ' -f2)
     parts=$(( (events + period / 2) / period ))
     [ "$parts" -gt 64 ] && parts=64
-    churn=$("$root/build/vmm_churn" --replays 5 --parts "$parts" "$@" "$t")
+    churn=$("$root/build/vmm_churn" --replays "$replays" --parts "$parts" "$@" "$t")
     host=$(sed -n 's/.*vmm\/classic host time \([0-9.]*\).*/\1/p' <<<"$churn")
-    echo "$name $period $events $parts $host $(grep "first replay, map+unmap" <<<"$churn" | cut -d: -f2)"
+    instr=-
+    if [ "$instructions" = 1 ]; then
+        # The last cell of warm_instructions' row: vmm / classic.
+        instr=$(POLICIES="classic vmm" bash "$root/bench/warm_instructions.sh" "$@" "$t" |
+            tail -1 | awk -F'|' '{gsub(/ /, "", $(NF-1)); print $(NF-1)}')
+    fi
+    echo "$name $period $events $parts $host $instr $(grep "first replay, map+unmap" <<<"$churn" | cut -d: -f2)"
 done >"$out/parts.txt"
 
 python3 - "$out/parts.txt" <<'EOF'
@@ -58,7 +79,8 @@ rows = []
 for line in open(sys.argv[1]):
     f = line.split()
     name, period, events, parts, host = f[0], int(f[1]), int(f[2]), int(f[3]), float(f[4])
-    calls = [int(x) for x in f[5:]]
+    instr = None if f[5] == "-" else float(f[5])
+    calls = [int(x) for x in f[6:]]
     last = calls[-10:]
     slice_events = events / parts
     # Settled from: the first slice after which no slice makes more than twice
@@ -68,21 +90,29 @@ for line in open(sys.argv[1]):
     while settled > 0 and calls[settled - 1] <= bound:
         settled -= 1
     rows.append((name, period, 1000 * sum(last) / (len(last) * slice_events),
-                 sum(last) / len(last) * period / slice_events, settled + 1, host))
-print("| long run | events per step | maps+unmaps / 1000 events, last 10 steps | per step | settled from step | host time vs classic |")
-print("|---|---:|---:|---:|---:|---:|")
-for name, period, per_k, per_step, settled, host in rows:
-    print(f"| {name} | {period} | {per_k:.1f} | {per_step:.0f} | {settled} | {host:.2f} |")
+                 sum(last) / len(last) * period / slice_events, settled + 1, host, instr))
+counted = all(r[6] is not None for r in rows)
+print("| long run | events per step | maps+unmaps / 1000 events, last 10 steps | per step | settled from step | host time vs classic |"
+      + (" instructions vs classic |" if counted else ""))
+print("|---|---:|---:|---:|---:|---:|" + ("---:|" if counted else ""))
+for name, period, per_k, per_step, settled, host, instr in rows:
+    print(f"| {name} | {period} | {per_k:.1f} | {per_step:.0f} | {settled} | {host:.2f} |"
+          + (f" {instr:.3f} |" if counted else ""))
 print()
 families = {}
-for name, _, per_k, _, settled, host in rows:
-    families.setdefault(name.split("_x")[0], []).append((per_k, settled, host))
+for name, _, per_k, _, settled, host, instr in rows:
+    families.setdefault(name.split("_x")[0], []).append((per_k, settled, host, instr))
 for fam, v in families.items():
-    churn = [c for c, _, _ in v]
-    hosts = [h for _, _, h in v]
-    print(f"{fam}: {len(v)} long runs; maps+unmaps per 1000 events, last 10 steps: "
-          f"median {statistics.median(churn):.1f}, mean {statistics.mean(churn):.1f}, "
-          f"max {max(churn):.1f}, above 20: {sum(1 for x in churn if x > 20)}; "
-          f"settled from step {min(s for _, s, _ in v)}-{max(s for _, s, _ in v)}; "
-          f"host time vs classic: median {statistics.median(hosts):.2f}, max {max(hosts):.2f}")
+    churn = [c for c, _, _, _ in v]
+    hosts = [h for _, _, h, _ in v]
+    line = (f"{fam}: {len(v)} long runs; maps+unmaps per 1000 events, last 10 steps: "
+            f"median {statistics.median(churn):.1f}, mean {statistics.mean(churn):.1f}, "
+            f"max {max(churn):.1f}, above 20: {sum(1 for x in churn if x > 20)}; "
+            f"settled from step {min(s for _, s, _, _ in v)}-{max(s for _, s, _, _ in v)}; "
+            f"host time vs classic: median {statistics.median(hosts):.2f}, max {max(hosts):.2f}")
+    if counted:
+        ins = [i for _, _, _, i in v]
+        line += (f"; instructions vs classic: median {statistics.median(ins):.3f}, "
+                 f"max {max(ins):.3f}")
+    print(line)
 EOF

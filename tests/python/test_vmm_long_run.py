@@ -5,6 +5,7 @@ line per model."""
 
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -39,6 +40,41 @@ class VmmLongRun(unittest.TestCase):
         for name in NAMES:
             self.assertTrue(re.search(r"^%s: 2 long runs; .*host time vs classic: median [0-9.]+"
                                       % name, p.stdout, re.M), p.stdout)
+
+    def run_script(self, **settings):
+        with tempfile.TemporaryDirectory() as d:
+            for name in NAMES:
+                os.symlink(os.path.abspath(TRACE), os.path.join(d, name + ".rep"))
+            env = dict(os.environ, STOW_TRACES_DIR=d, STEPS="3", FACTORS="1.05", **settings)
+            return subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env)
+
+    def test_bad_settings_are_refused_before_any_work(self):
+        for key, value in (("REPLAYS", "2"), ("REPLAYS", "65"), ("REPLAYS", "x"),
+                           ("INSTRUCTIONS", "yes")):
+            p = self.run_script(**{key: value})
+            self.assertEqual(p.returncode, 2, (key, value, p.stdout))
+            self.assertIn("%s=%s" % (key, value), p.stderr)
+            self.assertNotIn("long run", p.stdout)
+
+    @unittest.skipUnless(shutil.which("valgrind"), "INSTRUCTIONS=1 counts under callgrind")
+    def test_instructions_add_a_column_and_a_summary(self):
+        p = self.run_script(INSTRUCTIONS="1", REPLAYS="3")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = [l for l in p.stdout.splitlines() if l.startswith("| ") and "long run" not in l]
+        self.assertEqual(len(rows), 2 * len(NAMES), p.stdout)
+        counts = {}
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            self.assertEqual(len(cells), 7, row)
+            # vmm does more per event than classic (granule bitmaps), and not ten times more.
+            self.assertTrue(1.0 < float(cells[6]) < 10.0, row)
+            counts.setdefault(cells[0].endswith("_x1.05"), set()).add(cells[6])
+        # The same trace under five names counts the same: the count is deterministic.
+        self.assertEqual([len(c) for c in counts.values()], [1, 1], p.stdout)
+        for name in NAMES:
+            self.assertTrue(re.search(r"^%s: 2 long runs; .*; instructions vs classic: "
+                                      r"median [0-9.]+, max [0-9.]+$" % name, p.stdout, re.M),
+                            p.stdout)
 
 
 if __name__ == "__main__":
