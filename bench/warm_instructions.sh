@@ -8,8 +8,10 @@
 # (parsing the trace, the first pass, the report) is the same in both runs, so their difference
 # is four warm passes. Prints one Markdown row per trace: the events, each policy's instructions
 # per event per warm pass, and each later policy against the first (vmm / classic by default).
-# Deterministic: one run is enough, and two builds compare exactly (STOWAGE=build_a/stowage, then
-# STOWAGE=build_b/stowage), where timing needs medians over many rounds (bench/ab_builds.sh).
+# Deterministic but for the timed figure's median sort and printing (a few tens of instructions a
+# run: a count on a rounding boundary may move by one unit of its last digit): one run is enough,
+# and two builds compare to that (STOWAGE=build_a/stowage, then STOWAGE=build_b/stowage), where
+# timing needs medians over many rounds (bench/ab_builds.sh).
 # Instructions are not time: cache misses and branch mispredictions are not in them.
 # Usage: [POLICIES="classic vmm"] [STOWAGE=build/stowage] bench/warm_instructions.sh
 #            [--conf KEY:VALUE,...] TRACE...      (from the repository root, after building;

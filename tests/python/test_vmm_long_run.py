@@ -68,9 +68,13 @@ class VmmLongRun(unittest.TestCase):
             self.assertEqual(len(cells), 7, row)
             # vmm does more per event than classic (granule bitmaps), and not ten times more.
             self.assertTrue(1.0 < float(cells[6]) < 10.0, row)
-            counts.setdefault(cells[0].endswith("_x1.05"), set()).add(cells[6])
-        # The same trace under five names counts the same: the count is deterministic.
-        self.assertEqual([len(c) for c in counts.values()], [1, 1], p.stdout)
+            counts.setdefault(cells[0].endswith("_x1.05"), []).append(float(cells[6]))
+        # The same trace under five names counts the same, to the last printed digit (a
+        # count moves by a few tens of instructions with the timed figure's sorting and
+        # printing: tests/python/test_warm_instructions.py).
+        for same in counts.values():
+            self.assertEqual(len(same), len(NAMES), p.stdout)
+            self.assertLessEqual(max(same) - min(same), 0.001 * 1.001, p.stdout)
         for name in NAMES:
             self.assertTrue(re.search(r"^%s: 2 long runs; .*; instructions vs classic: "
                                       r"median [0-9.]+, max [0-9.]+$" % name, p.stdout, re.M),
