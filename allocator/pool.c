@@ -16,7 +16,12 @@ unsigned stow_version(void) { return STOW_VERSION_HEX; }
 
 /* ---- free-index bookkeeping shared with segment.c and stream.c ---- */
 
-void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b)
+/* Inlined into this file's hot paths (merges at free, splits at allocation;
+ * about 0.8 insertions and removals per event under vmm, 0.56 under classic):
+ * as calls, their register saves and returns cost vmm 15 and classic 9
+ * instructions per event on gpt2_train's long run (bench/warm_instructions.sh).
+ * The other files call the exported wrappers. */
+static inline __attribute__((always_inline)) void index_insert(stow_pool_t *pool, stow_block_t *b)
 {
     stow__free_index_insert(&b->owner->free[b->pool_kind], b);
     stow__pool_count_split(pool, b, true);
@@ -24,13 +29,17 @@ void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b)
         pool->largest_free_cache = b->size_bytes;
 }
 
-void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b)
+static inline __attribute__((always_inline)) void index_remove(stow_pool_t *pool, stow_block_t *b)
 {
     stow__free_index_remove(&b->owner->free[b->pool_kind], b);
     stow__pool_count_split(pool, b, false);
     if (b->size_bytes >= pool->largest_free_cache)
         pool->largest_free_dirty = true;
 }
+
+void stow__pool_index_insert(stow_pool_t *pool, stow_block_t *b) { index_insert(pool, b); }
+
+void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b) { index_remove(pool, b); }
 
 static void largest_of_state(stow_stream_state_t *ss, uint64_t *largest)
 {
@@ -56,7 +65,7 @@ static stow_block_t *coalesce(stow_pool_t *pool, stow_block_t *b)
 {
     stow_block_t *prev = b->prev;
     if (prev && prev->state == BLOCK_FREE && prev->owner == b->owner) {
-        stow__pool_index_remove(pool, prev);
+        index_remove(pool, prev);
         prev->size_bytes += b->size_bytes;
         prev->next = b->next;
         if (b->next)
@@ -68,7 +77,7 @@ static stow_block_t *coalesce(stow_pool_t *pool, stow_block_t *b)
     }
     stow_block_t *next = b->next;
     if (next && next->state == BLOCK_FREE && next->owner == b->owner) {
-        stow__pool_index_remove(pool, next);
+        index_remove(pool, next);
         b->size_bytes += next->size_bytes;
         b->next = next->next;
         if (next->next)
@@ -113,7 +122,7 @@ void stow__pool_make_free(stow_pool_t *pool, stow_block_t *b, stow_stream_state_
     b->owner = pool->has_events ? owner : pool->any;
     b->free_seq = ++b->owner->free_seq;
     b = coalesce(pool, b);
-    stow__pool_index_insert(pool, b);
+    index_insert(pool, b);
 }
 
 /* ---- create / destroy ---- */
@@ -345,17 +354,17 @@ static void split_block(stow_pool_t *pool, stow_block_t *b, size_t rounded)
 {
     stow_block_t *rem = cut_block(pool, b, rounded);
     rem->state = BLOCK_FREE;
-    stow__pool_index_insert(pool, rem);
+    index_insert(pool, rem);
 }
 
 stow_block_t *stow__pool_split_free_at(stow_pool_t *pool, stow_block_t *b, size_t offset_bytes)
 {
     stow_assert_internal(b->state == BLOCK_FREE && offset_bytes > 0 &&
                          offset_bytes < b->size_bytes);
-    stow__pool_index_remove(pool, b);
+    index_remove(pool, b);
     stow_block_t *upper = cut_block(pool, b, offset_bytes);
-    stow__pool_index_insert(pool, b);
-    stow__pool_index_insert(pool, upper);
+    index_insert(pool, b);
+    index_insert(pool, upper);
     return upper;
 }
 
@@ -388,7 +397,7 @@ static inline __attribute__((always_inline)) void hand_out(stow_pool_t *pool, st
 static void take_block(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
                        size_t rounded, size_t requested, bool hit, bool split)
 {
-    stow__pool_index_remove(pool, b);
+    index_remove(pool, b);
     if (split)
         split_block(pool, b, rounded);
     stow__ptr_map_put(&pool->live, b->addr, b);
@@ -463,8 +472,8 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     /* The block stays free: merge it back with what placement may have carved
      * off it (free neighbours of the same owner); a block found on the retry
      * path was not moved, so it holds no extra granules. */
-    stow__pool_index_remove(pool, *b);
-    stow__pool_index_insert(pool, coalesce(pool, *b));
+    index_remove(pool, *b);
+    index_insert(pool, coalesce(pool, *b));
     pool->placed_extra = 0;
     if (st != STOW_ENOMEM)
         return st;
