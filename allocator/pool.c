@@ -305,25 +305,19 @@ static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsign
     return (b && block_acceptable(pool, b, rounded)) ? b : NULL;
 }
 
-static bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
+static inline bool should_split(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
 {
     size_t remaining = b->size_bytes - rounded;
-    /* Page-mapped: a remainder is only address space, and keeping it out of the
-     * block keeps granules it covers unmapped. */
-    if (b->pool_kind == STOW_POOL_SMALL || b->segment->granules)
+    /* Page-mapped (every block lies in a range of granules; the pool's flag,
+     * not the block's segment, says so: one load chain fewer on every
+     * allocation there): a remainder is only address space, and keeping it
+     * out of the block keeps granules it covers unmapped. */
+    if (pool->vmm || b->pool_kind == STOW_POOL_SMALL)
         return remaining >= STOW_MIN_BLOCK_BYTES;
     /* A large-pool remainder of at most 1 MiB could only ever serve small
      * requests, which never come to the large pool: keep it in the block. */
     return b->size_bytes < pool->config.max_split_size_bytes &&
            remaining > STOW_SMALL_REQUEST_BYTES;
-}
-
-/* should_split in a page-mapped pool, whose blocks all lie in ranges of
- * granules: any remainder of a block is cut off (one load chain fewer on every
- * allocation there). */
-static inline bool vmm_should_split(const stow_block_t *b, size_t rounded)
-{
-    return b->size_bytes - rounded >= STOW_MIN_BLOCK_BYTES;
 }
 
 /* Cuts b at b->addr + offset_bytes: b keeps the lower part, the returned new
@@ -465,7 +459,7 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
                                        unsigned kind, size_t rounded, size_t requested,
                                        stow_block_t **b, bool *split)
 {
-    *split = vmm_should_split(*b, rounded);
+    *split = should_split(pool, *b, rounded);
     stow_status_t st = stow__vmm_back(pool, *b, *split ? rounded : (*b)->size_bytes);
     if (st == STOW_OK)
         return st;
@@ -483,7 +477,7 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
     *b = find_fit(pool, ss, kind, rounded);
     st = *b ? STOW_OK : stow__vmm_grow(pool, ss, kind, rounded, b);
     if (st == STOW_OK) {
-        *split = vmm_should_split(*b, rounded);
+        *split = should_split(pool, *b, rounded);
         st = stow__vmm_back(pool, *b, *split ? rounded : (*b)->size_bytes);
     }
     pool->acct.s.retry_time_ns += now_ns() - t0;
