@@ -1,6 +1,7 @@
 """bench/warm_instructions.sh on the bundled trace: one row per trace with each policy's warm
 instructions per event and their ratio, the same counts on a second run to the last printed
-digit (callgrind counts do not depend on the machine's load), and a malformed trace refused with its file, line and reason."""
+digit (callgrind counts do not depend on the machine's load), and a malformed trace refused with
+its file, line and reason."""
 
 import os
 import shutil
