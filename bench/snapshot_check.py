@@ -56,7 +56,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-import stowage_import_snapshot as importer  # noqa: E402  (its refusing unpickler)
+from stowage import snapshot_import as importer  # noqa: E402  (its refusing unpickler)
 
 SMALL_SEGMENT = 2 << 20   # PyTorch's kSmallBuffer: every small-pool segment
 SMALL_REQUEST = 1 << 20   # kSmallSize: requests up to this go to the small pool

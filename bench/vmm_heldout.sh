@@ -7,7 +7,7 @@
 # then for the shared and the scaled traces:
 #   - build/stowage replay --policy vmm --policy ideal-remap --min-capacity
 #     --json: peak reserved / peak live and minimum capacity / peak live, and
-#     the peak of the ideal-remap yardstick (models/ideal_remap.c: best-fit
+#     the peak of the ideal-remap yardstick (replay/ideal_remap.c: best-fit
 #     addresses, 2 MiB pages only under live data) / peak live;
 #   - build/vmm_churn: map + unmap calls per 1000 events once the pool has
 #     settled (16 replays on one pool), host time against the classic pool, and

@@ -4,7 +4,7 @@
 #
 # For each TRACE and each policy of POLICIES, runs `stowage replay --policy P --json --repeats N`
 # under callgrind for N = 1 and N = 3. Each repeat replays the trace twice on the same warm pool
-# (an untimed pass, then the timed one: models/replay_engine.c, time_rounds), and everything else
+# (an untimed pass, then the timed one: replay/replay_engine.c, time_rounds), and everything else
 # (parsing the trace, the first pass, the report) is the same in both runs, so their difference
 # is four warm passes. Prints one Markdown row per trace: the events, each policy's instructions
 # per event per warm pass, and each later policy against the first (vmm / classic by default).

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "models/report.h"
+#include "report/report.h"
 
 static void diff_usage(FILE *f)
 {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 #include "stowage/plan.h"
 
 static void peak_usage(FILE *f)

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 #include "stowage/plan.h"
 #include "stowage/trace.h"
 

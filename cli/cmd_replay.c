@@ -6,7 +6,7 @@
  * (--min-capacity), backend calls, OOM errors and host nanoseconds per event.
  *
  * Only argument handling and printing live here; the engine, the policies and
- * the search are in models/replay_engine.h, where the tests reach them.
+ * the search are in replay/replay_engine.h, where the tests reach them.
  *
  * Timing: the measured replay (and the minimum-capacity search) gives every
  * figure but the time. Then every policy of the trace gets a fresh instance and
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 #include "stowage.h"
 #include "stowage/trace.h"
 

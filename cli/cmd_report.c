@@ -1,7 +1,7 @@
 /*
  * cli/cmd_report.c: `stowage report`, the memory report of one trace: a
  * self-contained HTML page, a JSON line, or the growth analysis as text.
- * Glue between argv and models/report.h only.
+ * Glue between argv and report/report.h only.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "models/report.h"
+#include "report/report.h"
 
 static void report_usage(FILE *f)
 {

@@ -98,7 +98,7 @@ build_lib() {
     local cuinc=""
     [ -f /usr/local/cuda/include/cuda.h ] && cuinc="-DSTOW_HAVE_CUDA_HEADERS=1 -isystem /usr/local/cuda/include"
     gcc -std=c11 -O2 -fPIC -shared -fvisibility=hidden -D_GNU_SOURCE -DSTOW_DEBUG=1 $cuinc -Iinclude -I. \
-        allocator/*.c allocator/backend/*.c accounting/*.c trace/*.c planner/*.c \
+        allocator/*.c allocator/backend/*.c accounting/*.c trace/*.c planner/*.c python/csrc/*.c \
         -o "$BUILD/libstowage.so" -lpthread -ldl -lm
 }
 export BUILD

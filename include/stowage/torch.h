@@ -1,6 +1,6 @@
 /*
  * stowage/torch.h: entry points for PyTorch's CUDAPluggableAllocator
- * (allocator/torch_entry.c; docs/torch.md).
+ * (python/csrc/torch_entry.c; docs/torch.md).
  *
  * python/stowage/torch.py installs them with
  *     torch.cuda.memory.CUDAPluggableAllocator(libstowage.so,

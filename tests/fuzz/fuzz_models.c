@@ -40,8 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/pytorch_model.h"
-#include "models/replay_engine.h"
+#include "replay/pytorch_model.h"
+#include "replay/replay_engine.h"
 #include "stowage.h"
 #include "stowage/trace.h"
 #include "tests/fuzz/fuzz_check.h"

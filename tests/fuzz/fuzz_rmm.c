@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_rmm.c: libFuzzer target for the RMM log importer
- * (stow__rmm_import, models/rmm_import.c, behind `stowage import rmm`).
+ * (stow__rmm_import, importers/rmm_import.c, behind `stowage import rmm`).
  *
  * Any input: the importer never crashes and never reads past text_len (the
  * buffer is an exact-size heap copy). An error is STOW_EPARSE with a
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/report.h"
+#include "report/report.h"
 #include "stowage/trace.h"
 #include "tests/fuzz/fuzz_check.h"
 

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_tags.c: libFuzzer target for the tag-file parser
- * (stow__report_tags_parse, models/report_tags.c, read by `stowage report` and
+ * (stow__report_tags_parse, report/report_tags.c, read by `stowage report` and
  * `stowage diff` next to a trace).
  *
  * The first input byte is the id count (0-255), the rest the file. Any input:
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/report.h"
+#include "report/report.h"
 #include "tests/fuzz/fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

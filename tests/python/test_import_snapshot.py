@@ -1,4 +1,4 @@
-"""Tests of python/stowage_import_snapshot.py on snapshot-shaped pickles built here."""
+"""Tests of python/stowage/snapshot_import.py on snapshot-shaped pickles built here."""
 
 import contextlib
 import io
@@ -10,13 +10,13 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "python", "stowage_import_snapshot.py")
+SCRIPT = os.path.join(HERE, "..", "..", "python", "stowage", "snapshot_import.py")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 
 from script_runner import run_on_file  # noqa: E402
 
-import stowage_import_snapshot as imp  # noqa: E402
+from stowage import snapshot_import as imp  # noqa: E402
 
 
 def entry(action, addr, size=0, stream=0, frames=None):

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_diff.c: `stowage diff` (models/report.h): size classes,
+ * tests/unit/test_diff.c: `stowage diff` (report/report.h): size classes,
  * percentages, the figures of one side, and the exit status of the built CLI
  * (0 within the threshold, 1 regression, 2 bad input). No timing asserted.
  */
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "models/report.h"
+#include "report/report.h"
 
 Test(diff, size_classes_and_pct)
 {

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_ideal_remap.c: the `ideal-remap` replay policy
- * (models/ideal_remap.c): best-fit addresses, physical 2 MiB pages exactly
+ * (replay/ideal_remap.c): best-fit addresses, physical 2 MiB pages exactly
  * under live data. Traces small enough to work out by hand, then the model
  * against a brute-force oracle written here (a linear scan for best fit and a
  * count per page), after every event of random traces and of the bundled real
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 #include "stowage.h"
 #include "stowage/trace.h"
 

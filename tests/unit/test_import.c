@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_import.c: `stowage import rmm` (models/rmm_import.c):
+ * tests/unit/test_import.c: `stowage import rmm` (importers/rmm_import.c):
  * RMM logging_resource_adaptor CSV to .rep, dense ids and streams, failures
  * counted, and every malformed row reported as FILE:LINE: reason.
  */
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "models/report.h"
+#include "report/report.h"
 #include "stowage/trace.h"
 
 static stow_status_t import(const char *csv, char **rep, char *err, size_t err_len,

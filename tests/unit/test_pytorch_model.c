@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_pytorch_model.c: rules of the PyTorch caching-allocator model
- * (models/pytorch_native.c) one by one, then a replay of every shared trace
+ * (replay/pytorch_native.c) one by one, then a replay of every shared trace
  * against the reserved-bytes peaks real PyTorch 2.11 reached
  * (../shared/traces/README.md).
  */
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/pytorch_model.h"
+#include "replay/pytorch_model.h"
 #include "stowage/trace.h"
 #include "test_support.h"
 

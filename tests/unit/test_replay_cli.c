@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_replay_cli.c: the replay engine behind `stowage replay`
- * (models/replay_engine.h): the policy table, option parsing and its errors,
+ * (replay/replay_engine.h): the policy table, option parsing and its errors,
  * settings reaching the PyTorch model, the minimum-capacity search on traces
  * small enough to work out by hand, the JSON keys, and the built CLI itself.
  * No timing is asserted anywhere.
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 #include "stowage.h"
 #include "stowage/trace.h"
 

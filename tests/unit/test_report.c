@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_report.c: `stowage report` (models/report.h): min/max
+ * tests/unit/test_report.c: `stowage report` (report/report.h): min/max
  * downsampling keeps the extremes, the allocations alive at the peak, the
  * HTML page is self-contained and carries the data of a small trace, growth
  * detection on a leaking and a steady synthetic trace (tests/data/report_*),
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "models/report.h"
+#include "report/report.h"
 #include "stowage.h"
 #include "stowage/trace.h"
 #include "test_support.h"

@@ -5,7 +5,7 @@ The snapshot is the pickle written by torch.cuda.memory._dump_snapshot(): a
 dict with 'segments' and 'device_traces' (one list of trace entries per
 device; each entry has 'action', 'addr', 'size', 'stream', 'frames', ...).
 
-    python3 python/stowage_import_snapshot.py snapshot.pickle -o out.rep [--device N]
+    python3 python/stowage/snapshot_import.py snapshot.pickle -o out.rep [--device N]
 
 Only the standard library is used. The pickle is read with an Unpickler that
 refuses every class, so a snapshot cannot run code: _dump_snapshot pickles

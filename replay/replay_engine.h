@@ -1,23 +1,23 @@
 /*
- * models/replay_engine.h: the replay engine behind `stowage replay`: a table of
+ * replay/replay_engine.h: the replay engine behind `stowage replay`: a table of
  * allocation policies behind one small vtable, a driver that replays a trace
  * through one of them (measured pass, warm timed passes), the minimum-capacity
  * search, the command-line options and the text/JSON printers.
  *
- * It lives in models/ (static library stowage_models) so that the unit tests
+ * It lives in replay/ (static library stowage_models) so that the unit tests
  * link it; cli/cmd_replay.c is only the glue between argv and these calls.
  *
  * Policies (stow__replay_policies, in `--policy all` order):
  *   classic             the Stowage pool (allocator/) on the simulated device
  *   vmm                 the same pool with page-mapped segments
- *   pytorch             models/pytorch_model.h, native mode
+ *   pytorch             replay/pytorch_model.h, native mode
  *   pytorch-expandable  the same model, expandable_segments:True
- *   naive               one backend reservation per request (models/naive.c)
- *   jemalloc            jemalloc on the host, private arena (models/jemalloc_policy.c)
+ *   naive               one backend reservation per request (replay/naive.c)
+ *   jemalloc            jemalloc on the host, private arena (replay/jemalloc_policy.c)
  *   jemalloc-decay      the same with jemalloc's default decay (by name only)
  *   jemalloc-tcache     the same as jemalloc with a thread cache (by name only)
  *   ideal-remap         reference: best-fit addresses, physical pages exactly
- *                       under live data (models/ideal_remap.c; by name only)
+ *                       under live data (replay/ideal_remap.c; by name only)
  * To add one: define a stow_replay_policy_t and list it in replay_engine.c.
  *
  * Thread safety: none. Every call here is single-threaded (one replay at a time

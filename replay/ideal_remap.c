@@ -1,5 +1,5 @@
 /*
- * models/ideal_remap.c: the `ideal-remap` replay policy, the reference that
+ * replay/ideal_remap.c: the `ideal-remap` replay policy, the reference that
  * ../shared/traces/README.md calls "a perfect page-granular remapping
  * allocator (physical memory mapped in 2 MiB pages only where live data is,
  * virtual addresses best-fit)". The goal of 1.01 x live for policy vmm (issue
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 
 #define IR_ALIGN_BYTES 512u
 #define IR_PAGE_SHIFT 21u /* 2 MiB: STOW_REPLAY_CAPACITY_STEP_BYTES */

@@ -1,10 +1,10 @@
 /*
- * models/report_tags.c: tag files, "<id> <tag text>" per line, that `stowage
- * report` and `stowage diff` read next to a trace (contract: models/report.h).
+ * report/report_tags.c: tag files, "<id> <tag text>" per line, that `stowage
+ * report` and `stowage diff` read next to a trace (contract: report/report.h).
  * The parser works on memory, so that tests/fuzz/fuzz_tags.c can drive it
  * without the rest of the models.
  */
-#include "models/report.h"
+#include "report/report.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
- * models/report_html.c: the self-contained HTML page of `stowage report` and
- * its one-line JSON summary (contract: models/report.h).
+ * report/report_html.c: the self-contained HTML page of `stowage report` and
+ * its one-line JSON summary (contract: report/report.h).
  *
  * The page carries no URL at all: inline CSS, one inline script, and the data
  * as compact JSON arrays that the script draws on canvases. What cannot be
@@ -9,7 +9,7 @@
  * the N largest allocations as bars, and every other allocation as a heat map
  * of bytes alive per (time bucket, power-of-two size class).
  */
-#include "models/report.h"
+#include "report/report.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

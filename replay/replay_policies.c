@@ -1,14 +1,14 @@
 /*
- * models/replay_policies.c: the replay-engine adapters of the policies that
+ * replay/replay_policies.c: the replay-engine adapters of the policies that
  * already exist elsewhere: `classic` and `vmm` (the Stowage pool of allocator/
  * on the simulated device) and `pytorch` / `pytorch-expandable`
- * (models/pytorch_model.h).
+ * (replay/pytorch_model.h).
  * Each adapter only translates calls; it must not change any policy decision.
  */
 #include <stdlib.h>
 
-#include "models/pytorch_model.h"
-#include "models/replay_engine.h"
+#include "replay/pytorch_model.h"
+#include "replay/replay_engine.h"
 #include "stowage.h"
 #include "stowage/sim.h"
 

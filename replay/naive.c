@@ -1,5 +1,5 @@
 /*
- * models/naive.c: the `naive` replay policy: no caching at all, one backend
+ * replay/naive.c: the `naive` replay policy: no caching at all, one backend
  * reservation per request, released on free; what calling cudaMalloc and
  * cudaFree per tensor costs in reserved memory and backend calls.
  *
@@ -16,7 +16,7 @@
  */
 #include <stdlib.h>
 
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 #include "stowage/sim.h"
 
 typedef struct naive {

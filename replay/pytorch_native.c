@@ -1,6 +1,6 @@
 /*
- * models/pytorch_native.c: the PyTorch CUDACachingAllocator replay model, native
- * and expandable_segments modes (contract in models/pytorch_model.h).
+ * replay/pytorch_native.c: the PyTorch CUDACachingAllocator replay model, native
+ * and expandable_segments modes (contract in replay/pytorch_model.h).
  *
  * This file owns the model's host state: block structs (slab-allocated, addressed by
  * handle), two pools (small, large) each with a treap of free mapped blocks keyed
@@ -22,7 +22,7 @@
  *   - no two neighbouring blocks are both free and of the same mapped state;
  *   - sum of mapped block sizes == reserved_bytes_current == total_reserved.
  */
-#include "models/pytorch_model.h"
+#include "replay/pytorch_model.h"
 
 #include <stdint.h>
 #include <stdlib.h>

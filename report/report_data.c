@@ -1,16 +1,16 @@
 /*
- * models/report_data.c: the timeline replay, the allocations alive at a point,
- * and iteration boundaries with leak detection (contract: models/report.h). It samples the policies it can observe per event (the
+ * report/report_data.c: the timeline replay, the allocations alive at a point,
+ * and iteration boundaries with leak detection (contract: report/report.h). It samples the policies it can observe per event (the
  * Stowage pool through its public stats, the PyTorch model through its own)
  * and asks the replay engine for the headline figures of the others.
  */
-#include "models/report.h"
+#include "report/report.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/pytorch_model.h"
+#include "replay/pytorch_model.h"
 #include "stowage/sim.h"
 
 unsigned stow__report_size_class(uint64_t size_bytes)

@@ -1,5 +1,5 @@
 /*
- * models/report.h: the analyses behind `stowage report`, `stowage diff` and
+ * report/report.h: the analyses behind `stowage report`, `stowage diff` and
  * `stowage import` (docs/report.md): a timeline of live and reserved bytes
  * replayed under a policy and downsampled so that peaks survive, the
  * allocations alive at the peak, allocation lifetimes aggregated for drawing,
@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 #include "stowage.h"
 #include "stowage/trace.h"
 
@@ -144,7 +144,7 @@ void stow__report_growth_print(FILE *f, const stow_report_t *r, const stow_growt
  * '\r' dropped), of any length. Returns NULL and writes "FILE:LINE: reason"
  * into err on bad input (a NUL byte in a line included), "FILE: reason" when
  * the file cannot be read or host memory runs out. Free with
- * stow__report_tags_free. models/report_tags.c. */
+ * stow__report_tags_free. report/report_tags.c. */
 const char **stow__report_tags_load(const char *path, uint32_t id_count, char *err,
                                     size_t err_len);
 /* The same from memory; `name` is used in messages. */

@@ -1,10 +1,10 @@
 /*
- * models/rmm_import.c: RMM's logging_resource_adaptor CSV to the .rep trace
- * format (contract: models/report.h). Strict: any row it cannot account for
+ * importers/rmm_import.c: RMM's logging_resource_adaptor CSV to the .rep trace
+ * format (contract: report/report.h). Strict: any row it cannot account for
  * is an error with its line, because a silently dropped free would turn into
  * a fake leak in every later analysis.
  */
-#include "models/report.h"
+#include "report/report.h"
 
 #include <ctype.h>
 #include <errno.h>

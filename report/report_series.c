@@ -1,9 +1,9 @@
 /*
- * models/report_series.c: min/max downsampling of per-event series for the
- * report's charts (contract: models/report.h). A bucket keeps both extremes,
+ * report/report_series.c: min/max downsampling of per-event series for the
+ * report's charts (contract: report/report.h). A bucket keeps both extremes,
  * so a drawn curve never hides a peak however many events share a pixel.
  */
-#include "models/report.h"
+#include "report/report.h"
 
 size_t stow__series_downsample(const uint64_t *values, size_t n, size_t max_buckets,
                                stow_bucket_t *out)

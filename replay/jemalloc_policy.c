@@ -1,5 +1,5 @@
 /*
- * models/jemalloc_policy.c: the `jemalloc` replay policy: the trace's requests
+ * replay/jemalloc_policy.c: the `jemalloc` replay policy: the trace's requests
  * go to jemalloc 5.3 on the host (mallocx/sdallocx), a reference for host cost
  * per event of a mature general-purpose allocator on the same events.
  *
@@ -52,7 +52,7 @@
 #include <stdlib.h>
 #include <sys/types.h>
 
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 
 /* Smallest margin of the peak sampling (see je_sample). */
 #define JE_MIN_MARGIN_BYTES ((uint64_t)16 << 20)

@@ -1,9 +1,9 @@
 /*
- * models/report_diff.c: the comparison behind `stowage diff` (contract:
- * models/report.h): headline figures of two traces under one policy, and
+ * report/report_diff.c: the comparison behind `stowage diff` (contract:
+ * report/report.h): headline figures of two traces under one policy, and
  * which size classes and tags hold more bytes at the peak.
  */
-#include "models/report.h"
+#include "report/report.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -1,12 +1,12 @@
 /*
- * models/replay_engine.c: the replay driver, the minimum-capacity search, the
+ * replay/replay_engine.c: the replay driver, the minimum-capacity search, the
  * options and the printers of `stowage replay` (contract: replay_engine.h).
  *
  * It owns no allocation policy: every decision is the policy's, through the
  * vtable. The hot loop (pass) makes one indirect call per event for every
  * policy alike, so host costs compare fairly between policies.
  */
-#include "models/replay_engine.h"
+#include "replay/replay_engine.h"
 
 #include <errno.h>
 #include <inttypes.h>

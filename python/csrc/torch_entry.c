@@ -1,5 +1,5 @@
 /*
- * allocator/torch_entry.c: PyTorch CUDAPluggableAllocator entry points
+ * python/csrc/torch_entry.c: PyTorch CUDAPluggableAllocator entry points
  * (stowage/torch.h).
  *
  * Owns the per-device pools behind the C-ABI hooks PyTorch calls, their lazy

@@ -1,5 +1,5 @@
 /*
- * models/pytorch_model.h: a replay model of PyTorch's native CUDACachingAllocator
+ * replay/pytorch_model.h: a replay model of PyTorch's native CUDACachingAllocator
  * (c10/cuda/CUDACachingAllocator.cpp) and of its expandable_segments mode.
  *
  * The model runs on a simulated device: no GPU, no CUDA. It keeps the allocator's
