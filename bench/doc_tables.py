@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""bench/doc_tables.py: the replay tables of README.md and docs/benchmarks.md, from the code.
+
+    python3 bench/doc_tables.py --print                 # every table, as Markdown
+    python3 bench/doc_tables.py --check README.md docs/benchmarks.md
+    python3 bench/doc_tables.py --write README.md docs/benchmarks.md
+
+A table in a document follows a marker line `<!-- doc_tables:NAME -->`. --check regenerates
+each marked table and fails (exit 1, with both versions) when the document differs; --write
+replaces it. The tables hold only figures a replay reproduces exactly (bytes, ratios, calls):
+host time moves with the machine and is left to bench/replay_all.sh.
+
+The replays: `STOWAGE replay --policy all --policy ideal-remap --min-capacity --json --repeats 1`
+on the five shared traces (TRACES, default ../shared/traces beside the repository), about 10 s on
+2 cores. PyTorch's own figures come from TRACES/README.md (measured on an H200).
+Exit status: 0 ok, 1 a table differs, 2 bad usage or input, 77 the traces are missing.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+TRACES = ["gpt2_train", "resnet50_train", "resnet_multiscale_train", "vit_train", "gpt2_generate"]
+MARKER = re.compile(r"<!-- doc_tables:([a-z_]+) -->")
+
+
+def replay(stowage, traces_dir):
+    paths = [os.path.join(traces_dir, t + ".rep") for t in TRACES]
+    cmd = [stowage, "replay", "--policy", "all", "--policy", "ideal-remap", "--min-capacity",
+           "--json", "--repeats", "1"] + paths
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"doc_tables: {' '.join(cmd)} failed:\n{out.stderr}")
+    rows = {}
+    for line in out.stdout.splitlines():
+        j = json.loads(line)
+        rows.setdefault(os.path.basename(j["trace"])[:-4], {})[j["policy"]] = j
+    return rows
+
+
+def pytorch_figures(traces_dir):
+    """PyTorch's max reserved bytes per trace: {trace: (native, expandable)}."""
+    figures = {}
+    with open(os.path.join(traces_dir, "README.md")) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 4 and cells[0] in TRACES:
+                figures[cells[0]] = tuple(int(c.split()[0]) for c in cells[2:4])
+    missing = [t for t in TRACES if t not in figures]
+    if missing:
+        sys.exit(f"doc_tables: {traces_dir}/README.md: no figures for {', '.join(missing)}")
+    return figures
+
+
+def ratio(j, key="peak_reserved_bytes"):
+    return j[key] / j["peak_live_bytes"]
+
+
+def table_readme(rows, real):
+    out = ["| trace | peak live | Stowage classic | Stowage vmm | PyTorch native | "
+           "PyTorch expandable |", "|---|---:|---:|---:|---:|---:|"]
+    for t in TRACES:
+        r = rows[t]
+        live = r["classic"]["peak_live_bytes"]
+        out.append(f"| {t} | {live / 2**30:.2f} GiB | {ratio(r['classic']):.3f} | "
+                   f"{ratio(r['vmm']):.4f} | {real[t][0] / live:.3f} | {real[t][1] / live:.3f} |")
+    return out
+
+
+POLICIES = ["classic", "vmm", "pytorch", "pytorch-expandable", "naive", "jemalloc", "ideal-remap"]
+
+
+def table_memory(rows, real):
+    out = ["| trace | " + " | ".join(POLICIES) + " |", "|---|" + "---:|" * len(POLICIES)]
+    for t in TRACES:
+        cells = []
+        for p in POLICIES:
+            j = rows[t][p]
+            cell = f"{ratio(j):.4f}"
+            if j.get("min_capacity_bytes") and p != "ideal-remap":
+                cell += f" ({ratio(j, 'min_capacity_bytes'):.4f})"
+            cells.append(cell)
+        out.append(f"| {t} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_calls(rows, real):
+    pols = ["classic", "vmm", "pytorch", "pytorch-expandable", "naive", "ideal-remap"]
+    out = ["| trace | events | " + " | ".join(pols) + " |", "|---|---:|" + "---:|" * len(pols)]
+    for t in TRACES:
+        cells = []
+        for p in pols:
+            j = rows[t][p]
+            maps = (j.get("map_calls") or 0) + (j.get("unmap_calls") or 0)
+            both = maps and maps != j["backend_calls"]
+            cells.append(f"{j['backend_calls']}" + (f" ({maps})" if both else ""))
+        out.append(f"| {t} | {rows[t]['classic']['events']} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_vmm(rows, real):
+    out = ["| trace | map | unmap | events recorded | events waited on | synchronizes |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for t in TRACES:
+        j = rows[t]["vmm"]
+        out.append(f"| {t} | {j['map_calls']} | {j['unmap_calls']} | {j['event_records']} | "
+                   f"{j['event_waits']} | {j['sync_calls']} |")
+    return out
+
+
+def table_models(rows, real):
+    out = ["| trace | mode | model peak reserved | PyTorch 2.11 | error |", "|---|---|---:|---:|---:|"]
+    for t in TRACES:
+        for mode, policy, ref in (("native", "pytorch", real[t][0]),
+                                  ("expandable", "pytorch-expandable", real[t][1])):
+            got = rows[t][policy]["peak_reserved_bytes"]
+            out.append(f"| {t} | {mode} | {got} | {ref} | {100.0 * (got - ref) / ref:+.3f} % |")
+    return out
+
+
+TABLES = {"readme": table_readme, "memory": table_memory, "calls": table_calls,
+          "vmm": table_vmm, "models": table_models}
+
+
+def documents(paths):
+    """Yields (path, lines, [(marker index, name, table start, table end)])."""
+    for path in paths:
+        with open(path) as f:
+            lines = f.read().split("\n")
+        found = []
+        for i, line in enumerate(lines):
+            m = MARKER.search(line)
+            if not m:
+                continue
+            if m.group(1) not in TABLES:
+                sys.exit(f"doc_tables: {path}:{i + 1}: unknown table '{m.group(1)}'")
+            end = i + 1
+            while end < len(lines) and lines[end].startswith("|"):
+                end += 1
+            found.append((i, m.group(1), i + 1, end))
+        yield path, lines, found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--print", action="store_true", help="print every table")
+    mode.add_argument("--check", action="store_true", help="fail when a document differs")
+    mode.add_argument("--write", action="store_true", help="rewrite the tables in place")
+    ap.add_argument("--stowage", default=os.path.join(ROOT, "build", "stowage"))
+    ap.add_argument("--traces", default=os.environ.get("STOW_TRACES_DIR",
+                                                       os.path.join(ROOT, "..", "shared", "traces")))
+    ap.add_argument("files", nargs="*")
+    a = ap.parse_args()
+    if not all(os.path.exists(os.path.join(a.traces, t + ".rep")) for t in TRACES):
+        print(f"doc_tables: the shared traces are not in {a.traces}: nothing checked")
+        return 77
+    rows, real = replay(a.stowage, a.traces), pytorch_figures(a.traces)
+    tables = {name: fn(rows, real) for name, fn in TABLES.items()}
+    if a.print:
+        for name, table in tables.items():
+            print(f"<!-- doc_tables:{name} -->\n" + "\n".join(table) + "\n")
+        return 0
+    status = 0
+    for path, lines, found in documents(a.files):
+        for i, name, start, end in reversed(found):
+            if lines[start:end] == tables[name]:
+                continue
+            if a.check:
+                status = 1
+                print(f"{path}:{i + 1}: table '{name}' differs from the code's figures.\n"
+                      "in the document:\n" + "\n".join(lines[start:end]) +
+                      "\nfrom the replays:\n" + "\n".join(tables[name]) + "\n")
+            else:
+                lines[start:end] = tables[name]
+        if a.write:
+            with open(path, "w") as f:
+                f.write("\n".join(lines))
+    if a.check and status == 0:
+        print(f"doc_tables: every marked table of {', '.join(a.files)} matches the replays")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
