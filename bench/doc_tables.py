@@ -125,6 +125,75 @@ TABLES = {"readme": table_readme, "memory": table_memory, "calls": table_calls,
           "vmm": table_vmm, "models": table_models}
 
 
+def run_script(args, env=None):
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, **(env or {})))
+    if out.returncode != 0:
+        sys.exit(f"doc_tables: {' '.join(args)} failed:\n{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def summary_count(text, prefix):
+    """(count, the list after it) of a summary line 'PREFIX: N: a 1.01, b 1.02'."""
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            rest = line[len(prefix):].lstrip(": ")
+            count, _, items = rest.partition(":")
+            return int(count), items.strip()
+    sys.exit(f"doc_tables: no '{prefix}' line in the script's output")
+
+
+def worst(items, pattern=r"(\d+\.\d+)"):
+    values = [float(v) for v in re.findall(pattern, items)]
+    return f"{max(values):.4f}" if values else "-"
+
+
+def heldout_row(name, command, text, classic):
+    traces = int(re.search(r"^traces: (\d+)", text, re.M).group(1))
+    vmm_n, vmm_items = summary_count(text, "vmm above 1.01 x live (reserved or minimum)")
+    ideal_n, _ = summary_count(text, "ideal-remap above 1.01 x live")
+    apart_n, _ = summary_count(text, "vmm above 1.01 where ideal-remap is not")
+    if classic:
+        cl_n, cl_items = summary_count(text, "classic minimum capacity above the pytorch model's")
+        cl_worst = worst(cl_items, r"[+](\d+\.\d+)%")
+        cl = f"{cl_n} (worst +{float(cl_worst):.1f} %)" if cl_n else "0"
+    else:
+        cl = "-"
+    return (f"| {name} | `{command}` | {traces} | {vmm_n} | {worst(vmm_items)} | {ideal_n} | "
+            f"{apart_n} | {cl} |")
+
+
+def scaled_heldout(traces_dir):
+    """bench/heldout_table.py's summary on the shared traces and their scaled variants (the
+    factors of bench/vmm_heldout.sh)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        run_script([sys.executable, "bench/scaled_traces.py", d, "--src", traces_dir, "--factors",
+                    "0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5"])
+        paths = [os.path.join(traces_dir, t + ".rep") for t in TRACES]
+        paths += sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".rep"))
+        jsonl = os.path.join(d, "replay.jsonl")
+        with open(jsonl, "w") as f:
+            f.write(run_script([os.path.join(ROOT, "build", "stowage"), "replay", "--policy",
+                                "classic", "--policy", "vmm", "--policy", "pytorch", "--policy",
+                                "pytorch-expandable", "--policy", "ideal-remap", "--min-capacity",
+                                "--repeats", "1", "--json"] + paths))
+        return run_script([sys.executable, "bench/heldout_table.py", jsonl])
+
+
+def table_heldout(traces_dir, snapshots):
+    out = ["| set | command | traces | vmm above 1.01 x live | vmm worst | ideal-remap above "
+           "1.01 | vmm above, ideal-remap not | classic minimum capacity above the pytorch "
+           "model's |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    out.append(heldout_row("shared and scaled", "bench/scaled_traces.py",
+                           scaled_heldout(traces_dir), True))
+    out.append(heldout_row("two workloads in one pool", "bench/mixed_heldout.sh",
+                           run_script(["bash", "bench/mixed_heldout.sh"]), True))
+    out.append(heldout_row("public snapshot workloads", "bench/snapshot_heldout.sh DIR",
+                           run_script(["bash", "bench/snapshot_heldout.sh", snapshots]), True))
+    return out
+
+
 def documents(paths):
     """Yields (path, lines, [(marker index, name, table start, table end)])."""
     for path in paths:
@@ -135,7 +204,7 @@ def documents(paths):
             m = MARKER.search(line)
             if not m:
                 continue
-            if m.group(1) not in TABLES:
+            if m.group(1) not in TABLES and m.group(1) != "heldout":
                 sys.exit(f"doc_tables: {path}:{i + 1}: unknown table '{m.group(1)}'")
             end = i + 1
             while end < len(lines) and lines[end].startswith("|"):
@@ -153,6 +222,9 @@ def main():
     ap.add_argument("--stowage", default=os.path.join(ROOT, "build", "stowage"))
     ap.add_argument("--traces", default=os.environ.get("STOW_TRACES_DIR",
                                                        os.path.join(ROOT, "..", "shared", "traces")))
+    ap.add_argument("--heldout", metavar="SNAPSHOTS",
+                    help="also the held-out table (bench/vmm_heldout.sh, bench/mixed_heldout.sh, "
+                         "bench/snapshot_heldout.sh SNAPSHOTS: about 5 minutes)")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     if not all(os.path.exists(os.path.join(a.traces, t + ".rep")) for t in TRACES):
@@ -160,6 +232,8 @@ def main():
         return 77
     rows, real = replay(a.stowage, a.traces), pytorch_figures(a.traces)
     tables = {name: fn(rows, real) for name, fn in TABLES.items()}
+    if a.heldout:
+        tables["heldout"] = table_heldout(a.traces, a.heldout)
     if a.print:
         for name, table in tables.items():
             print(f"<!-- doc_tables:{name} -->\n" + "\n".join(table) + "\n")
@@ -167,6 +241,8 @@ def main():
     status = 0
     for path, lines, found in documents(a.files):
         for i, name, start, end in reversed(found):
+            if name not in tables:
+                continue  # the held-out table, checked only with --heldout
             if lines[start:end] == tables[name]:
                 continue
             if a.check:

@@ -7,28 +7,15 @@
 #
 # Scanned: README.md, docs/, include/, every source folder, python/, bench/,
 # tests/, CMakeLists.txt and Makefile. Not scanned: raw data (fuzz corpora,
-# traces, CSV inputs, the GPU run logs under bench/gpu/results/ except each
-# dated folder's README.md, the pinned hashes of bench/snapshots.txt) and this
-# script, which spells the patterns.
+# traces, CSV and JSON files, the GPU run logs under bench/gpu/results/ except
+# each dated folder's README.md, the pinned hashes of bench/snapshots.txt) and
+# this script. Lines between "<!-- history patterns -->" and
+# "<!-- /history patterns -->" are skipped: docs/reliability.md spells the
+# patterns there.
 # Usage: bash tests/check/history.sh [ROOT]   (exit 0 clean, 1 findings)
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root" || exit 2
-
-# Perl regular expressions; each line is one rule, all case-insensitive but
-# the last two (commit ids are lower-case hex, finding labels upper-case R).
-rules_ci=(
-    '\bsessions?\b'
-    '\b(used to|no longer|until then|previously|formerly)\b'
-    '\b(twenty|thirty|forty|fifty|sixty)-(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b'
-    '\b(before|after|since|until) (this|that|the) (change|commit|fix|rewrite)\b'
-    '\bissues? #?[0-9]+\b'
-    '(?<!results/)(?<![\w-])20[0-9]{2}-[01][0-9]-[0-3][0-9]\b'
-)
-rules_cs=(
-    '(?<![\w./#-])(?=[0-9a-f]{7,12}\b)(?=[0-9a-f]*[a-f])(?=[0-9a-f]*([0-9])[0-9a-f]*(?!\1)[0-9])[0-9a-f]{7,12}\b'
-    '\bR[0-9]{1,2}\b'
-)
 
 dirs=(README.md docs include allocator accounting trace planner replay report importers cli
       python bench tests CMakeLists.txt Makefile)
@@ -39,26 +26,50 @@ while IFS= read -r -d '' f; do
         tests/fuzz/corpus/*) continue ;;
         bench/snapshots.txt) continue ;;
         bench/gpu/results/*/*/*) continue ;;      # run logs and results: raw data
-        *.rep | *.csv | *.gz | *.pickle | *.png | *.svg | *.json | *.jsonl) continue ;;
+        *.rep | *.csv | *.gz | *.pickle | *.png | *.svg | *.json | *.jsonl | *.tags) continue ;;
         */__pycache__/*) continue ;;
     esac
     files+=("$f")
 done < <(find "${dirs[@]}" -type f -print0 2>/dev/null)
 
-found=0
-scan() {
-    local flags=$1 rule=$2
-    local out
-    out=$(grep -I -n -H -P $flags -- "$rule" "${files[@]}" 2>/dev/null)
-    if [ -n "$out" ]; then
-        printf '%s\n' "$out" | sed "s|^|history: |"
-        found=1
-    fi
-}
-for r in "${rules_ci[@]}"; do scan -i "$r"; done
-for r in "${rules_cs[@]}"; do scan '' "$r"; done
-
-if [ "$found" = 1 ]; then
+perl -e '
+    # Case-insensitive rules, then case-sensitive ones (commit ids are
+    # lower-case hex with a letter and two distinct digits; labels are R<n>).
+    my @ci = (
+        qr/\bsessions?\b/i,
+        qr/\b(used to|no longer|until then|previously|formerly)\b/i,
+        qr/\b(twenty|thirty|forty|fifty|sixty)-(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b/i,
+        qr/\b(before|after|since|until) (this|that|the) (change|commit|fix|rewrite)\b/i,
+        qr/\bissues? #?[0-9]+\b/i,
+        qr/(?<!results\/)(?<![\w-])20[0-9]{2}-[01][0-9]-[0-3][0-9]\b/,
+    );
+    my @cs = (
+        qr/(?<![\w.\/#-])(?=[0-9a-f]{7,12}\b)(?=[0-9a-f]*[a-f])(?=[0-9a-f]*([0-9])[0-9a-f]*(?!\1)[0-9])[0-9a-f]{7,12}\b/,
+        qr/\bR[0-9]{1,2}\b/,
+    );
+    my $found = 0;
+    for my $f (@ARGV) {
+        open(my $fh, "<", $f) or next;
+        next if -B $f;
+        my $skip = 0;
+        while (my $line = <$fh>) {
+            if ($line =~ /<!-- history patterns -->/) { $skip = 1; next; }
+            if ($line =~ /<!-- \/history patterns -->/) { $skip = 0; next; }
+            next if $skip;
+            for my $re (@ci, @cs) {
+                if ($line =~ $re) {
+                    print "history: $f:$.: $line";
+                    $found = 1;
+                    last;
+                }
+            }
+        }
+        close $fh;
+    }
+    exit $found;
+' "${files[@]}"
+status=$?
+if [ "$status" != 0 ]; then
     echo "history check: FAILED (${#files[@]} files scanned; rules: tests/check/history.sh)"
     exit 1
 fi
