@@ -91,7 +91,7 @@ struct stow_backend {
 
     /* Optional, ABI 2 (NULL: a page-mapped pool synchronizes the device instead;
      * ignored without the three event methods). Blocks until all work queued
-     * before `event` (from event_record) has completed, and no longer: work
+     * before `event` (from event_record) has completed, and returns then: work
      * queued after it on its stream or on others keeps running
      * (cuEventSynchronize). The event stays the pool's, to destroy. */
     stow_status_t (*event_synchronize)(void *ctx, stow_event_t event);
