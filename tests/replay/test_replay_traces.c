@@ -152,7 +152,7 @@ static void check_beats_pytorch(const char *name, unsigned check_every, uint64_t
     cr_assert(f.peak_reserved >= f.peak_live);
 }
 
-/* Page-mapped policy: reserved at the peak within 1% of peak live (issue 4's
+/* Page-mapped policy: reserved at the peak within 1% of peak live (its
  * goal), reached without raising the allowance (vmm_allowance.c: a single
  * replay never raises it; the slack it would add is not part of that 1%).
  * The structural check walks every granule, so it runs every 50th event;
