@@ -13,6 +13,10 @@ host time moves with the machine and is left to bench/replay_all.sh.
 The replays: `STOWAGE replay --policy all --policy ideal-remap --min-capacity --json --repeats 1`
 on the five shared traces (TRACES, default ../shared/traces beside the repository), about 10 s on
 2 cores. PyTorch's own figures come from TRACES/README.md (measured on an H200).
+With --heldout SNAPSHOTS it also makes the held-out, long-run and loop tables from
+bench/scaled_traces.py, bench/mixed_heldout.sh, bench/snapshot_heldout.sh, bench/vmm_long_run.sh,
+bench/random_loops.py and build/vmm_churn (10-20 minutes on 2 cores); without it those tables
+are left as they are.
 Exit status: 0 ok, 1 a table differs, 2 bad usage or input, 77 the traces are missing.
 """
 import argparse
@@ -194,6 +198,64 @@ def table_heldout(traces_dir, snapshots):
     return out
 
 
+def table_long():
+    """bench/vmm_long_run.sh's summary lines, one row per model."""
+    out = ["| model | long runs | maps+unmaps per 1000 events over the last 10 steps: max | "
+           "settled from step |", "|---|---:|---:|---|"]
+    text = run_script(["bash", "bench/vmm_long_run.sh"])
+    for m in re.finditer(r"^(\w+): (\d+) long runs; maps\+unmaps per 1000 events, last 10 steps: "
+                         r"median \S+, mean \S+, max (\S+), above 20: \d+; settled from step "
+                         r"(\S+);", text, re.M):
+        out.append(f"| {m.group(1)} | {m.group(2)} | {m.group(3)} | {m.group(4)} |")
+    return out
+
+
+def loops_summary(text):
+    last, classic_last, reserved = {}, {}, {}
+    for line in text.splitlines():
+        m = re.match(r"(\S+)\s+first replay, map\+unmap by 1/8 of its events: (.*)", line)
+        if m:
+            last[m.group(1)] = int(m.group(2).split()[-1])
+        m = re.match(r"(\S+)\s+first replay, classic backend calls by 1/8 of its events: (.*)",
+                     line)
+        if m:
+            classic_last[m.group(1)] = int(m.group(2).split()[-1])
+        m = re.match(r"(\S+)\s+vmm reserved/live (\S+)", line)
+        if m:
+            reserved[m.group(1)] = float(m.group(2))
+    if not reserved:
+        sys.exit("doc_tables: no loop in build/vmm_churn's output")
+    values = list(reserved.values())
+    return (len(values), sum(1 for v in last.values() if v), sum(last.values()),
+            sum(1 for v in values if v > 1.01), sum(values) / len(values), max(values),
+            sum(1 for v in classic_last.values() if v))
+
+
+def table_loops(snapshots):
+    """Loops of many steps, first replay in 8 parts (build/vmm_churn --replays 1 --parts 8)."""
+    import glob
+    import tempfile
+    out = ["| loops | setting | loops | vmm remapping in the last eighth | their map+unmap calls "
+           "there | vmm above 1.01 x live | vmm reserved / live: mean, max | classic calling "
+           "the backend in the last eighth |", "|---|---|---:|---:|---:|---:|---|---:|"]
+    with tempfile.TemporaryDirectory() as d:
+        run_script([sys.executable, "bench/random_loops.py", os.path.join(d, "random"),
+                    "--steps", "3000"])
+        run_script([sys.executable, "bench/snapshot_check.py"] +
+                   sorted(glob.glob(os.path.join(snapshots, "*"))) +
+                   ["--workloads", os.path.join(d, "snap"), "--iterations", "64"])
+        for name, sub in (("random, 3,000 steps", "random"), ("snapshot workloads, 64 steps",
+                                                               "snap")):
+            traces = sorted(glob.glob(os.path.join(d, sub, "*.rep")))
+            for conf in (None, "vmm_learn_step:true"):
+                args = [os.path.join(ROOT, "build", "vmm_churn"), "--replays", "1", "--parts", "8"]
+                args += ["--conf", conf] if conf else []
+                n, remap, calls, above, mean, mx, cl = loops_summary(run_script(args + traces))
+                out.append(f"| {name} | {conf or 'default'} | {n} | {remap} | {calls} | {above} | "
+                           f"{mean:.4f}, {mx:.4f} | {cl} |")
+    return out
+
+
 def documents(paths):
     """Yields (path, lines, [(marker index, name, table start, table end)])."""
     for path in paths:
@@ -204,7 +266,7 @@ def documents(paths):
             m = MARKER.search(line)
             if not m:
                 continue
-            if m.group(1) not in TABLES and m.group(1) != "heldout":
+            if m.group(1) not in TABLES and m.group(1) not in ("heldout", "long", "loops"):
                 sys.exit(f"doc_tables: {path}:{i + 1}: unknown table '{m.group(1)}'")
             end = i + 1
             while end < len(lines) and lines[end].startswith("|"):
@@ -223,8 +285,8 @@ def main():
     ap.add_argument("--traces", default=os.environ.get("STOW_TRACES_DIR",
                                                        os.path.join(ROOT, "..", "shared", "traces")))
     ap.add_argument("--heldout", metavar="SNAPSHOTS",
-                    help="also the held-out table (bench/vmm_heldout.sh, bench/mixed_heldout.sh, "
-                         "bench/snapshot_heldout.sh SNAPSHOTS: about 5 minutes)")
+                    help="also the held-out, long-run and loop tables, SNAPSHOTS holding the "
+                         "snapshots of bench/snapshots.txt (10-20 minutes on 2 cores)")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     if not all(os.path.exists(os.path.join(a.traces, t + ".rep")) for t in TRACES):
@@ -234,6 +296,8 @@ def main():
     tables = {name: fn(rows, real) for name, fn in TABLES.items()}
     if a.heldout:
         tables["heldout"] = table_heldout(a.traces, a.heldout)
+        tables["long"] = table_long()
+        tables["loops"] = table_loops(a.heldout)
     if a.print:
         for name, table in tables.items():
             print(f"<!-- doc_tables:{name} -->\n" + "\n".join(table) + "\n")
@@ -242,7 +306,7 @@ def main():
     for path, lines, found in documents(a.files):
         for i, name, start, end in reversed(found):
             if name not in tables:
-                continue  # the held-out table, checked only with --heldout
+                continue  # the held-out tables, checked only with --heldout
             if lines[start:end] == tables[name]:
                 continue
             if a.check:
