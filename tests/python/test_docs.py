@@ -1,5 +1,5 @@
-"""The documentation against the code: README's C example, its configuration table and the
-replay tables of README.md and docs/benchmarks.md.
+"""The documentation against the code: README's C example, its configuration table, the
+replay tables of README.md and docs/benchmarks.md, and the history check.
 
 Run from the repository root after building:
     python3 -m unittest tests/python/test_docs.py -v
@@ -73,6 +73,13 @@ class ReplayTables(unittest.TestCase):
         if r.returncode == 77:
             self.skipTest(r.stdout.strip())
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class History(unittest.TestCase):
+    def test_no_history_in_the_project_text(self):
+        r = subprocess.run(["bash", os.path.join(ROOT, "tests", "check", "history.sh"), ROOT],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout[-4000:] + r.stderr)
 
 
 if __name__ == "__main__":
