@@ -2,32 +2,16 @@
  * allocator/vmm_step.c: a layout learned from a loop's step (policy vmm,
  * config vmm_learn_step; docs/design.md, a layout learned from the step).
  *
- * In a loop a page-mapped pool stops remapping only when the granules its
- * step touches fit the allowance, and its online placement does not always
- * lay the step out that tightly. A loop tells its future, though: once its
- * step repeats, each of the step's large blocks can keep one address, the
- * same every step, planned from a step already seen. Such a layout repeats by
- * construction, so once its granules are mapped it makes no backend call.
- *
- * How: from a remap on, each operation's signature is logged (an allocation:
- * its rounded size and stream; a free: how many operations back its block was
- * allocated). At 4,096 logged operations and each time the log doubles, it is
- * searched for a period with which it repeats from its end back over half of
- * it (as bench/long_run.py and bench/step_plan_bound.py find a step). A pool
- * that has stopped remapping by then keeps its layout. Otherwise the large blocks
- * of one steady step are laid out on a cycle of one step, or two when a block
- * outlives its step (an input batch made before the last one is freed),
- * largest first, each where it touches the fewest granules not touched yet,
- * around the blocks that stay (weights, optimizer state) at their addresses.
- * The plan is taken only when the granules it touches, with what the other
- * ranges hold, fit the allowance: otherwise it would remap every step too.
- * Placing starts at the phase where the planned blocks hold the fewest bytes.
- * While the operations match the plan, each planned request takes its
- * address, found by walking up from a block below it that is live then. The
- * first operation that does not match drops the plan, and so do three cycles
- * in a row in which some planned address was taken; looking starts again at
- * a later remap, after a back-off that doubles each time. empty_cache drops
- * the plan and the log (the free blocks change hands).
+ * Once a loop's step repeats, each of the step's large blocks can keep one
+ * address, the same every step, planned from a step already seen: such a
+ * layout repeats by construction, so once mapped it makes no backend call.
+ * From a remap on, each operation's signature is logged and searched for a
+ * period (as bench/long_run.py finds a step); the large blocks of one steady
+ * step are then laid out around the blocks that stay, and the plan is taken
+ * only when its granules fit the allowance. While the operations match it,
+ * each planned request takes its address; the first that does not, or three
+ * cycles in a row with a taken address, drop it. empty_cache drops the plan
+ * and the log (the free blocks change hands).
  *
  * Owns pool->step and pool->step_ops; keeps each allocated block's operation
  * number in its free_seq (only free blocks use that field otherwise). Reads
