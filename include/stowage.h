@@ -114,7 +114,7 @@ typedef struct stow_config {
 #define STOW_QUICK_DEPTH_MAX 255u
 /* Its default (docs/decisions.md, quick lists). */
 #define STOW_QUICK_DEPTH_DEFAULT 64u
-/* stow_config_t.vmm_small_kb's default (docs/decisions.md, small range). */
+/* stow_config_t.vmm_small_kb's default (docs/decisions.md, vmm_small_kb). */
 #define STOW_VMM_SMALL_KB_DEFAULT 128u
 /* The deepest quick list of a page-mapped pool: a kept block holds its
  * granules until it is taken again or merged (docs/decisions.md). */
