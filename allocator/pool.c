@@ -419,7 +419,7 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
      * reuse_other_streams_on_miss; otherwise the out-of-memory retry alone
      * hands them over. Taken on every miss, they go to the lists all streams
      * share, where best fit mixes one workload's blocks into the other's
-     * (docs/decisions.md, streams). */
+     * (docs/decisions.md, reuse_other_streams_on_miss). */
     if (pool->config.reuse_other_streams_on_miss && pool->stream_count > 1 &&
         stow__stream_clear_others(pool, ss) && (*out = find_fit(pool, ss, kind, rounded)) != NULL)
         return STOW_OK;
@@ -488,7 +488,7 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
  * large one. Kept apart, the small blocks do not cut the large blocks' rooms,
  * so a training loop's large layout repeats from step to step, and they get
  * quick lists; shared, they would fill the partly used granules at the large
- * blocks' edges (docs/decisions.md, small range). */
+ * blocks' edges (docs/decisions.md, vmm_small_kb). */
 static unsigned pool_kind_for(const stow_pool_t *pool, size_t rounded)
 {
     return rounded <= pool->small_kind_max_bytes ? STOW_POOL_SMALL : STOW_POOL_LARGE;

@@ -29,7 +29,7 @@
 /* Medium requests (over 1 MiB, under 8 MiB) share 32 MiB segments: given a
  * segment each, every one strands up to 2 MiB of rounding and split
  * remainders; four or more to a segment, the remainders are shared
- * (docs/design.md, "Growth policy", has the measurements). */
+ * (docs/decisions.md, sizes and segments). */
 #define MEDIUM_SEGMENT_BYTES ((size_t)32 << 20)
 #define MEDIUM_REQUEST_LIMIT_BYTES ((size_t)8 << 20)
 

@@ -113,7 +113,7 @@ static double footprint_slack(const stow_pool_t *pool)
  * to cover the run's footprint, or by half when the footprint is covered
  * already (the layout itself still moves). Raises by half alone would leave a
  * loop far above its allowance creeping up in raises that each help too
- * little, then stopping there (docs/decisions.md, adaptive allowance). */
+ * little, then stopping there (docs/decisions.md, vmm_slack_max). */
 static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
 {
     double rate = (double)a->hot_remaps / (double)a->hot_ops;

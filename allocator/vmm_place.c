@@ -115,7 +115,7 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     /* Only unused mapped granules make another placement cheaper, and only
      * big blocks move: a remap of one costs milliseconds, while small blocks
      * packed by best fit share granules, which keeps the physical peak down
-     * (docs/design.md has the measurements). */
+     * (docs/decisions.md, big-block placement). */
     if (!pool->unused_count || rounded < STOW_VMM_PLACE_MIN_GRANULES * pool->granularity_bytes)
         return b;
     span_cost_t at_b = cost_at(pool, b, b->addr, rounded);
