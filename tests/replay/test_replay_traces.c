@@ -252,8 +252,8 @@ Test(replay, steady_state_makes_no_backend_calls)
     steady_state_makes_no_backend_calls(STOW_POLICY_CLASSIC);
 }
 
-/* ResNet-50: no map or unmap call once the loop repeats (docs/design.md gives
- * the figures of every trace; some repeat with remapping). */
+/* ResNet-50: no map or unmap call once the loop repeats (docs/benchmarks.md
+ * has every trace's figures; some repeat with remapping). */
 Test(replay_vmm, steady_state_makes_no_backend_calls)
 {
     steady_state_makes_no_backend_calls(STOW_POLICY_VMM);
