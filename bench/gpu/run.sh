@@ -22,7 +22,7 @@
 #                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
 #                trace and max reserved) and again with expandable_segments (max reserved), into
 #                $OUT/unseen; compared on the CPU machine with
-#                `python3 bench/model_check.py DIR/unseen` (issue 3: models within 1%) and,
+#                `python3 bench/model_check.py DIR/unseen` (the models within 1%) and,
 #                cudaMalloc by cudaMalloc, `python3 bench/snapshot_check.py DIR/unseen/*.pickle.gz`
 #   7 hostprof   bench/gpu/host_profile.sh: vmm against classic on this machine's CPU alone (the
 #                simulated device; the CLI built with -g by prepare.sh) and sampled profiles of
@@ -74,7 +74,7 @@ part() { # part NAME TIMEOUT_S CMD...
     "$PY" -c 'import torch,sys; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
     for m in transformers timm torchvision; do "$PY" -c "import $m; print('$m', $m.__version__)" 2>&1 | tail -1; done
     gcc --version | head -1; cmake --version | head -1
-    # The host: its ns/event are compared with this VM's (docs/design.md, on an H200).
+    # The host: its ns/event are compared with the CPU machine's (docs/benchmarks.md, GPU runs).
     grep -m1 "model name" /proc/cpuinfo; echo "cpus $(nproc)"
     echo "transparent hugepages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1)"
     pkg-config --modversion criterion jemalloc 2>&1 | tr '\n' ' '; echo
