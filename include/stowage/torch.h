@@ -72,10 +72,9 @@ STOW_API void stow_torch_record_stream(void *ptr, stow_stream_t stream);
 /* memory_fraction_fn (torch.cuda.set_per_process_memory_fraction). The
  * fraction (0, 1] is stored for the device and applied when its pool is
  * created; it overrides per_process_memory_fraction from STOWAGE_CONF. Once
- * the pool exists, the limit can only change if the library has
- * stow_pool_set_memory_fraction (not in this version): otherwise the call is
- * logged once and takes effect only after stow_torch_shutdown. Out-of-range
- * values are logged and ignored. */
+ * the pool exists it applies at once (stow_pool_set_memory_fraction: reserved
+ * memory is kept, new reservations respect it). Out-of-range values are logged
+ * and ignored. */
 STOW_API void stow_torch_memory_fraction(double fraction, int device);
 
 /* ---- for the Python package (ctypes) and tests ---- */

@@ -1,13 +1,25 @@
-"""Installing Stowage as PyTorch's CUDA allocator (docs/torch.md).
+"""Stowage under PyTorch, by two routes (docs/torch.md).
+
+The global swap: Stowage serves every CUDA tensor.
 
     import stowage.torch
     stowage.torch.enable("max_split_size_mb:256")   # before the first CUDA tensor
     ...
     print(stowage.torch.memory_summary())
 
-Only enable() imports torch. The statistics functions are re-exported from the
-stowage package: with a pluggable allocator, torch.cuda.memory_stats() and
-friends raise, so use these instead.
+The MemPool route: PyTorch's allocator stays in charge and takes whole
+segments from Stowage inside a scope (and for CUDA graphs captured into it).
+
+    pool = stowage.torch.mem_pool("policy:vmm")
+    with torch.cuda.use_mem_pool(pool):
+        ...
+
+Only enable(), mem_pool() and explain_oom import torch. The statistics
+functions are re-exported from the stowage package: under the global swap
+torch.cuda.memory_stats() and friends raise, so use these instead.
+memory_snapshot() and dump_snapshot() give what torch.cuda.memory._snapshot()
+gives, for Stowage's pools; oom_report() and explain_oom() explain an
+out-of-memory.
 """
 
 import ctypes
@@ -259,11 +271,14 @@ def oom_report(device=None, pool=None):
         stats = mem_pool_stats(pool, d)
     if not text:
         return ""
-    waste = ["%s %d" % (k[len("waste_at_peak."):], v) for k, v in sorted(stats.items())
-             if k.startswith("waste_at_peak.") and k.endswith("_bytes") and v]
-    return "%s\nStowage at its reserved peak (bytes): %s; OOMs %d, retries %d." % (
-        text, ", ".join(waste) or "nothing reserved", stats.get("num_ooms", 0),
-        stats.get("num_alloc_retries", 0))
+    w = {k[len("waste_at_peak."):]: v for k, v in stats.items() if k.startswith("waste_at_peak.")}
+    causes = ["%s %d" % (k[:-len("_bytes")].replace("_", " "), v) for k, v in sorted(w.items())
+              if k.endswith("_bytes") and k not in ("reserved_bytes", "requested_bytes") and v]
+    return ("%s\nStowage at its reserved peak: %d bytes reserved for %d requested; the rest "
+            "went to %s. OOMs %d, retries %d (stowage.memory_summary() has the whole table)."
+            % (text, w.get("reserved_bytes", 0), w.get("requested_bytes", 0),
+               ", ".join(causes) or "nothing", stats.get("num_ooms", 0),
+               stats.get("num_alloc_retries", 0)))
 
 
 class explain_oom:
