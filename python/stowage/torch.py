@@ -287,14 +287,14 @@ class explain_oom:
         with stowage.torch.explain_oom():
             loss = model(batch).sum()
 
-    A torch.OutOfMemoryError raised inside is raised again as a
-    torch.OutOfMemoryError whose message ends with oom_report(). Under the
-    global swap PyTorch does not check the pointer Stowage returns, so an
-    out-of-memory there gives a tensor with a null pointer (and later a CUDA
-    error) instead of the exception: when Stowage counted an out-of-memory
-    inside the block, its end raises torch.OutOfMemoryError with the report,
-    chained to any error the null pointer caused (docs/torch.md: do not go on
-    using CUDA in that process).
+    When Stowage counted an out-of-memory inside the block, a
+    torch.OutOfMemoryError raised there is raised again with oom_report() at
+    the end of its message (one that PyTorch's own limits caused is left as it
+    is). Under the global swap PyTorch does not check the pointer Stowage
+    returns, so an out-of-memory there gives a tensor with a null pointer (and
+    later a CUDA error) instead of the exception: then the block's end raises
+    torch.OutOfMemoryError with the report, chained to any error the null
+    pointer caused (docs/torch.md: do not go on using CUDA in that process).
     """
 
     def __init__(self, device=None, pool=None):
@@ -312,10 +312,12 @@ class explain_oom:
     def __exit__(self, kind, exc, tb):
         import torch
         counted = self._ooms() > self._before
-        if isinstance(exc, torch.OutOfMemoryError) or (counted and (exc is None or isinstance(
-                exc, RuntimeError))):
-            report = oom_report(self.device, self.pool)
-            head = str(exc) if isinstance(exc, torch.OutOfMemoryError) else (
-                "Stowage could not allocate on this device (PyTorch received a null pointer)")
-            raise torch.OutOfMemoryError("%s\n%s" % (head, report)) from exc
-        return False
+        pytorch_oom = isinstance(exc, torch.OutOfMemoryError)
+        # Only an out-of-memory Stowage counted inside the block: PyTorch's own
+        # limits raise their error as it is.
+        if not counted or not (exc is None or isinstance(exc, RuntimeError)):
+            return False
+        report = oom_report(self.device, self.pool)
+        head = str(exc) if pytorch_oom else (
+            "Stowage could not allocate on this device (PyTorch received a null pointer)")
+        raise torch.OutOfMemoryError("%s\n%s" % (head, report)) from exc

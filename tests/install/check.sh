@@ -46,9 +46,12 @@ for kind in shared static; do
     out=$("$tmp/cm/consumer_$kind") || die "consumer_$kind failed"
     [ "$out" = "consumer ok $version" ] || die "consumer_$kind printed '$out'"
 done
-ldd "$tmp/cm/consumer_shared" | grep -q "$libdir/libstowage.so.$major" \
+# (ldd's output captured first: with pipefail, grep -q leaving early would fail ldd.)
+deps_shared=$(ldd "$tmp/cm/consumer_shared")
+deps_static=$(ldd "$tmp/cm/consumer_static")
+grep -q "$libdir/libstowage.so.$major" <<<"$deps_shared" \
     || die "consumer_shared does not load the installed library"
-if ldd "$tmp/cm/consumer_static" | grep -q libstowage; then die "consumer_static loads libstowage.so"; fi
+if grep -q libstowage <<<"$deps_static"; then die "consumer_static loads libstowage.so"; fi
 echo "install: find_package(Stowage) ok (Stowage::stowage, Stowage::stowage_static)"
 
 # libstowage.a with another compiler than the one that built it (no GCC LTO plugin there).

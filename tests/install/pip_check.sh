@@ -40,8 +40,10 @@ echo "pip: import stowage from $PWD: $lib"
 trace="$src/tests/data/report_steady.rep"
 out=$("$venv_py" -m stowage replay "$trace") || die "python -m stowage replay failed"
 grep -q "peak reserved bytes" <<<"$out" || die "python -m stowage replay printed: $out"
-"$tmp/venv/bin/stowage" replay --policy vmm "$trace" | grep -q "peak reserved bytes" \
-    || die "the stowage console script did not replay"
+# (Outputs are captured before grep reads them: with pipefail, grep -q leaving early
+# would fail the writer with SIGPIPE.)
+out_vmm=$("$tmp/venv/bin/stowage" replay --policy vmm "$trace") || die "the stowage console script failed"
+grep -q "peak reserved bytes" <<<"$out_vmm" || die "the stowage console script did not replay"
 version=$(sed -n 's/^project(stowage VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
 [ "$("$venv_py" -m stowage version)" = "stowage $version" ] || die "python -m stowage version"
 echo "pip: python -m stowage replay ok ($(grep -m1 'peak reserved bytes' <<<"$out" | tr -s ' '))"
@@ -57,11 +59,13 @@ with open("snap.pickle", "wb") as f:
 PY
 "$venv_py" -m stowage import pytorch snap.pickle -o snap.rep 2>/dev/null || die "import pytorch failed"
 [ "$(head -1 snap.rep)" = "1 2" ] || die "imported trace: $(head -1 snap.rep)"
-"$venv_py" -m stowage replay snap.rep | grep -q "peak live bytes *4194304" || die "replay of the imported snapshot"
+out_snap=$("$venv_py" -m stowage replay snap.rep) || die "replay of the imported snapshot failed"
+grep -q "peak live bytes *4194304" <<<"$out_snap" || die "replay of the imported snapshot: $out_snap"
 echo "pip: python -m stowage import pytorch ok"
 
 bash "$src/tests/check_no_cuda_link.sh" "$lib" >/dev/null || die "the bundled library fails check_no_cuda_link"
-"$venv_py" -m pip show stowage 2>/dev/null | grep -q "^License: MIT" || die "no MIT license in the metadata"
+meta=$("$venv_py" -m pip show stowage 2>/dev/null) || die "pip show stowage failed"
+grep -q "^License: MIT" <<<"$meta" || die "no MIT license in the metadata: $meta"
 "$venv_py" -m pip uninstall -y stowage >/dev/null 2>&1 || die "pip uninstall failed"
 left=$(find "$site" -path "*stowage*" ! -path "*__pycache__*" | head -5)
 [ -z "$left" ] || die "pip uninstall left: $left"
