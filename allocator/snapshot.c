@@ -123,7 +123,7 @@ stow_status_t stow_pool_snapshot(stow_pool_t *pool, stow_snap_segment_t *segment
     }
     uint64_t unmapped = pool->vmm ? (uint64_t)pool->free_handle_count * pool->granularity_bytes : 0;
     stow__unlock(&pool->lock);
-    if (o.segment_count <= segment_cap && o.block_count <= block_cap)
+    if (o.segment_count > 1 && o.segment_count <= segment_cap && o.block_count <= block_cap)
         qsort(segments, o.segment_count, sizeof *segments, by_address);
     memset(totals, 0, sizeof *totals);
     totals->segment_count = o.segment_count;
