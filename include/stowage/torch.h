@@ -156,7 +156,7 @@ STOW_API stow_status_t stow_torch_mempool_open(const char *conf, int *slot_out, 
 
 /* DESTRUCTOR of slot's pools and backends, when none holds a live or pending
  * block; the slot can then be opened again. Call it once PyTorch has stopped
- * allocates from the slot (its MemPool is gone); no entry point of the slot
+ * allocating from the slot (its MemPool is gone); no entry point of the slot
  * may run concurrently.
  * Errors: STOW_EINVAL (not open), STOW_EBUSY (blocks live: nothing changed). */
 STOW_API stow_status_t stow_torch_mempool_close(int slot);
