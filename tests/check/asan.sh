@@ -15,8 +15,9 @@ export UBSAN_OPTIONS=print_stacktrace=1
 # runner itself leaks 48 B at exit when a test is skipped, so leaks are off here.
 (cd "$B" && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j"$JOBS")
 export ASAN_OPTIONS=detect_leaks=1
-# LeakSanitizer at exit (Criterion workers leave with _exit, so not there).
-for p in "$B"/stress_*; do
+# LeakSanitizer at exit (Criterion workers leave with _exit, so not there):
+# the stress programs and the leak regressions.
+for p in "$B"/stress_* "$B"/regress_*; do
   [ -x "$p" ] && "$p"
 done
 "$B"/stowage replay bench/traces/resnet50_train.rep >/dev/null

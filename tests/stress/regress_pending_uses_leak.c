@@ -1,5 +1,5 @@
 /*
- * tests/stress/regress_r2_leak.c: alloc, stow_record_stream on another
+ * tests/stress/regress_pending_uses_leak.c: alloc, stow_record_stream on another
  * stream, free, destroy must not leak the block's stream-use list (48 B;
  * docs/reliability.md, regression inputs). A leak fails under LeakSanitizer at
  * exit (tests/check/asan.sh) and under valgrind; a plain build cannot see it.
@@ -24,6 +24,6 @@ int main(void)
     stow_sim_counters(sim, &c);
     if (stow_sim_destroy(sim) != STOW_OK || c.reserved_bytes)
         return 1;
-    puts("regress_r2_leak: done (LeakSanitizer/valgrind decide)");
+    puts("regress_pending_uses_leak: done (LeakSanitizer/valgrind decide)");
     return 0;
 }
