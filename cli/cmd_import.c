@@ -18,7 +18,7 @@ static void import_usage(FILE *f)
                "Stream) to a .rep trace: pointers become dense ids, streams dense indices;\n"
                "'allocate failure' rows are counted and left out. Malformed input is\n"
                "reported as FILE:LINE: reason.\n"
-               "PyTorch snapshots: python3 python/stowage/snapshot_import.py IN.pickle -o OUT.rep\n"
+               "PyTorch snapshots: python -m stowage import pytorch IN.pickle -o OUT.rep\n"
                "Exit status: 0 ok, 2 bad usage or input.\n");
 }
 
@@ -77,7 +77,7 @@ int stow__cli_import(int argc, char **argv)
     }
     if (strcmp(format, "rmm")) {
         fprintf(stderr, "stowage import: unknown format '%s' (rmm; PyTorch snapshots: "
-                        "python/stowage/snapshot_import.py)\n", format);
+                        "python -m stowage import pytorch)\n", format);
         return 2;
     }
     size_t len = 0;
