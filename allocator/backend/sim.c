@@ -107,6 +107,7 @@ typedef struct sim {
     sim_queue_t *queues;
     size_t queue_count, queue_capacity;
     /* host-backed page mapping: the device file and its free pieces */
+    uintptr_t page_bytes; /* the host's */
     int device_fd; /* -1 until the first handle */
     uint64_t file_end, file_bytes; /* past the last piece in use; the file's size */
     sim_extent_t *extents;
@@ -165,17 +166,20 @@ static stow_status_t sim_fail(sim_t *s, stow_sim_call_t kind, stow_status_t st)
 /* ---- host memory (host-backed mode) ---- */
 
 /* Fresh anonymous memory of size_bytes (a multiple of align_bytes) at hint,
- * the address the fake mode would give, when the host has it free (so both
- * modes hand out the same addresses); else wherever the host puts it, aligned
- * to align_bytes. NULL when the host refuses. */
+ * the address the fake mode would give, when the host puts it there (Linux
+ * does when that range is free: both modes then hand out the same addresses);
+ * else wherever the host puts it, aligned to align_bytes. A hint, not
+ * MAP_FIXED_NOREPLACE: ThreadSanitizer turns an address outside its
+ * application ranges into 0, which that flag would then take literally.
+ * NULL when the host refuses. */
 static void *host_map_fresh(uintptr_t hint, size_t size_bytes, size_t align_bytes, int prot)
 {
     int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-    void *p = mmap((void *)hint, size_bytes, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
-    if (p != MAP_FAILED && (uintptr_t)p == hint)
+    void *p = mmap((void *)hint, size_bytes, prot, flags, -1, 0);
+    if (p != MAP_FAILED && (uintptr_t)p % align_bytes == 0)
         return p;
     if (p != MAP_FAILED)
-        munmap(p, size_bytes); /* an old kernel took the flag for a hint */
+        munmap(p, size_bytes);
     if (size_bytes > SIZE_MAX - align_bytes)
         return NULL;
     size_t span = size_bytes + align_bytes;
@@ -324,12 +328,14 @@ static bool work_queue(sim_t *s, stow_stream_t stream, const sim_work_t *proto)
     return true;
 }
 
-static void work_run(const sim_work_t *w)
+static void host_zero(sim_t *s, uintptr_t lo, uintptr_t hi);
+
+static void work_run(sim_t *s, const sim_work_t *w)
 {
     if (w->fn)
         w->fn(w->arg);
     else
-        memset(w->scrub_ptr, 0, w->scrub_bytes);
+        host_zero(s, (uintptr_t)w->scrub_ptr, (uintptr_t)w->scrub_ptr + w->scrub_bytes);
 }
 
 /* Runs q's work queued at or before seq_upto, in order. */
@@ -341,7 +347,7 @@ static void queue_run_before(sim_t *s, sim_queue_t *q, uint64_t seq_upto)
         if (!q->head)
             q->tail = NULL;
         s->counters.queued_work--;
-        work_run(w);
+        work_run(s, w);
         free(w);
     }
 }
@@ -372,13 +378,13 @@ static void complete_events(sim_t *s, stow_stream_t stream, bool all_streams)
 }
 
 /* Waits for every queued piece of work, as cuMemFree waits for the device:
- * each stream's work runs, and the events recorded before its last piece
- * complete. Nothing changes when no work is queued. */
+ * each stream's work runs, in order. Events stay as the test left them (one
+ * recorded before the work may now report late, never early), so that a pool
+ * sees no event complete that it would not have seen without queued work. */
 static void wait_for_work(sim_t *s)
 {
     for (size_t i = 0; i < s->queue_count; i++)
-        if (s->queues[i].tail)
-            complete_events_before(s, s->queues[i].stream, false, s->queues[i].tail->seq);
+        queue_run_before(s, &s->queues[i], UINT64_MAX);
 }
 
 /* ---- reservations ---- */
@@ -842,6 +848,58 @@ static stow_status_t sim_unmap(void *ctx, void *va, size_t size_bytes)
     return st;
 }
 
+/* The file offset of the handle byte mapped at va, or false when no handle
+ * is mapped there. */
+static bool mapped_file_offset(const sim_t *s, uintptr_t va, uint64_t *offset)
+{
+    size_t g = s->config.granularity_bytes;
+    uintptr_t at = va & ~(uintptr_t)(g - 1);
+    uint64_t v = (uint64_t)(uintptr_t)stow__ptr_map_get(&s->mappings, at);
+    if (!v)
+        return false;
+    while (!(v & 1)) { /* back to the mapping's first granule */
+        at -= g;
+        v = (uint64_t)(uintptr_t)stow__ptr_map_get(&s->mappings, at);
+    }
+    const sim_handle_t *rec = handle_of(s, v >> 1, true);
+    *offset = rec->file_offset + (va - at);
+    return true;
+}
+
+/* Zeroes [lo, hi) of host-backed memory as the device would, without writing
+ * whole host pages: an anonymous reservation's are dropped (they read zero
+ * again) and a handle's are punched out of the device file; the rest, and
+ * memory the caller's host_alloc gave, is written (where nothing is mapped
+ * that faults, as the device's access would). Lock held. */
+static void host_zero(sim_t *s, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t page = s->page_bytes, plo = (lo + page - 1) & ~(page - 1), phi = hi & ~(page - 1);
+    if (plo >= phi || s->config.host_alloc) {
+        memset((void *)lo, 0, hi - lo);
+        return;
+    }
+    memset((void *)lo, 0, plo - lo);
+    memset((void *)phi, 0, hi - phi);
+    if (!range_holding(s, plo & ~(uintptr_t)(s->config.granularity_bytes - 1),
+                       s->config.granularity_bytes)) {
+        (void)madvise((void *)plo, phi - plo, MADV_DONTNEED);
+        return;
+    }
+    size_t g = s->config.granularity_bytes;
+    for (uintptr_t at = plo; at < phi;) {
+        uintptr_t stop = (at & ~(uintptr_t)(g - 1)) + g;
+        if (stop > phi)
+            stop = phi;
+        uint64_t off;
+        if (mapped_file_offset(s, at, &off))
+            (void)fallocate(s->device_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+                            (off_t)(stop - at));
+        else
+            memset((void *)at, 0, stop - at);
+        at = stop;
+    }
+}
+
 static stow_status_t sim_scrub(void *ctx, void *ptr, size_t size_bytes, stow_stream_t stream)
 {
     sim_t *s = sim_of(ctx);
@@ -852,7 +910,7 @@ static stow_status_t sim_scrub(void *ctx, void *ptr, size_t size_bytes, stow_str
          * stream's work before it is; otherwise the device runs it at once. */
         sim_work_t w = {.scrub_ptr = ptr, .scrub_bytes = size_bytes};
         if (!s->config.manual_events)
-            work_run(&w);
+            work_run(s, &w);
         else if (!work_queue(s, stream, &w))
             st = sim_fail(s, STOW_SIM_SCRUB, STOW_EHOSTMEM);
     }
@@ -917,6 +975,7 @@ stow_status_t stow_sim_create(const stow_sim_config_t *config, stow_backend_t **
     }
     pthread_mutex_init(&s->lock, NULL);
     s->config = cfg;
+    s->page_bytes = (uintptr_t)page;
     memcpy(s->cost_ns, h200_cost_ns, sizeof s->cost_ns);
     s->next_addr = SIM_ADDR_BASE;
     s->next_va = SIM_VA_BASE;
@@ -1046,7 +1105,7 @@ stow_status_t stow_sim_launch(stow_backend_t *backend, stow_stream_t stream,
     stow_status_t st = STOW_OK;
     pthread_mutex_lock(&s->lock);
     if (!s->config.manual_events)
-        work_run(&w);
+        work_run(s, &w);
     else if (!work_queue(s, stream, &w))
         st = STOW_EHOSTMEM;
     pthread_mutex_unlock(&s->lock);

@@ -31,11 +31,12 @@
  * manual events a host-backed scrub is queued too (a memset on the stream).
  * Work runs in stream order, when its stream's work completes: at
  * stow_sim_complete_stream, synchronize, an event_synchronize of an event
- * recorded after it on its stream, and release (which waits for all queued
- * work, as cuMemFree waits for the device); an event recorded after work
- * completes only once that work ran. So memory that a pool unmaps or hands
- * out again while work queued on it may still run is written late, where the
- * work lands then: a pattern check or a fault catches it.
+ * recorded after it on its stream; an event recorded after work completes
+ * only once that work ran. release waits for all queued work (it runs, as
+ * cuMemFree waits for the device) and leaves the events as they were. So
+ * memory that a pool unmaps or hands out again while work queued on it may
+ * still run is touched late, where the work lands then: a pattern check or a
+ * fault catches it.
  */
 #ifndef STOWAGE_SIM_H
 #define STOWAGE_SIM_H
@@ -120,7 +121,8 @@ STOW_API void stow_sim_set_capacity(stow_backend_t *sim, size_t capacity_bytes);
 /* Device work for tests: fn(arg), queued on `stream`. With automatic events
  * it runs at once; with manual events it runs when the stream's work up to it
  * completes (above: complete_stream, synchronize, a wait on a later event of
- * its stream, release), in stream order, in whichever thread completes it.
+ * its stream) or a release waits for it, in stream order, in whichever thread
+ * gets there.
  * fn runs once, or never when the device is destroyed first. It runs with the
  * device's lock held: it must not call the device, nor a pool on it. A fault
  * in fn (a touch of unmapped memory) is raised in the thread running it.
