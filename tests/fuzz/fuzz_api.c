@@ -53,6 +53,7 @@
 /* Totals over the process, printed at exit (docs/reliability.md figures). */
 typedef struct fz_totals {
     unsigned long long inputs, ops, injected_faults;
+    unsigned long long vmm_ops; /* of ops, those on page-mapped pools */
     unsigned long long event_waits; /* events the pools waited on (event_synchronize calls) */
     unsigned long long event_wait_failures; /* of those, waits that failed (injected) */
 } fz_totals_t;
@@ -153,10 +154,11 @@ static void fz_scope(fz_state_t *s, fz_in_t *in)
 
 static void fz_report(void)
 {
-    fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu injected_faults=%llu "
-                    "event_waits=%llu (failed %llu) content_words_written=%llu "
-                    "content_words_checked=%llu\n",
-            fz_totals.inputs, fz_totals.ops, fz_totals.injected_faults, fz_totals.event_waits,
+    fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu (classic %llu, vmm %llu) "
+                    "injected_faults=%llu event_waits=%llu (failed %llu) "
+                    "content_words_written=%llu content_words_checked=%llu\n",
+            fz_totals.inputs, fz_totals.ops, fz_totals.ops - fz_totals.vmm_ops,
+            fz_totals.vmm_ops, fz_totals.injected_faults, fz_totals.event_waits,
             fz_totals.event_wait_failures, (unsigned long long)fz_words_written,
             (unsigned long long)fz_words_checked);
 }
@@ -325,6 +327,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         }
         fz_totals.ops++;
+        fz_totals.vmm_ops += cfg.policy == STOW_POLICY_VMM;
         if (fz_verbose) {
             stow_stats_t v = fz_stats(s);
             fprintf(stderr, "op %u: %s -> live %u, allocated %llu, reserved %llu\n", op, what,

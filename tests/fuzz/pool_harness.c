@@ -54,11 +54,14 @@ static stow_status_t fz_reserve(void *ctx, size_t size, stow_stream_t stream, vo
     fz_after_call(st, before, natural && st == STOW_ENOMEM, "reserve");
     return st;
 }
+static void fz_released(uintptr_t lo, uintptr_t hi);
 static stow_status_t fz_release(void *ctx, void *ptr, size_t size)
 {
     uint64_t before = fz_failures();
     stow_status_t st = fz_sim->release(ctx, ptr, size);
     fz_after_call(st, before, false, "release");
+    if (st == STOW_OK)
+        fz_released((uintptr_t)ptr, (uintptr_t)ptr + size);
     return st;
 }
 static stow_status_t fz_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
@@ -200,6 +203,16 @@ static bool fz_region_settled(const fz_region_t *r)
 }
 
 static void fz_region_drop(unsigned i) { fz_or.regions[i] = fz_or.regions[--fz_or.n_regions]; }
+
+/* A release waits for the work queued on the memory (the backend's
+ * contract): the blocks freed in [lo, hi) have no user left, and a
+ * host-backed device may hand out the same addresses again. */
+static void fz_released(uintptr_t lo, uintptr_t hi)
+{
+    for (unsigned i = fz_or.n_regions; i-- > 0;)
+        if (lo <= fz_or.regions[i].lo && fz_or.regions[i].hi <= hi)
+            fz_region_drop(i);
+}
 
 bool fz_region_add(uintptr_t lo, uintptr_t hi, unsigned users)
 {
