@@ -34,10 +34,14 @@
  * Usage: stress_integrity [--threads N] [--ops N | --seconds S] [--seed N]
  *        [--capacity-mib N] [--max-mib N] [--loop-steps N] [--min-plans N]
  *        [--min-remaps N] [--no-pool-check] [CONF]
+ * Defaults: 4 workers, one round of 2000 operations each, seed 1, a 256 MiB
+ * device, requests up to 40 MiB, policy:classic. --seconds S: rounds until S
+ * seconds have passed. --loop-steps N: each round starts with N steps of the
+ * loop. --min-plans / --min-remaps N: fail unless the pool planned its step /
+ * remapped a handle that often (so that a mode tests what it is for).
  * --no-pool-check: the janitor leaves out stow_pool_check, so that only the
  * data judges the pool (tests/check/integrity.sh sabotage).
  */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
