@@ -256,7 +256,7 @@ static void print_events_over(uintptr_t addr, uint32_t id, uint32_t other, int s
         print_event(&mapping, "    the granule's last mapping event before it: ");
     } else if (id) {
         fprintf(stderr, "  none found over it since block #%u was allocated: work queued on the "
-                        "bytes ran late, or the log no longer holds the event\n", id);
+                        "bytes ran late, or the event has left the log\n", id);
     }
 }
 
