@@ -303,8 +303,9 @@ typedef struct stow_sim_config {
     size_t granularity_bytes; /* 0 = 2 MiB */
     bool manual_events;       /* false: events complete when recorded; true: only when
                                  stow_sim_complete_stream() says so */
-    bool host_backed;         /* give each reservation real host memory (writable) */
-    /* Host memory for host_backed mode (NULL: aligned_alloc/free). Tests pass
+    bool host_backed;         /* real host memory: reservations writable, page mapping with
+                                 the GPU's semantics (stowage/sim.h) */
+    /* Reservations' memory in host_backed mode (NULL: anonymous mappings). Tests pass
      * jemalloc's mallocx/sdallocx here; the library never links jemalloc. */
     void *(*host_alloc)(size_t size_bytes, size_t alignment_bytes, void *arg);
     void (*host_free)(void *ptr, size_t size_bytes, void *arg);

@@ -6,6 +6,37 @@
  * host-backed mode), enforces a capacity so that out-of-memory paths run on a
  * CPU, counts every call, fails the Nth call of a chosen kind on request, and
  * lets a test decide when stream events complete. It is deterministic.
+ *
+ * Page mapping (va_reserve, phys_create, map, unmap) keeps the CUDA driver's
+ * rules in both modes: a handle maps whole, at a granule boundary inside a
+ * reserved range, over nothing mapped; an unmap covers whole mappings; a range
+ * is released with nothing mapped in it; a handle released while mapped lives
+ * until its last unmap. A call that breaks a rule returns STOW_EINVAL and
+ * changes nothing. Host-backed mode gives the calls the GPU's semantics on
+ * host memory:
+ * - a reservation (reserve) is zeroed host memory, unmapped at release, at the
+ *   address the fake mode would give where the host has it free;
+ * - a reserved range (va_reserve) is inaccessible address space;
+ * - a physical handle (phys_create, any multiple of the granularity) is zeroed
+ *   memory of its own, a piece of one memfd per device; its pages go back to
+ *   the host at release (after its last unmap);
+ * - map makes the handle's memory appear at the address: the same bytes
+ *   wherever and however often it is mapped, and kept while it is unmapped;
+ * - unmap makes the range inaccessible again (not stream-ordered): a touch of
+ *   an unmapped granule faults (SIGSEGV), as on a GPU.
+ * Reservations, capacity, counters, fault injection and modelled costs are
+ * those of the fake mode. The granularity must be a multiple of the host page.
+ *
+ * Queued work: stow_sim_launch queues a test's function on a stream, and with
+ * manual events a host-backed scrub is queued too (a memset on the stream).
+ * Work runs in stream order, when its stream's work completes: at
+ * stow_sim_complete_stream, synchronize, an event_synchronize of an event
+ * recorded after it on its stream; an event recorded after work completes
+ * only once that work ran. release waits for all queued work (it runs, as
+ * cuMemFree waits for the device) and leaves the events as they were. So
+ * memory that a pool unmaps or hands out again while work queued on it may
+ * still run is touched late, where the work lands then: a pattern check or a
+ * fault catches it.
  */
 #ifndef STOWAGE_SIM_H
 #define STOWAGE_SIM_H
@@ -48,6 +79,7 @@ typedef struct stow_sim_counters {
     uint64_t live_reservations;
     uint64_t pending_events;      /* recorded, not yet complete */
     uint64_t modelled_ns;         /* sum of the modelled cost of every call (below) */
+    uint64_t queued_work;         /* launched work and queued scrubs not yet run */
 } stow_sim_counters_t;
 
 /* Modelled host cost of one call of each kind, in nanoseconds, added to
@@ -85,6 +117,20 @@ STOW_API void stow_sim_complete_stream(stow_backend_t *sim, stow_stream_t stream
 
 /* Changes the capacity (the OOM threshold) of a live device. */
 STOW_API void stow_sim_set_capacity(stow_backend_t *sim, size_t capacity_bytes);
+
+/* Device work for tests: fn(arg), queued on `stream`. With automatic events
+ * it runs at once; with manual events it runs when the stream's work up to it
+ * completes (above: complete_stream, synchronize, a wait on a later event of
+ * its stream) or a release waits for it, in stream order, in whichever thread
+ * gets there.
+ * fn runs once, or never when the device is destroyed first. It runs with the
+ * device's lock held: it must not call the device, nor a pool on it. A fault
+ * in fn (a touch of unmapped memory) is raised in the thread running it.
+ * Ownership: arg stays the caller's. Thread safety: safe.
+ * Errors: STOW_EINVAL (no device or no fn), STOW_EHOSTMEM (nothing queued). */
+typedef void (*stow_sim_work_fn_t)(void *arg);
+STOW_API stow_status_t stow_sim_launch(stow_backend_t *sim, stow_stream_t stream,
+                                       stow_sim_work_fn_t fn, void *arg);
 
 #ifdef __cplusplus
 }

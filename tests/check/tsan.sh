@@ -20,4 +20,14 @@ export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 LD_LIBRARY_PATH="$B/fake_cuda" "$B"/stress_threads 4 20000 4 classic cuda
 LD_LIBRARY_PATH="$B/fake_cuda" "$B"/stress_threads 4 20000 5 vmm cuda
 "$B"/lock_exclusion 8 50000
+# Every byte checked (tests/stress/stress_integrity.c): both pools, queued device
+# work run by whichever thread completes a stream, scrubs, a learned step.
+"$B"/stress_integrity --ops 1000 --capacity-mib 128 --max-mib 24 --seed 1 policy:classic
+"$B"/stress_integrity --ops 1000 --capacity-mib 128 --max-mib 24 --seed 2 \
+  reuse_other_streams_on_miss:true
+"$B"/stress_integrity --ops 1000 --capacity-mib 128 --max-mib 24 --seed 3 --min-remaps 1 policy:vmm
+"$B"/stress_integrity --ops 400 --capacity-mib 128 --max-mib 24 --seed 4 \
+  policy:vmm,scrub_on_free:true
+"$B"/stress_integrity --ops 100 --loop-steps 50 --min-plans 1 --seed 8 \
+  policy:vmm,vmm_learn_step:true
 echo "tsan: no ThreadSanitizer report"

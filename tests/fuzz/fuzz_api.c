@@ -20,6 +20,10 @@
  * everything is freed, stow_pool_destroy returns STOW_OK and the device holds
  * no byte. Any violation aborts (a libFuzzer crash).
  *
+ * The device is host-backed: each block's contents are written after its
+ * allocation and checked before its free, as work queued on its stream
+ * (pool_harness.h), so that data lost, shared or left unscrubbed fails too.
+ *
  * A second model, of the device's own work (the oracle below), checks what
  * the books cannot show: that no block is handed to a stream while another
  * stream's queued work may still use its bytes, that no granule is unmapped
@@ -49,6 +53,7 @@
 /* Totals over the process, printed at exit (docs/reliability.md figures). */
 typedef struct fz_totals {
     unsigned long long inputs, ops, injected_faults;
+    unsigned long long vmm_ops; /* of ops, those on page-mapped pools */
     unsigned long long event_waits; /* events the pools waited on (event_synchronize calls) */
     unsigned long long event_wait_failures; /* of those, waits that failed (injected) */
 } fz_totals_t;
@@ -149,10 +154,13 @@ static void fz_scope(fz_state_t *s, fz_in_t *in)
 
 static void fz_report(void)
 {
-    fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu injected_faults=%llu "
-                    "event_waits=%llu (failed %llu)\n",
-            fz_totals.inputs, fz_totals.ops, fz_totals.injected_faults, fz_totals.event_waits,
-            fz_totals.event_wait_failures);
+    fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu (classic %llu, vmm %llu) "
+                    "injected_faults=%llu event_waits=%llu (failed %llu) "
+                    "content_words_written=%llu content_words_checked=%llu\n",
+            fz_totals.inputs, fz_totals.ops, fz_totals.ops - fz_totals.vmm_ops,
+            fz_totals.vmm_ops, fz_totals.injected_faults, fz_totals.event_waits,
+            fz_totals.event_wait_failures, (unsigned long long)fz_words_written,
+            (unsigned long long)fz_words_checked);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -173,7 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t setup = fz_u8(&in), conf = fz_u8(&in);
     fz_totals.inputs++;
 
-    fz_device_open(setup, capacities);
+    fz_device_open(setup, capacities, true);
 
     stow_config_t cfg;
     stow_config_default(&cfg);
@@ -319,6 +327,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         }
         fz_totals.ops++;
+        fz_totals.vmm_ops += cfg.policy == STOW_POLICY_VMM;
         if (fz_verbose) {
             stow_stats_t v = fz_stats(s);
             fprintf(stderr, "op %u: %s -> live %u, allocated %llu, reserved %llu\n", op, what,

@@ -54,11 +54,14 @@ static stow_status_t fz_reserve(void *ctx, size_t size, stow_stream_t stream, vo
     fz_after_call(st, before, natural && st == STOW_ENOMEM, "reserve");
     return st;
 }
+static void fz_released(uintptr_t lo, uintptr_t hi);
 static stow_status_t fz_release(void *ctx, void *ptr, size_t size)
 {
     uint64_t before = fz_failures();
     stow_status_t st = fz_sim->release(ctx, ptr, size);
     fz_after_call(st, before, false, "release");
+    if (st == STOW_OK)
+        fz_released((uintptr_t)ptr, (uintptr_t)ptr + size);
     return st;
 }
 static stow_status_t fz_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
@@ -201,6 +204,16 @@ static bool fz_region_settled(const fz_region_t *r)
 
 static void fz_region_drop(unsigned i) { fz_or.regions[i] = fz_or.regions[--fz_or.n_regions]; }
 
+/* A release waits for the work queued on the memory (the backend's
+ * contract): the blocks freed in [lo, hi) have no user left, and a
+ * host-backed device may hand out the same addresses again. */
+static void fz_released(uintptr_t lo, uintptr_t hi)
+{
+    for (unsigned i = fz_or.n_regions; i-- > 0;)
+        if (lo <= fz_or.regions[i].lo && fz_or.regions[i].hi <= hi)
+            fz_region_drop(i);
+}
+
 bool fz_region_add(uintptr_t lo, uintptr_t hi, unsigned users)
 {
     for (unsigned i = fz_or.n_regions; fz_or.n_regions == FZ_MAX_REGIONS && i-- > 0;)
@@ -274,6 +287,112 @@ static stow_status_t fz_unmap(void *ctx, void *va, size_t size)
     stow_status_t st = fz_sim->unmap(ctx, va, size);
     fz_after_call(st, before, false, "unmap");
     return st;
+}
+
+/* ---- block contents ----
+ * Each block's pattern is queued as work on its stream (stow_sim_launch), so
+ * that it runs in the block's stream order as the device would run a kernel
+ * using it: with manual events, late, when the stream completes or the pool
+ * waits on it. On a backend without events every stream shares one order, so
+ * the work goes on one stream. A word's value names its block's tag and its
+ * offset, so a wrong word says whose it is. */
+#define FZ_PATTERN_KEY 0x9E3779B97F4A7C15ull
+#define FZ_STRIPE_BYTES 64
+#define FZ_WHOLE_BYTES 4096
+#define FZ_BOUNDARIES_MAX 512
+
+uint64_t fz_words_written, fz_words_checked;
+static uint32_t fz_tag_next;
+static bool fz_single_stream, fz_contents;
+
+enum { FZ_FILL, FZ_ZERO_THEN_FILL, FZ_CHECK };
+typedef struct fz_content {
+    uintptr_t ptr;
+    size_t block;
+    uint32_t tag;
+    int kind;
+    int pass; /* FZ_FILL or FZ_CHECK or zero: what fz_stripe does now */
+} fz_content_t;
+
+static uint64_t fz_word(uint32_t tag, size_t off)
+{
+    return (((uint64_t)tag << 32) | (uint32_t)(off / 8)) ^ FZ_PATTERN_KEY;
+}
+
+/* The pass over the words of [off, off + len) of the block, clipped to it. */
+static void fz_stripe(fz_content_t *c, size_t off, size_t len)
+{
+    if (off >= c->block)
+        return;
+    if (len > c->block - off)
+        len = c->block - off;
+    uint64_t *w = (uint64_t *)(c->ptr + off);
+    for (size_t k = 0; k < len / 8; k++) {
+        size_t o = off + 8 * k;
+        uint64_t want = c->pass == FZ_ZERO_THEN_FILL ? 0 : fz_word(c->tag, o);
+        if (c->pass == FZ_FILL) {
+            w[k] = want;
+            fz_words_written++;
+            continue;
+        }
+        uint64_t v = w[k];
+        fz_words_checked++;
+        if (v == want)
+            continue;
+        uint64_t g = v ^ FZ_PATTERN_KEY;
+        FUZZ_CHECK(false,
+                   "block [%#lx,+%zu) (tag %u): offset %zu holds %#llx, not %#llx (%s; as a "
+                   "pattern: tag %u, offset %llu)",
+                   (unsigned long)c->ptr, c->block, c->tag, o, (unsigned long long)v,
+                   (unsigned long long)want,
+                   c->pass == FZ_ZERO_THEN_FILL ? "scrub_on_free: not zeroed before reuse"
+                                                : "its pattern, written after its allocation",
+                   (unsigned)(g >> 32), (unsigned long long)(8 * (g & 0xffffffffu)));
+    }
+}
+
+/* One pass over the block's stripes: all of a small block; the ends of a
+ * larger one and both sides of each granule boundary in it. */
+static void fz_content_pass(fz_content_t *c)
+{
+    if (c->block <= FZ_WHOLE_BYTES) {
+        fz_stripe(c, 0, c->block);
+        return;
+    }
+    fz_stripe(c, 0, FZ_STRIPE_BYTES);
+    fz_stripe(c, c->block - FZ_STRIPE_BYTES, FZ_STRIPE_BYTES);
+    size_t g = fz_sim->granularity_bytes;
+    uintptr_t first = (c->ptr + g) & ~(uintptr_t)(g - 1), end = c->ptr + c->block;
+    if (first >= end)
+        return;
+    size_t n = (end - 1 - first) / g + 1, step = n > FZ_BOUNDARIES_MAX ? n / FZ_BOUNDARIES_MAX : 1;
+    for (size_t j = 0; j < n; j += step) {
+        size_t at = first + j * g - c->ptr;
+        fz_stripe(c, at - FZ_STRIPE_BYTES, 2 * FZ_STRIPE_BYTES);
+    }
+}
+
+static void fz_content_run(void *arg)
+{
+    fz_content_t *c = arg;
+    if (c->kind == FZ_ZERO_THEN_FILL) {
+        c->pass = FZ_ZERO_THEN_FILL;
+        fz_content_pass(c);
+    }
+    c->pass = c->kind == FZ_CHECK ? FZ_CHECK : FZ_FILL;
+    fz_content_pass(c);
+    free(c);
+}
+
+static void fz_content_queue(const fz_live_t *b, int kind)
+{
+    if (!fz_contents)
+        return;
+    fz_content_t *c = malloc(sizeof *c);
+    FUZZ_CHECK(c != NULL, "host memory");
+    *c = (fz_content_t){b->ptr, b->block, b->tag, kind, 0};
+    stow_stream_t stream = fz_streams[fz_single_stream ? 0 : b->stream];
+    FUZZ_CHECK(stow_sim_launch(fz_sim, stream, fz_content_run, c) == STOW_OK, "launch");
 }
 
 /* ---- the shadow model ---- */
@@ -392,7 +511,8 @@ int fz_alloc_sized(fz_state_t *s, size_t size, stow_stream_t stream)
                  "new block [%#lx,%#lx) overlaps live [%#lx,+%zu)", (unsigned long)lo,
                  (unsigned long)hi, (unsigned long)s->live[i].ptr, s->live[i].block);
     fz_oracle_handed_out(lo, hi, t);
-    s->live[s->n_live] = (fz_live_t){lo, block, req, 1u << t};
+    s->live[s->n_live] = (fz_live_t){lo, block, req, 1u << t, t, ++fz_tag_next};
+    fz_content_queue(&s->live[s->n_live], fz_or.scrub_checks ? FZ_ZERO_THEN_FILL : FZ_FILL);
     s->alloc_bytes += block;
     s->req_bytes += req;
     return (int)s->n_live++;
@@ -418,6 +538,7 @@ void fz_bad_free(fz_state_t *s, void *p)
 bool fz_free_live(fz_state_t *s, unsigned i)
 {
     fz_live_t b = s->live[i];
+    fz_content_queue(&b, FZ_CHECK);
     /* Its range is freed as the call runs (a scrub, an unmap may follow). */
     bool added = fz_region_add(b.ptr, b.ptr + b.block, b.users);
     fz_or.freeing = b.ptr;
@@ -502,14 +623,17 @@ void fz_memory_fraction(fz_state_t *s, double fraction)
                "a new limit released or reserved memory by itself");
 }
 
-void fz_device_open(uint8_t setup, const size_t capacities[4])
+void fz_device_open(uint8_t setup, const size_t capacities[4], bool contents)
 {
     stow_sim_config_t config;
     stow_sim_config_default(&config);
     config.capacity_bytes = capacities[setup % 4];
     config.manual_events = (setup >> 2) & 1;
+    config.host_backed = contents;
     const stow_sim_config_t *sc = &config;
     bool single_stream = (setup >> 6) & 1, scrub_checks = (setup >> 7) & 1;
+    fz_single_stream = single_stream;
+    fz_contents = contents;
     FUZZ_CHECK(stow_sim_create(sc, &fz_sim) == STOW_OK, "sim create");
     fz_injected = 0;
     fz_capacity = sc->capacity_bytes ? sc->capacity_bytes : (size_t)1 << 46;
@@ -553,6 +677,7 @@ stow_sim_counters_t fz_teardown(fz_state_t *s, bool complete)
     }
     while (s->n_live) {
         fz_live_t b = s->live[s->n_live - 1];
+        fz_content_queue(&b, FZ_CHECK);
         (void)fz_region_add(b.ptr, b.ptr + b.block, b.users);
         fz_or.freeing = b.ptr;
         stow_status_t st = stow_pool_free(s->pool, (void *)b.ptr);
@@ -571,6 +696,11 @@ stow_sim_counters_t fz_teardown(fz_state_t *s, bool complete)
     FUZZ_CHECK(c.reserved_bytes == 0 && c.live_reservations == 0,
              "device still holds %llu bytes in %llu reservations after destroy",
              (unsigned long long)c.reserved_bytes, (unsigned long long)c.live_reservations);
+    /* The pool waited for the device before it gave the memory back (a
+     * release waits for queued work, a page-mapped pool synchronizes): no
+     * check on its blocks is left to run. */
+    FUZZ_CHECK(c.queued_work == 0, "%llu pieces of work still queued after destroy",
+               (unsigned long long)c.queued_work);
     FUZZ_CHECK(stow_sim_destroy(fz_sim) == STOW_OK, "sim destroy");
     fz_sim = NULL;
     return c;

@@ -12,7 +12,16 @@
  * - the shadow model of the live (ptr, block, requested) set, compared with
  *   stow_pool_stats and stow_pool_check (fz_check_books; fuzz_api after every
  *   call);
- * - allocation and free with every check of the call's result.
+ * - allocation and free with every check of the call's result;
+ * - the blocks' contents: the device is host-backed (real memory, page
+ *   mapping with the GPU's semantics), and each block gets a pattern of its
+ *   own (all of a block of at most 4 KiB; of a larger one, 64 bytes at its
+ *   ends and at both sides of each granule boundary inside it, at most 512
+ *   boundaries), written as work queued on its stream after its allocation
+ *   (after a check that it reads zero, with scrub_on_free) and checked by work
+ *   queued before its free: a block that shares those bytes with another, loses
+ *   a granule or keeps another block's data fails the check (or faults, on an
+ *   unmapped granule) when the work runs.
  *
  * One input at a time, one thread: the state is global.
  */
@@ -50,8 +59,13 @@ extern const stow_stream_t fz_streams[FZ_STREAMS];
  * oracle, from an input's setup byte as both pool fuzzers decode it: bits 0-1
  * the capacity (capacities[setup % 4]; 0: unlimited), bit 2 manual events,
  * bit 6 a backend without events (every stream shares one order), bit 7 the
- * pool scrubs freed blocks (scrub_on_free: the oracle checks scrubs). */
-void fz_device_open(uint8_t setup, const size_t capacities[4]);
+ * pool scrubs freed blocks (scrub_on_free: the oracle checks scrubs). With
+ * contents, the device is host-backed and the blocks' contents are checked
+ * (above); without, its addresses are fake. */
+void fz_device_open(uint8_t setup, const size_t capacities[4], bool contents);
+
+/* Words of block contents written and checked, over the process. */
+extern uint64_t fz_words_written, fz_words_checked;
 
 /* ---- the device-work oracle ---- */
 #define FZ_MAX_REGIONS 1024
@@ -85,7 +99,9 @@ bool fz_region_add(uintptr_t lo, uintptr_t hi, unsigned users);
 typedef struct fz_live {
     uintptr_t ptr;
     size_t block, req;
-    unsigned users; /* bit i: fz_streams[i] used it (its allocation, record_stream) */
+    unsigned users;  /* bit i: fz_streams[i] used it (its allocation, record_stream) */
+    unsigned stream; /* the index of its allocation's stream */
+    uint32_t tag;    /* its pattern's (tests/fuzz/pool_harness.c, contents) */
 } fz_live_t;
 
 typedef struct fz_state {

@@ -5,11 +5,16 @@
  * are checked call by call: reserve/release accounting and capacity, the
  * granularity contract, rejected releases leaving the books alone, fault
  * injection (exactly the nth call of a kind; seeded random failures repeat),
- * manual events per stream, host-backed memory, the page-mapping calls, and
- * destroy with live reservations.
+ * manual events per stream, host-backed memory, the page-mapping calls and
+ * the driver's rules for them (in both modes), host-backed page mapping with
+ * the GPU's semantics (a handle's bytes wherever it is mapped, a fault on an
+ * unmapped granule), queued work in stream order, and destroy with live
+ * reservations.
  */
 #include <criterion/criterion.h>
 
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -717,5 +722,409 @@ Test(sim, modelled_cost_of_one_call_of_each_kind)
     cr_assert_eq(c.calls[STOW_SIM_UNMAP], 2);
     cr_assert_eq(b->phys_release(b->ctx, h, GRAN), STOW_OK);
     cr_assert_eq(b->va_release(b->ctx, va, GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* ---- the driver's page-mapping rules, in both modes ---- */
+
+static stow_backend_t *sim_mode(size_t capacity, bool host_backed, bool manual_events)
+{
+    stow_sim_config_t c;
+    stow_sim_config_default(&c);
+    c.capacity_bytes = capacity;
+    c.host_backed = host_backed;
+    c.manual_events = manual_events;
+    stow_backend_t *b = NULL;
+    cr_assert_eq(stow_sim_create(&c, &b), STOW_OK);
+    return b;
+}
+
+static stow_phys_t phys_ok(stow_backend_t *b, size_t size)
+{
+    stow_phys_t h = 0;
+    cr_assert_eq(b->phys_create(b->ctx, size, &h), STOW_OK, "phys_create(%zu)", size);
+    return h;
+}
+
+/* A refused call fails with EINVAL, counts one failure and changes nothing
+ * (the mapping that follows it in each case must still work). */
+static void expect_refused(stow_backend_t *b, stow_sim_call_t kind, stow_status_t st,
+                           const char *why)
+{
+    static uint64_t seen[STOW_SIM_CALL_KINDS];
+    cr_assert_eq(st, STOW_EINVAL, "%s: %s returned %d", why, stow_sim_call_name(kind), (int)st);
+    uint64_t f = counters(b).failures[kind];
+    cr_assert_gt(f, seen[kind], "%s: failure not counted", why);
+    seen[kind] = f;
+}
+
+static void mapping_rules(bool host_backed)
+{
+    stow_backend_t *b = sim_mode(0, host_backed, false);
+    char *va = NULL, *other = NULL;
+    cr_assert_eq(b->va_reserve(b->ctx, 8 * GRAN, (void **)&va), STOW_OK);
+    cr_assert_eq(b->va_reserve(b->ctx, 2 * GRAN, (void **)&other), STOW_OK);
+    cr_assert_eq((uintptr_t)va % GRAN, 0);
+    stow_phys_t h1 = phys_ok(b, GRAN), h2 = phys_ok(b, 2 * GRAN), h3 = phys_ok(b, 3 * GRAN);
+
+    /* map: inside a reserved range, at a granule of it, the whole handle, over nothing. */
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, va + 8 * GRAN * 4, GRAN, h1), "outside");
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, va + 4096, GRAN, h1), "off a granule");
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, va + 7 * GRAN, 2 * GRAN, h2),
+                   "past the range's end");
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, other + GRAN, 2 * GRAN, h2),
+                   "past another range's end");
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, va, GRAN, h2), "part of a handle");
+    cr_assert_eq(b->map(b->ctx, va + GRAN, 2 * GRAN, h2), STOW_OK);
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, va, 3 * GRAN, h3), "over a mapping's start");
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, va + 2 * GRAN, 3 * GRAN, h3),
+                   "over a mapping's tail");
+    cr_assert_eq(b->map(b->ctx, va, GRAN, h1), STOW_OK);
+    cr_assert_eq(b->map(b->ctx, va + 3 * GRAN, 3 * GRAN, h3), STOW_OK);
+    /* A handle maps at more than one place. */
+    cr_assert_eq(b->map(b->ctx, other, GRAN, h1), STOW_OK);
+
+    /* unmap: whole mappings only; several at once are fine. */
+    expect_refused(b, STOW_SIM_UNMAP, b->unmap(b->ctx, va + GRAN, GRAN), "half a mapping");
+    expect_refused(b, STOW_SIM_UNMAP, b->unmap(b->ctx, va + 2 * GRAN, GRAN), "a mapping's tail");
+    expect_refused(b, STOW_SIM_UNMAP, b->unmap(b->ctx, va + 5 * GRAN, 2 * GRAN),
+                   "a tail and an unmapped granule");
+    expect_refused(b, STOW_SIM_UNMAP, b->unmap(b->ctx, va + 4096, GRAN), "off a granule");
+    expect_refused(b, STOW_SIM_VA_RELEASE, b->va_release(b->ctx, va, 8 * GRAN),
+                   "a range with mappings");
+    cr_assert_eq(b->unmap(b->ctx, va, 3 * GRAN), STOW_OK, "two whole mappings");
+    expect_refused(b, STOW_SIM_UNMAP, b->unmap(b->ctx, va, GRAN), "unmapped twice");
+    cr_assert_eq(b->unmap(b->ctx, va + 3 * GRAN, 3 * GRAN), STOW_OK);
+    cr_assert_eq(b->unmap(b->ctx, other, GRAN), STOW_OK);
+
+    /* A handle released while mapped lives until its last unmap; a released
+     * handle maps no more. */
+    cr_assert_eq(b->map(b->ctx, va, 2 * GRAN, h2), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h2, 2 * GRAN), STOW_OK);
+    cr_assert_eq(counters(b).reserved_bytes, 4 * GRAN, "released bytes leave the books at once");
+    expect_refused(b, STOW_SIM_MAP, b->map(b->ctx, va + 4 * GRAN, 2 * GRAN, h2), "released");
+    expect_refused(b, STOW_SIM_PHYS_RELEASE, b->phys_release(b->ctx, h2, 2 * GRAN),
+                   "released twice");
+    cr_assert_eq(b->unmap(b->ctx, va, 2 * GRAN), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h1, GRAN), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h3, 3 * GRAN), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, va, 8 * GRAN), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, other, 2 * GRAN), STOW_OK);
+    stow_sim_counters_t c = counters(b);
+    cr_assert_eq(c.calls[STOW_SIM_MAP] - c.failures[STOW_SIM_MAP],
+                 c.calls[STOW_SIM_UNMAP] - c.failures[STOW_SIM_UNMAP] + 1,
+                 "one unmap call took two mappings");
+    cr_assert_eq(c.reserved_bytes, 0);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, mapping_rules_fake_addresses) { mapping_rules(false); }
+Test(sim, mapping_rules_host_backed) { mapping_rules(true); }
+
+/* ---- host-backed page mapping ---- */
+
+Test(sim, host_backed_needs_whole_host_pages)
+{
+    stow_sim_config_t c;
+    stow_sim_config_default(&c);
+    c.host_backed = true;
+    c.granularity_bytes = 512;
+    stow_backend_t *b = NULL;
+    cr_assert_eq(stow_sim_create(&c, &b), STOW_EINVAL);
+    cr_assert_null(b);
+}
+
+/* A handle's bytes are its own: the same through every mapping of it, kept
+ * while it is unmapped, and found again wherever it is mapped next. */
+Test(sim, host_backed_handle_bytes_follow_the_handle)
+{
+    stow_backend_t *b = sim_mode(16 * GRAN, true, false);
+    /* volatile: two addresses show one byte, which a compiler cannot know */
+    unsigned char *base = NULL;
+    cr_assert_eq(b->va_reserve(b->ctx, 16 * GRAN, (void **)&base), STOW_OK);
+    volatile unsigned char *va = base;
+    stow_phys_t h1 = phys_ok(b, GRAN), h2 = phys_ok(b, 3 * GRAN);
+    cr_assert_eq(b->map(b->ctx, base, GRAN, h1), STOW_OK);
+    cr_assert_eq(b->map(b->ctx, base + 4 * GRAN, 3 * GRAN, h2), STOW_OK);
+    for (size_t i = 0; i < GRAN; i += 4096)
+        cr_assert_eq(va[i], 0, "a new handle reads zero");
+    memset(base, 0x11, GRAN);
+    memset(base + 4 * GRAN, 0x22, 3 * GRAN);
+    cr_assert_eq(b->map(b->ctx, base + 8 * GRAN, GRAN, h1), STOW_OK);
+    cr_assert_eq(va[8 * GRAN + 77], 0x11, "a second mapping shows the same bytes");
+    va[8 * GRAN + 77] = 0x33;
+    cr_assert_eq(va[77], 0x33, "and writes through to the first");
+    cr_assert_eq(b->unmap(b->ctx, base + 4 * GRAN, 3 * GRAN), STOW_OK);
+    cr_assert_eq(b->map(b->ctx, base + 12 * GRAN, 3 * GRAN, h2), STOW_OK);
+    for (size_t i = 0; i < 3 * GRAN; i += 4093)
+        cr_assert_eq(va[12 * GRAN + i], 0x22, "moved, the handle keeps its bytes");
+    cr_assert_eq(va[12 * GRAN + 3 * GRAN - 1], 0x22);
+    cr_assert_eq(counters(b).reserved_bytes, 4 * GRAN);
+    cr_assert_eq(b->unmap(b->ctx, base, GRAN), STOW_OK);
+    cr_assert_eq(b->unmap(b->ctx, base + 8 * GRAN, GRAN), STOW_OK);
+    cr_assert_eq(b->unmap(b->ctx, base + 12 * GRAN, 3 * GRAN), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h1, GRAN), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h2, 3 * GRAN), STOW_OK);
+    /* A released handle's pages went back: a new one reads zero again. */
+    stow_phys_t h3 = phys_ok(b, 3 * GRAN);
+    cr_assert_eq(b->map(b->ctx, base, 3 * GRAN, h3), STOW_OK);
+    for (size_t i = 0; i < 3 * GRAN; i += 4093)
+        cr_assert_eq(va[i], 0, "offset %zu of a new handle", i);
+    cr_assert_eq(b->unmap(b->ctx, base, 3 * GRAN), STOW_OK);
+    cr_assert_eq(b->phys_release(b->ctx, h3, 3 * GRAN), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, base, 16 * GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* Thousands of handles, side by side, each with its own bytes: handles are
+ * pieces of one file, not a file each. */
+Test(sim, host_backed_many_handles_never_alias)
+{
+    enum { N = 3000 };
+    stow_backend_t *b = sim_mode(0, true, false);
+    unsigned char *va = NULL;
+    cr_assert_eq(b->va_reserve(b->ctx, (size_t)N * GRAN, (void **)&va), STOW_OK);
+    static stow_phys_t h[N];
+    for (int i = 0; i < N; i++) {
+        h[i] = phys_ok(b, GRAN);
+        cr_assert_eq(b->map(b->ctx, va + (size_t)i * GRAN, GRAN, h[i]), STOW_OK);
+        va[(size_t)i * GRAN] = (unsigned char)(i * 7 + 1);
+        va[(size_t)i * GRAN + GRAN - 1] = (unsigned char)(i * 7 + 2);
+    }
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(va[(size_t)i * GRAN], (unsigned char)(i * 7 + 1), "handle %d", i);
+        cr_assert_eq(va[(size_t)i * GRAN + GRAN - 1], (unsigned char)(i * 7 + 2));
+    }
+    /* Every other one released and created again: the new ones read zero,
+     * the others keep their bytes. */
+    for (int i = 0; i < N; i += 2) {
+        cr_assert_eq(b->unmap(b->ctx, va + (size_t)i * GRAN, GRAN), STOW_OK);
+        cr_assert_eq(b->phys_release(b->ctx, h[i], GRAN), STOW_OK);
+    }
+    for (int i = 0; i < N; i += 2) {
+        h[i] = phys_ok(b, GRAN);
+        cr_assert_eq(b->map(b->ctx, va + (size_t)i * GRAN, GRAN, h[i]), STOW_OK);
+    }
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(va[(size_t)i * GRAN], i % 2 ? (unsigned char)(i * 7 + 1) : 0, "handle %d", i);
+    /* Destroy takes whatever is left (a leak checker sees nothing behind). */
+    cr_assert_eq(stow_sim_destroy(b), STOW_EBUSY);
+}
+
+/* Whether a write to *p faults (SIGSEGV); the process goes on either way.
+ * A handler of our own, not Criterion's .signal: AddressSanitizer would
+ * report the fault and abort instead. */
+static sigjmp_buf fault_jmp;
+static void on_fault(int sig)
+{
+    (void)sig;
+    siglongjmp(fault_jmp, 1);
+}
+
+static bool write_faults(volatile unsigned char *p)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fault;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old);
+    volatile bool faulted = true; /* set between sigsetjmp and a siglongjmp */
+    if (sigsetjmp(fault_jmp, 1) == 0) {
+        *p = 1;
+        faulted = false;
+    }
+    sigaction(SIGSEGV, &old, NULL);
+    return faulted;
+}
+
+Test(sim, host_backed_granule_faults_unless_mapped)
+{
+    stow_backend_t *b = sim_mode(0, true, false);
+    unsigned char *va = NULL;
+    cr_assert_eq(b->va_reserve(b->ctx, 4 * GRAN, (void **)&va), STOW_OK);
+    cr_assert(write_faults(va + 3 * GRAN), "reserved, not mapped");
+    stow_phys_t h = phys_ok(b, 2 * GRAN);
+    cr_assert_eq(b->map(b->ctx, va + 2 * GRAN, 2 * GRAN, h), STOW_OK);
+    cr_assert(!write_faults(va + 3 * GRAN), "mapped");
+    cr_assert(write_faults(va + GRAN), "the granule beside it is not");
+    cr_assert_eq(b->unmap(b->ctx, va + 2 * GRAN, 2 * GRAN), STOW_OK);
+    cr_assert(write_faults(va + 3 * GRAN + 100), "unmapped");
+    cr_assert_eq(b->phys_release(b->ctx, h, 2 * GRAN), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, va, 4 * GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+Test(sim, host_backed_released_reservation_faults)
+{
+    stow_backend_t *b = sim_mode(0, true, false);
+    unsigned char *p = reserve_ok(b, 2 * GRAN);
+    cr_assert(!write_faults(p + GRAN));
+    cr_assert_eq(b->release(b->ctx, p, 2 * GRAN), STOW_OK);
+    cr_assert(write_faults(p + GRAN), "released");
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* ---- queued work ---- */
+
+typedef struct work_log {
+    int order[16];
+    int n;
+} work_log_t;
+
+typedef struct work_item {
+    work_log_t *log;
+    int id;
+    unsigned char *write; /* optional: a byte the work writes */
+} work_item_t;
+
+static void work_note(void *arg)
+{
+    work_item_t *w = arg;
+    w->log->order[w->log->n++] = w->id;
+    if (w->write)
+        *w->write = (unsigned char)w->id;
+}
+
+static void launch_ok(stow_backend_t *b, stow_stream_t s, work_item_t *w)
+{
+    cr_assert_eq(stow_sim_launch(b, s, work_note, w), STOW_OK);
+}
+
+Test(sim, launched_work_runs_when_its_stream_gets_there)
+{
+    stow_backend_t *b = sim_new(0, true);
+    stow_stream_t s1 = (stow_stream_t)0x100, s2 = (stow_stream_t)0x200;
+    work_log_t log = {0};
+    work_item_t w[5] = {{&log, 1, NULL}, {&log, 2, NULL}, {&log, 3, NULL}, {&log, 4, NULL},
+                        {&log, 5, NULL}};
+    stow_event_t e1, e2;
+    bool done = true;
+    launch_ok(b, s1, &w[0]);
+    cr_assert_eq(b->event_record(b->ctx, s1, &e1), STOW_OK);
+    launch_ok(b, s1, &w[1]);
+    launch_ok(b, s2, &w[2]);
+    cr_assert_eq(b->event_record(b->ctx, s2, &e2), STOW_OK);
+    cr_assert_eq(log.n, 0, "queued, not run");
+    cr_assert_eq(counters(b).queued_work, 3);
+    cr_assert_eq(b->event_query(b->ctx, e1, &done), STOW_OK);
+    cr_assert(!done);
+    cr_assert_eq(log.n, 0, "a query runs nothing");
+    /* A wait on e1 runs s1's work before it, not after it, not s2's. */
+    cr_assert_eq(b->event_synchronize(b->ctx, e1), STOW_OK);
+    cr_assert_eq(log.n, 1);
+    cr_assert_eq(log.order[0], 1);
+    stow_sim_complete_stream(b, s1);
+    cr_assert_eq(log.n, 2);
+    cr_assert_eq(log.order[1], 2);
+    cr_assert_eq(b->event_query(b->ctx, e2, &done), STOW_OK);
+    cr_assert(!done);
+    launch_ok(b, s1, &w[3]);
+    cr_assert_eq(b->synchronize(b->ctx), STOW_OK);
+    cr_assert_eq(log.n, 4, "synchronize runs every stream's work");
+    cr_assert_eq(counters(b).queued_work, 0);
+    cr_assert_eq(b->event_query(b->ctx, e2, &done), STOW_OK);
+    cr_assert(done);
+    cr_assert_eq(stow_sim_launch(b, s1, NULL, NULL), STOW_EINVAL);
+    cr_assert_eq(b->event_destroy(b->ctx, e1), STOW_OK);
+    cr_assert_eq(b->event_destroy(b->ctx, e2), STOW_OK);
+    /* Work still queued at destroy never runs. */
+    launch_ok(b, s2, &w[4]);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+    cr_assert_eq(log.n, 4);
+
+    /* With automatic events the device runs it at once. */
+    b = sim_new(0, false);
+    launch_ok(b, s1, &w[4]);
+    cr_assert_eq(log.n, 5);
+    cr_assert_eq(log.order[4], 5);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* release waits for the device, as cuMemFree does: the work queued on the
+ * memory runs first; the events stay as the test left them. */
+Test(sim, release_waits_for_queued_work)
+{
+    stow_backend_t *b = sim_mode(0, true, true);
+    stow_stream_t s1 = (stow_stream_t)0x100, s2 = (stow_stream_t)0x200;
+    unsigned char *p = reserve_ok(b, GRAN);
+    work_log_t log = {0};
+    work_item_t w = {&log, 9, p + 100};
+    stow_event_t before, after, other;
+    bool done;
+    cr_assert_eq(b->event_record(b->ctx, s1, &before), STOW_OK);
+    launch_ok(b, s1, &w);
+    cr_assert_eq(b->event_record(b->ctx, s1, &after), STOW_OK);
+    cr_assert_eq(b->event_record(b->ctx, s2, &other), STOW_OK);
+    cr_assert_eq(b->release(b->ctx, p, GRAN), STOW_OK);
+    cr_assert_eq(log.n, 1, "the work ran before the memory went");
+    cr_assert_eq(counters(b).queued_work, 0);
+    cr_assert_eq(counters(b).pending_events, 3, "the test still decides");
+    cr_assert_eq(b->event_query(b->ctx, before, &done), STOW_OK);
+    cr_assert(!done);
+    cr_assert_eq(b->event_query(b->ctx, after, &done), STOW_OK);
+    cr_assert(!done);
+    cr_assert_eq(b->event_query(b->ctx, other, &done), STOW_OK);
+    cr_assert(!done);
+    stow_event_t all[] = {before, after, other};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(b->event_destroy(b->ctx, all[i]), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* With manual events a scrub is work on its stream: it zeroes when the
+ * stream gets there, after the work queued before it. */
+Test(sim, scrub_is_queued_in_stream_order)
+{
+    stow_backend_t *b = sim_mode(0, true, true);
+    stow_stream_t s1 = (stow_stream_t)0x100;
+    unsigned char *p = reserve_ok(b, GRAN);
+    memset(p, 0x5A, GRAN);
+    work_log_t log = {0};
+    work_item_t w = {&log, 7, p + 10};
+    launch_ok(b, s1, &w);
+    cr_assert_eq(b->scrub(b->ctx, p, 4096, s1), STOW_OK);
+    cr_assert_eq(p[0], 0x5A, "not yet");
+    cr_assert_eq(counters(b).queued_work, 2);
+    stow_sim_complete_stream(b, s1);
+    cr_assert_eq(p[10], 0, "the scrub ran after the write queued before it");
+    cr_assert_eq(p[4095], 0);
+    cr_assert_eq(p[4096], 0x5A, "and no further");
+    cr_assert_eq(b->release(b->ctx, p, GRAN), STOW_OK);
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
+/* Work queued on a granule that is unmapped before it runs faults when it
+ * runs: what a pool that unmaps under queued work would cause on a GPU. */
+typedef struct fault_item {
+    volatile unsigned char *at;
+    bool faulted, ran;
+} fault_item_t;
+
+static void work_write_catching(void *arg)
+{
+    fault_item_t *w = arg;
+    w->faulted = write_faults(w->at);
+    w->ran = true;
+}
+
+Test(sim, work_on_a_granule_unmapped_before_it_runs_faults)
+{
+    stow_backend_t *b = sim_mode(0, true, true);
+    stow_stream_t s1 = (stow_stream_t)0x100;
+    unsigned char *va = NULL;
+    cr_assert_eq(b->va_reserve(b->ctx, 2 * GRAN, (void **)&va), STOW_OK);
+    stow_phys_t h = phys_ok(b, GRAN);
+    cr_assert_eq(b->map(b->ctx, va, GRAN, h), STOW_OK);
+    fault_item_t early = {va + 64, false, false}, late = {va + 128, false, false};
+    cr_assert_eq(stow_sim_launch(b, s1, work_write_catching, &early), STOW_OK);
+    stow_sim_complete_stream(b, s1);
+    cr_assert(early.ran && !early.faulted, "run while mapped");
+    cr_assert_eq(stow_sim_launch(b, s1, work_write_catching, &late), STOW_OK);
+    cr_assert_eq(b->unmap(b->ctx, va, GRAN), STOW_OK);
+    cr_assert(!late.ran);
+    stow_sim_complete_stream(b, s1);
+    cr_assert(late.ran && late.faulted, "run after the unmap");
+    cr_assert_eq(b->phys_release(b->ctx, h, GRAN), STOW_OK);
+    cr_assert_eq(b->va_release(b->ctx, va, 2 * GRAN), STOW_OK);
     cr_assert_eq(stow_sim_destroy(b), STOW_OK);
 }
