@@ -234,10 +234,17 @@ typedef struct stow_vmm_closure {
     uint32_t count, capacity;
 } stow_vmm_closure_t;
 
+/* Segments that growth past the high-water mark released, the most recent
+ * STOW_REGRET_SEGMENTS (segment.c, regretted releases). */
+#define STOW_REGRET_SEGMENTS 64
+
 /* Growth that keeps releasing idle segments (classic pools, segment.c,
  * keep_idle): growths past the high-water mark that released idle segments,
  * counted by windows of pool operations. */
 typedef struct stow_idle_keep {
+    size_t released_bytes[STOW_REGRET_SEGMENTS]; /* 0: an empty or matched entry */
+    uint8_t released_kind[STOW_REGRET_SEGMENTS];
+    unsigned released_next;      /* the entry the next release overwrites */
     uint64_t window_start_op;    /* op_count when the current window began */
     uint64_t window_releases;    /* growths in it that released idle segments */
     unsigned hot_windows;        /* consecutive windows with one per 1,024 operations or more */

@@ -16,12 +16,26 @@ unsigned stow_version(void) { return STOW_VERSION_HEX; }
 
 /* ---- free-index bookkeeping shared with segment.c and stream.c ---- */
 
+/* A classic large segment wholly free sits in its own slot: best fit cuts one
+ * only when no block already split fits (find_fit), so that idle segments stay
+ * whole, to be reused whole or given back (docs/decisions.md, idle segments
+ * last). A block's slot is fixed while it is indexed: its size does not change
+ * there. */
+static inline __attribute__((always_inline)) unsigned index_slot(const stow_pool_t *pool,
+                                                                 const stow_block_t *b)
+{
+    return b->pool_kind == STOW_POOL_LARGE && !pool->vmm &&
+                   b->size_bytes == b->segment->size_bytes
+               ? STOW_FREE_IDLE
+               : b->pool_kind;
+}
+
 /* Inlined into this file's hot paths (merges at free, splits at allocation),
  * where as calls their register saves and returns would cost more than their
  * work. The other files call the exported wrappers. */
 static inline __attribute__((always_inline)) void index_insert(stow_pool_t *pool, stow_block_t *b)
 {
-    stow__free_index_insert(&b->owner->free[b->pool_kind], b);
+    stow__free_index_insert(&b->owner->free[index_slot(pool, b)], b);
     stow__pool_count_split(pool, b, true);
     if (!pool->largest_free_dirty && b->size_bytes > pool->largest_free_cache)
         pool->largest_free_cache = b->size_bytes;
@@ -29,7 +43,7 @@ static inline __attribute__((always_inline)) void index_insert(stow_pool_t *pool
 
 static inline __attribute__((always_inline)) void index_remove(stow_pool_t *pool, stow_block_t *b)
 {
-    stow__free_index_remove(&b->owner->free[b->pool_kind], b);
+    stow__free_index_remove(&b->owner->free[index_slot(pool, b)], b);
     stow__pool_count_split(pool, b, false);
     if (b->size_bytes >= pool->largest_free_cache)
         pool->largest_free_dirty = true;
@@ -41,7 +55,7 @@ void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b) { index_remove(
 
 static void largest_of_state(stow_stream_state_t *ss, uint64_t *largest)
 {
-    for (unsigned k = STOW_POOL_SMALL; k <= STOW_POOL_LARGE; k++) {
+    for (unsigned k = STOW_FREE_IDLE; k <= STOW_POOL_LARGE; k++) {
         const stow_block_t *b = stow__free_index_largest(&ss->free[k]);
         if (b && b->size_bytes > *largest)
             *largest = b->size_bytes;
@@ -288,17 +302,27 @@ static bool block_acceptable(const stow_pool_t *pool, const stow_block_t *b, siz
     return b->size_bytes - rounded < c->max_non_split_rounding_bytes;
 }
 
-/* Best fit over the stream's own free blocks and those every stream may use. */
-static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
-                              size_t rounded)
+static stow_block_t *best_fit_in(stow_pool_t *pool, stow_stream_state_t *ss, unsigned slot,
+                                 size_t rounded)
 {
-    stow_block_t *b = stow__free_index_best_fit(&ss->free[kind], rounded);
-    if (ss != pool->any && pool->any->free[kind].block_count) {
-        stow_block_t *a = stow__free_index_best_fit(&pool->any->free[kind], rounded);
+    stow_block_t *b = stow__free_index_best_fit(&ss->free[slot], rounded);
+    if (ss != pool->any && pool->any->free[slot].block_count) {
+        stow_block_t *a = stow__free_index_best_fit(&pool->any->free[slot], rounded);
         if (a && (!b || a->size_bytes < b->size_bytes ||
                   (a->size_bytes == b->size_bytes && a->addr < b->addr)))
             b = a;
     }
+    return b;
+}
+
+/* Best fit over the stream's own free blocks and those every stream may use;
+ * a large request takes a whole idle segment only when no split block fits. */
+static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
+                              size_t rounded)
+{
+    stow_block_t *b = best_fit_in(pool, ss, kind, rounded);
+    if (!b && kind == STOW_POOL_LARGE && !pool->vmm)
+        b = best_fit_in(pool, ss, STOW_FREE_IDLE, rounded);
     return (b && block_acceptable(pool, b, rounded)) ? b : NULL;
 }
 

@@ -15,7 +15,8 @@
  * workload reaches a steady state with no backend calls at all. A loop whose
  * step needs a little more than the mark would release and reserve segments
  * on every step, so growth that keeps releasing keeps them instead, within
- * keep_idle_max of the allocated peak (keep_idle). The
+ * keep_idle_max of the allocated peak (keep_idle), and growth that comes back
+ * for about the size it released keeps them at once (a regretted release). The
  * garbage-collection threshold, when set, is enforced the same way. When the
  * backend refuses, every idle segment is released and the reservation retried
  * once; then STOW_ENOMEM with an explanation.
@@ -69,6 +70,33 @@ static void segment_unlink(stow_pool_t *pool, stow_segment_t *seg)
         seg->next->prev = seg->prev;
 }
 
+/* Growth past the mark notes the segments it releases (note_release). A
+ * later growth past the mark whose new segment is of the same kind and at
+ * least half the size of one of them regrets that release (the entry is used
+ * up): the workload came back for that memory, as a loop does every step.
+ * That growth keeps the idle segments and lifts the mark by its own, so the
+ * next step finds it cached (keep_idle; docs/decisions.md, regretted
+ * releases). A workload whose sizes do not come back never regrets. */
+static void note_release(stow_pool_t *pool, const stow_segment_t *seg)
+{
+    stow_idle_keep_t *k = &pool->idle_keep;
+    k->released_bytes[k->released_next] = seg->size_bytes;
+    k->released_kind[k->released_next] = seg->pool_kind;
+    k->released_next = (k->released_next + 1) % STOW_REGRET_SEGMENTS;
+}
+
+static bool release_regretted(stow_pool_t *pool, unsigned kind, size_t size)
+{
+    stow_idle_keep_t *k = &pool->idle_keep;
+    for (unsigned i = 0; i < STOW_REGRET_SEGMENTS; i++)
+        if (k->released_kind[i] == kind && k->released_bytes[i] >= size &&
+            k->released_bytes[i] / 2 <= size) {
+            k->released_bytes[i] = 0;
+            return true;
+        }
+    return false;
+}
+
 /* Returns an idle segment to the backend; false (and nothing changed) if the
  * backend refused. */
 static bool segment_release(stow_pool_t *pool, stow_segment_t *seg)
@@ -95,7 +123,9 @@ static int by_idle_age(const void *a, const void *b)
     return x->idle_since_op < y->idle_since_op ? -1 : x->idle_since_op > y->idle_since_op;
 }
 
-size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes)
+/* Releases idle segments, oldest idle first, until want_bytes are released
+ * (all of them when all); noted for regret when note. */
+static size_t release_idle(stow_pool_t *pool, bool all, size_t want_bytes, bool note)
 {
     size_t count = 0;
     for (stow_segment_t *s = pool->segments; s; s = s->next)
@@ -110,7 +140,11 @@ size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes
              s = next) {
             next = s->next;
             size_t sz = s->size_bytes;
-            if (segment_idle(s) && segment_release(pool, s))
+            if (!segment_idle(s))
+                continue;
+            if (note)
+                note_release(pool, s);
+            if (segment_release(pool, s))
                 released += sz;
         }
         return released;
@@ -122,11 +156,18 @@ size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes
     qsort(idle, n, sizeof *idle, by_idle_age); /* oldest idle first */
     for (size_t i = 0; i < n && (all || released < want_bytes); i++) {
         size_t sz = idle[i]->size_bytes;
+        if (note)
+            note_release(pool, idle[i]);
         if (segment_release(pool, idle[i]))
             released += sz;
     }
     free(idle);
     return released;
+}
+
+size_t stow__segment_release_idle(stow_pool_t *pool, bool all, size_t want_bytes)
+{
+    return release_idle(pool, all, want_bytes, false);
 }
 
 void stow__segment_release_all(stow_pool_t *pool)
@@ -324,20 +365,23 @@ void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segme
  * only once growth has kept releasing them (above), only while reserved_after
  * stays within (1 + keep_idle_max) x the allocated peak, so that what is kept
  * stays bounded whatever the workload does next, and only while as much again
- * stays free below the pool's limit. Kept segments are split by other sizes
+ * stays free below the pool's limit; or when the growth regrets a release
+ * (above), within that headroom only. Kept segments are split by other sizes
  * too, and the blocks placed in them are live, so the out-of-memory retry
  * cannot take them back: kept close to the limit, they would make a loop that
  * fits when releasing fail on that device. */
-static bool keep_idle(stow_pool_t *pool, uint64_t reserved_after)
+static bool keep_idle(stow_pool_t *pool, uint64_t reserved_after, unsigned kind, size_t size)
 {
     stow_idle_keep_t *k = &pool->idle_keep;
     double keep_max = pool->config.keep_idle_max;
     if (keep_max <= 0.0)
         return false;
-    if (k->keeping) {
+    bool regret = release_regretted(pool, kind, size);
+    if (k->keeping || regret) {
         double allocated_peak = (double)pool->acct.s.allocated_bytes[STOW_POOL_ALL].peak;
         double reserved = (double)reserved_after, room = keep_max * allocated_peak;
-        if (reserved <= allocated_peak + room && reserved + room <= (double)pool->limit_bytes) {
+        if ((regret || reserved <= allocated_peak + room) &&
+            reserved + room <= (double)pool->limit_bytes) {
             pool->acct.s.num_idle_keeps++;
             return true;
         }
@@ -351,7 +395,7 @@ static bool keep_idle(stow_pool_t *pool, uint64_t reserved_after)
         k->window_releases = 0;
         if (k->hot_windows == KEEP_HOT_WINDOWS) {
             k->keeping = true;
-            return keep_idle(pool, reserved_after);
+            return keep_idle(pool, reserved_after, kind, size);
         }
     }
     k->window_releases++;
@@ -378,10 +422,11 @@ stow_status_t stow__segment_grow(stow_pool_t *pool, stow_stream_state_t *ss, uns
         pool->acct.s.num_idle_releases += stow__segment_release_idle(
             pool, false, (size_t)((double)(reserved + size) - gc * (double)pool->limit_bytes)) > 0;
     else if (pool->config.release_idle_on_grow && pool->acct.idle_segment_bytes &&
-             reserved + size > pool->reserved_high_water_bytes && !keep_idle(pool, reserved + size))
+             reserved + size > pool->reserved_high_water_bytes &&
+             !keep_idle(pool, reserved + size, kind, size))
         pool->acct.s.num_idle_releases +=
-            stow__segment_release_idle(pool, false, (size_t)(reserved + size -
-                                                             pool->reserved_high_water_bytes)) > 0;
+            release_idle(pool, false, (size_t)(reserved + size - pool->reserved_high_water_bytes),
+                         true) > 0;
 
     void *ptr = NULL;
     stow_status_t st = reserve_within_limit(pool, ss, size, &ptr);

@@ -34,6 +34,12 @@
 #                global swap (training steps, its snapshot drawn, what CUDA graphs,
 #                reduce-overhead and torch.cuda.memory._snapshot do, out of memory); the pages
 #                and pickles in results/routes; the table (routes_report.py) printed last
+#   9 steptime   bench/gpu/step_time.py: ResNet-50 and GPT-2 training step time under Stowage
+#                classic against PyTorch native, STEP_ROUNDS (3) interleaved rounds of
+#                STEP_STEPS (60) timed steps after 5 warm-up steps, each run its own process:
+#                median and 10th-90th percentile per allocator, the same-round ratio to native,
+#                and cudaMalloc + cudaFree per timed step (about 6 minutes on an H200; alone:
+#                PARTS="1 9")
 # The table printed last summarises results/*.json. Everything is packed at the end into
 # $OUT/gpu_results.tar.gz (logs/, results/, unseen/): the device tool brings back at most 8
 # files from $OUT; status.txt stays beside it.
@@ -53,7 +59,8 @@ STATUS="$OUT/status.txt"
 # The whole run must end inside one device call (600 s at most) with time left to pack the
 # results: a part gets at most what is left of BUDGET_S, and none starts with under 20 s left.
 BUDGET_S="${BUDGET_S:-540}"
-# PARTS: which of the eight parts run (say "6" alone for the unseen workloads in a second call).
+# PARTS: which of the nine parts run (say "6" alone for the unseen workloads in a second call).
+# Part 9 needs a call of its own (PARTS="1 9"): the others use up the budget.
 PARTS="${PARTS:-1 2 3 4 5 6 7 8}"
 SECTION=0
 part() { # part NAME TIMEOUT_S CMD...
@@ -211,6 +218,13 @@ part host_profile 120 bash bench/gpu/host_profile.sh "$OUT/results/host_profile"
 SECTION=8
 part routes_mempool 200 "$PY" bench/gpu/torch_routes.py --route mempool --out "$OUT/results/routes"
 part routes_global 150 "$PY" bench/gpu/torch_routes.py --route global --out "$OUT/results/routes"
+
+# ---- 9 training step time, interleaved rounds: Stowage classic against PyTorch native ----
+SECTION=9
+part steptime 420 "$PY" bench/gpu/step_time.py --out "$OUT/results/steptime" \
+    --models "${STEP_MODELS:-resnet50,gpt2}" --modes "${STEP_MODES:-native,stowage}" \
+    --rounds "${STEP_ROUNDS:-3}" --steps "${STEP_STEPS:-60}" --warmup 5
+[ -f "$OUT/logs/steptime.log" ] && grep "^|" "$OUT/logs/steptime.log"
 
 echo
 echo "== summary ($(( $(date +%s) - T0 ))s total; logs in $OUT/logs)"

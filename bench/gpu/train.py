@@ -3,8 +3,10 @@
     python3 bench/gpu/train.py --model gpt2|resnet50
         --mode native|expandable|stowage|stowage_keep|stowage_vmm|stowage_vmm_learn
 
-Prints and writes: loss per step, median step time, peak allocated and peak
-reserved (from torch.cuda for native modes, from stowage for Stowage modes).
+Prints and writes: loss per step, every step's time (step_ms) and their median after the
+first --warmup steps, peak allocated and peak reserved (from torch.cuda for native modes, from
+stowage for Stowage modes), and the device reserve and release calls (cudaMalloc, cudaFree:
+num_device_alloc, num_device_free) made after the warm-up steps.
 stowage_vmm_learn is the page-mapped pool with vmm_learn_step:true (a layout
 learned from the loop's step, docs/design.md); stowage_keep the classic pool
 with release_idle_on_grow:false (no segment released to hold the reserved
@@ -28,10 +30,17 @@ ap.add_argument("--model", choices=["gpt2", "resnet50"], required=True)
 ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_keep",
                                          "stowage_vmm", "stowage_vmm_learn"], required=True)
 ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--warmup", type=int, default=None,
+                help="first steps left out of the median and of the calls counted after them "
+                     "(default 2, none with 3 steps or fewer)")
 ap.add_argument("--out")
 args = ap.parse_args()
 if args.steps < 1:
     ap.error("--steps: at least 1")
+if args.warmup is None:
+    args.warmup = 2 if args.steps > 3 else 0
+if not 0 <= args.warmup < args.steps:
+    ap.error("--warmup: from 0 to --steps - 1")
 
 result = {"model": args.model, "mode": args.mode}
 if args.mode == "expandable":
@@ -100,11 +109,25 @@ def remaps(stats):
     return stats.get("num_map_calls", 0) + stats.get("num_unmap_calls", 0)
 
 
+def all_stats():
+    return stowage.memory_stats() if args.mode.startswith("stowage") else torch.cuda.memory_stats()
+
+
+def device_calls(stats):
+    """cudaMalloc + cudaFree so far (None where the allocator does not count them)."""
+    if "num_device_alloc" not in stats or "num_device_free" not in stats:
+        return None
+    return stats["num_device_alloc"] + stats["num_device_free"]
+
+
 losses, times = [], []
 remaps_at_half = None
+calls_at_warmup = None
 for i in range(args.steps):
     if i == args.steps // 2 and args.mode.startswith("stowage"):
         remaps_at_half = remaps(stowage.memory_stats())
+    if i == args.warmup:
+        calls_at_warmup = device_calls(all_stats())
     torch.cuda.synchronize()
     t = time.perf_counter()
     loss = step()
@@ -126,9 +149,14 @@ if args.mode.startswith("stowage"):
     result["map_unmap_calls_second_half"] = remaps(s) - remaps_at_half
 else:
     peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+calls_now = device_calls(all_stats())
 result.update({
     "losses": losses,
-    "step_ms_median": 1e3 * statistics.median(times[2:] if len(times) > 3 else times),
+    "warmup": args.warmup,
+    "step_ms": [1e3 * t for t in times],
+    "step_ms_median": 1e3 * statistics.median(times[args.warmup:]),
+    "device_calls_after_warmup": (None if calls_now is None or calls_at_warmup is None
+                                  else calls_now - calls_at_warmup),
     "first_step_ms": 1e3 * times[0],
     "peak_allocated_bytes": int(peak_alloc),
     "peak_reserved_bytes": int(peak_res),

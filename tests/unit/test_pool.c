@@ -372,6 +372,41 @@ Test(pool, a_loop_kept_on_a_small_device_still_fits)
     finish_pool();
 }
 
+Test(pool, a_large_request_cuts_a_split_block_before_a_whole_idle_segment)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(50 * MIB), *b = alloc_ok(20 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    /* Both segments are idle; 24 MiB fits only the 50 MiB one, which splits. */
+    void *c = alloc_ok(24 * MIB);
+    cr_assert_eq(c, a);
+    /* 18 MiB: the 26 MiB split remainder, not the smaller idle 20 MiB segment,
+     * which stays whole. */
+    void *d = alloc_ok(18 * MIB);
+    cr_assert_eq((char *)d, (char *)a + 24 * MIB);
+    check_pool();
+    cr_assert_eq(stats_now().num_device_alloc, 2);
+    void *e = alloc_ok(20 * MIB);
+    cr_assert_eq(e, b, "the idle segment serves a request of its size whole");
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, e), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, a_whole_idle_segment_serves_a_smaller_request_when_no_split_block_fits)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(40 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    void *b = alloc_ok(10 * MIB);
+    cr_assert_eq(b, a);
+    cr_assert_eq(stats_now().num_device_free, 0);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    finish_pool();
+}
+
 Test(pool, memory_fraction_limits_reservations)
 {
     stow_config_t c;
