@@ -5,8 +5,8 @@
  * steady state raises (docs/design.md, adaptive allowance).
  *
  * Owns pool->adapt and the seen-live bitmaps' restarts; reads the granule
- * counts. Makes no backend call and moves no granule: vmm.c asks it whether
- * to create a handle (stow__vmm_may_create) and tells it of each remap
+ * counts. Makes no backend call and moves no granule: vmm.c asks it for the
+ * allowance (stow__vmm_allowance_for) and tells it of each remap
  * (stow__vmm_note_remap). Called with the pool lock held.
  */
 #include "allocator/vmm_granules.h"
@@ -33,16 +33,9 @@ uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool)
     return allowed_granules(pool, pool->live_bytes_high_water);
 }
 
-bool stow__vmm_may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
+uint64_t stow__vmm_allowance_for(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
-    uint64_t g = pool->granularity_bytes;
-    uint64_t held = pool->phys_count * g;
-    if (held + g > pool->limit_bytes)
-        return false;
-    /* Beyond the allowance, an unused mapped granule is remapped instead; when
-     * none is left, live blocks themselves need more. */
-    return pool->phys_count < allowed_granules(pool, live_bytes_high_water) ||
-           pool->unused_count == 0;
+    return allowed_granules(pool, live_bytes_high_water);
 }
 
 /* The adaptive allowance (docs/design.md). A pool whose steady state needs
@@ -160,8 +153,11 @@ static void end_warm_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
     pool->acct.s.num_vmm_allowance_raises++;
 }
 
-/* Counts one remap and closes the window it ends, if any. */
-void stow__vmm_note_remap(stow_pool_t *pool)
+/* Counts a remap of `granules` (a handle's, whole) and closes the window it
+ * ends, if any. The rates below count granules, as when every handle was one
+ * granule: a loop whose layout keeps moving a few large handles moves as much
+ * memory as one that moves many small ones. */
+void stow__vmm_note_remap(stow_pool_t *pool, size_t granules)
 {
     stow_vmm_adapt_t *a = &pool->adapt;
     if (pool->learn_step)
@@ -197,5 +193,5 @@ void stow__vmm_note_remap(stow_pool_t *pool)
         if (a->hot_windows == 0)
             seen_live_restart(pool); /* a run may begin with this window */
     }
-    a->window_remaps++;
+    a->window_remaps += granules;
 }

@@ -160,6 +160,14 @@ typedef struct stow_config {
                                       Counted in num_vmm_step_plans and
                                       num_vmm_planned_allocations (docs/design.md, a layout
                                       learned from the step); key "vmm_learn_step" */
+    unsigned vmm_handle_mb;        /* policy vmm: the largest physical handle, in MiB. A block
+                                      whose granules need mapping gets a handle per stretch
+                                      of them, split into handles of at most this size, and
+                                      a granule of its own at each end it shares with
+                                      neighbours; a handle is unmapped only whole. 2 (or
+                                      less): a handle per granule. At most 65536; default
+                                      STOW_VMM_HANDLE_MB_DEFAULT; key "vmm_handle_mb"
+                                      (docs/design.md, page-mapped segments) */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
@@ -170,6 +178,9 @@ typedef struct stow_config {
  * replayed back to back on one pool make no backend call and no flush from
  * their fourth replay on (docs/design.md, quick lists). */
 #define STOW_QUICK_DEPTH_DEFAULT 64u
+/* stow_config_t.vmm_handle_mb's default and bound. */
+#define STOW_VMM_HANDLE_MB_DEFAULT 20u
+#define STOW_VMM_HANDLE_MB_MAX 65536u
 /* stow_config_t.vmm_small_kb's default: requests of at most 128 KiB in the
  * small range. On 87 held-out and real traces replayed 8 times on one pool,
  * 10 traces were above 1.01 x live on peak, minimum capacity or the last
@@ -198,7 +209,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * record_events,
  * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
  * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
- * expandable_segments (True selects policy vmm). An unknown key or a bad value
+ * vmm_handle_mb, expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.

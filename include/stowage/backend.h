@@ -72,12 +72,15 @@ struct stow_backend {
     stow_status_t (*event_destroy)(void *ctx, stow_event_t event);
 
     /* Page mapping (CUDA virtual memory management). All NULL when unsupported.
-     * va_reserve: a virtual range of size_bytes (multiple of granularity), no
-     * physical memory behind it. phys_create: a physical handle of size_bytes,
-     * counted against the device capacity (STOW_ENOMEM when full). map: maps the
-     * whole handle at va and grants access. unmap: unmaps [va, va+size_bytes); it
-     * need not wait for queued work: before it unmaps, the pool knows from events
-     * (or a synchronize) that no queued work still uses the range. */
+     * Every size is a multiple of granularity_bytes. va_reserve: a virtual range
+     * of size_bytes, no physical memory behind it. phys_create: a physical handle
+     * of size_bytes (one or many granules), counted against the device capacity
+     * (STOW_ENOMEM when full); phys_release gets the same size. map: maps the
+     * whole handle (size_bytes is its size) at va, from its start (cuMemMap's
+     * offset must be 0), and grants access. unmap: exactly one mapping that map
+     * made, whole (cuMemUnmap cannot unmap part of one); it need not wait for
+     * queued work: before it unmaps, the pool knows from events (or a
+     * synchronize) that no queued work still uses the range. */
     stow_status_t (*va_reserve)(void *ctx, size_t size_bytes, void **out);
     stow_status_t (*va_release)(void *ctx, void *va, size_t size_bytes);
     stow_status_t (*phys_create)(void *ctx, size_t size_bytes, stow_phys_t *out);
