@@ -29,6 +29,14 @@ static bool segment_of_pool(const stow_pool_t *pool, const stow_segment_t *seg)
     return false;
 }
 
+/* The bits of word w where no granule is mapped: none unused, starting a
+ * run or starting a mapping (true also where some granule is mapped). */
+static bool unmapped_word_ok(const stow_segment_t *seg, size_t w)
+{
+    return seg->mapped_bits[w] ||
+           !(seg->unused_bits[w] | seg->run_start_bits[w] | seg->map_start_bits[w]);
+}
+
 /* One range against its blocks: every live block on mapped granules that are
  * not unused, the edge counts, mapped == live or unused (never both), each
  * mapping a start followed by granules of the same handle, run
@@ -85,6 +93,24 @@ static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_
     }
     for (size_t i = 0; i < touched; i++) {
         const stow_granule_t *g = &seg->granules[i];
+        if (i % 64 == 0 && i + 64 <= touched && !unmapped_word_ok(seg, i / 64)) {
+            snprintf(why, why_len, "vmm: granules %zu-%zu: unused, run or mapping bits unmapped",
+                     i, i + 63);
+            st = STOW_EINVAL;
+            goto out;
+        }
+        if (i + 64 <= touched && !seg->mapped_bits[i / 64]) {
+            /* 64 unmapped granules (no live block can lie on them: the block
+             * walk above checked that): no handle, no edge. A range whose
+             * failed backings mapped high up is checked a word at a time. */
+            if (g->phys || g->edges || edges[i] || covered[i]) {
+                snprintf(why, why_len, "vmm: unmapped granule %zu: handle %d, edges %u (blocks "
+                         "say %u)", i, g->phys != 0, g->edges, edges[i]);
+                st = STOW_EINVAL;
+                goto out;
+            }
+            continue;
+        }
         bool mapped = bit_at(seg->mapped_bits, i), unused = bit_at(seg->unused_bits, i);
         bool run_start = bit_at(seg->run_start_bits, i);
         bool seen = bit_at(seg->seen_live_bits, i);

@@ -15,8 +15,15 @@ It prints a Markdown row per trace and a summary of the goals: calls and time
 at most LIMIT (2) x the model's on every trace, and peak reserved at most 1.01 x
 live wherever ideal-remap is at most 1.005.
 
+With --row LABEL it prints one Markdown row instead (bench/vmm_handles.sh
+makes the curve of handle sizes from such rows; ROW_HEADER below is its
+header): the label, calls and time against the model (median, max, traces
+above LIMIT), reserved / live (median, max) and the traces above 1.01 where
+ideal-remap is at most 1.005, and the calls and modelled milliseconds of all
+traces together.
+
 Usage: python3 bench/vmm_calls.py [--stowage build/stowage] [--jobs N]
-           [--summary-only] TRACE... [-- REPLAY_ARGS...]
+           [--summary-only | --row LABEL] TRACE... [-- REPLAY_ARGS...]
 """
 import argparse
 import concurrent.futures
@@ -61,6 +68,12 @@ def figures(rows):
     }
 
 
+ROW_HEADER = ("| vmm_handle_mb | calls / expandable: median | max | above 2 | time / expandable: "
+              "median | max | above 2 | reserved / live: median | max | above 1.01 where "
+              "ideal <= 1.005 | calls, all traces | modelled ms, all traces |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
 def main():
     argv = sys.argv[1:]
     extra = []
@@ -73,6 +86,7 @@ def main():
                                                       "stowage"))
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--row", metavar="LABEL")
     args = ap.parse_args(argv)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
@@ -80,6 +94,9 @@ def main():
 
     rows = [(os.path.basename(t)[:-4] if t.endswith(".rep") else os.path.basename(t),
              figures(r)) for t, r in results]
+    if args.row is not None:
+        print_row(args.row, rows)
+        return
     if not args.summary_only:
         print("| trace | vmm reserved / live | ideal-remap | expandable | vmm calls | expandable "
               "calls | x | vmm ms | expandable ms | x |")
@@ -111,6 +128,20 @@ def main():
     total_e = sum(f["e_calls"] for _, f in rows)
     print(f"calls in all: vmm {total_v}, expandable {total_e}; modelled ms in all: vmm "
           f"{sum(f['v_ms'] for _, f in rows):.1f}, expandable {sum(f['e_ms'] for _, f in rows):.1f}")
+
+
+def print_row(label, rows):
+    calls = sorted(f["calls_ratio"] for _, f in rows)
+    times = sorted(f["ms_ratio"] for _, f in rows)
+    res = sorted(f["reserved"] for _, f in rows)
+    mem_over = sum(1 for _, f in rows if f["ideal"] <= IDEAL_BOUND and f["reserved"] > MEMORY_LIMIT)
+    bound = sum(1 for _, f in rows if f["ideal"] <= IDEAL_BOUND)
+    mid = len(rows) // 2
+    print(f"| {label} | {calls[mid]:.2f} | {calls[-1]:.2f} | "
+          f"{sum(1 for c in calls if c > CALLS_LIMIT)} | {times[mid]:.2f} | {times[-1]:.2f} | "
+          f"{sum(1 for t in times if t > TIME_LIMIT)} | {res[mid]:.4f} | {res[-1]:.4f} | "
+          f"{mem_over} of {bound} | {sum(f['v_calls'] for _, f in rows)} | "
+          f"{sum(f['v_ms'] for _, f in rows):.0f} |")
 
 
 if __name__ == "__main__":
