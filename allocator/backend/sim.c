@@ -432,7 +432,7 @@ static stow_status_t sim_unmap(void *ctx, void *va, size_t size_bytes)
     pthread_mutex_lock(&s->lock);
     stow_status_t st = sim_enter_sized(s, STOW_SIM_UNMAP, size_bytes);
     stow_phys_t h = (stow_phys_t)(uintptr_t)stow__ptr_map_get(&s->mappings, (uintptr_t)va);
-    /* (A handle released while mapped is no longer in s->phys.) */
+    /* (s->phys holds the handles not released: one released while mapped is not there.) */
     size_t handle_bytes = h ? (size_t)(uintptr_t)stow__ptr_map_get(&s->phys, (uintptr_t)h) : 0;
     if (st == STOW_OK && (!h || (handle_bytes && handle_bytes != size_bytes) ||
                           !stow__ptr_map_remove(&s->mappings, (uintptr_t)va)))
