@@ -1,22 +1,20 @@
 /*
- * allocator/vmm_epochs.c: stream safety of remaps (policy vmm).
+ * allocator/vmm_epochs.c: stream safety of remaps (policy vmm; docs/design.md,
+ * remaps without a synchronize).
  *
  * Unmapping is not stream-ordered: a granule may be unmapped only once no work
  * queued before its blocks were freed can still use it, on whatever stream
- * they lived. A synchronize before every remap would stall a training step
- * under memory pressure once per such allocation, so the pool counts unmap
- * epochs:
- * a granule that becomes unused is tagged with the epoch in force (its run
- * keeps the newest tag). An epoch is closed by recording one event on each
- * stream that freed a block since its own last closure: every block that
- * stops holding granules (freed, flushed from a quick list, completed after
- * record_stream) goes through stow__pool_make_free, which counts it in its
- * stream's free_seq, so a free_seq that moved since the stream's closure
- * (vmm_closed_seq) says so at no cost to the free itself (a mark stored on
- * every free cost about 3 % of a page-mapped pool's host time). Once the
- * events of a closed epoch and of every epoch before it completed, granules
- * tagged with it are safe (unmap_safe_epoch). A synchronize makes every
- * granule unused so far safe at once. A remap then waits only when the
+ * they lived. Rather than synchronize the device at every remap, the pool
+ * counts unmap epochs: a granule that becomes unused is tagged with the epoch
+ * in force (its run keeps the newest tag). An epoch is closed by recording
+ * one event on each stream that freed a block since its own last closure:
+ * every block that stops holding granules (freed, flushed from a quick list,
+ * completed after record_stream) goes through stow__pool_make_free, which
+ * counts it in its stream's free_seq, so a free_seq that moved since the
+ * stream's closure (vmm_closed_seq) says so at no cost to the free itself.
+ * Once the events of a closed epoch and of every epoch before it completed,
+ * granules tagged with it are safe (unmap_safe_epoch). A synchronize makes
+ * every granule unused so far safe at once. A remap then waits only when the
  * granules it unmaps (the oldest idle mapping's: the oldest runs were freed
  * longest ago) are not yet known safe after querying the closed epochs'
  * events, and then, on a backend that can (event_synchronize), on those
@@ -24,15 +22,11 @@
  * synchronizes the device only without one.
  *
  * Epochs are closed only while the pool remaps (for CLOSE_AFTER_REMAP_OPS
- * operations, one adaptive window, after a remap): every CLOSE_EVERY_FREES
- * frees that leave granules unused, one event per stream that freed (157 ns
- * each on an H200, h200-costs.md, against about 37 us per granule remapped),
- * at most STOW_VMM_CLOSURES epochs in flight (the oldest is queried when the
- * ring is full). A pool that stopped remapping stops recording within a
- * window: a steady state makes no backend call (test_replay_traces). On a
- * backend without events nothing is closed: every remap that needs a granule
- * not yet known safe synchronizes.
- * docs/design.md (remaps without a synchronize) compares other settings.
+ * operations after a remap): every CLOSE_EVERY_FREES frees that leave
+ * granules unused, at most STOW_VMM_CLOSURES epochs in flight (the oldest is
+ * queried when the ring is full). So a steady state makes no backend call.
+ * On a backend without events nothing is closed: every remap that needs a
+ * granule not yet known safe synchronizes.
  *
  * Owns the unmap epochs (unmap_epoch, unmap_safe_epoch, the closure ring) and
  * their events; is told the tag of the granules a remap unmaps (vmm.c) and
