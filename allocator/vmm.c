@@ -586,6 +586,44 @@ static stow_status_t map_stretch(stow_pool_t *pool, stow_segment_t *seg, size_t 
     return st;
 }
 
+/* Granules the stretch [from, end) that ends the span of a block that lifts
+ * the live peak, at the top of what its range ever mapped, may map beyond the
+ * block: up to a whole number of the largest handles, into at most half the
+ * room the allowance (and the limit) leaves after the stretch, so that remaps
+ * keep the other half. Growth then maps a handle for several blocks, as a
+ * range that grows by whole pages does, and the next blocks up take its unused
+ * granules without a call. A loop that stays under its peak maps nothing
+ * ahead. */
+static size_t ahead_granules(const stow_pool_t *pool, const stow_segment_t *seg, size_t from,
+                             size_t end, uint64_t bytes_high_water)
+{
+    size_t most = handle_max_granules(pool), len = end - from;
+    if (end < seg->granules_touched || most < 2)
+        return 0;
+    size_t ahead = (most - len % most) % most;
+    size_t seg_granules = seg->size_bytes >> pool->granularity_shift;
+    if (ahead > seg_granules - end)
+        ahead = seg_granules - end;
+    uint64_t allowed = stow__vmm_allowance_for(pool, bytes_high_water);
+    uint64_t limit = pool->limit_bytes >> pool->granularity_shift;
+    if (limit < allowed)
+        allowed = limit;
+    uint64_t after = pool->phys_granules + len;
+    uint64_t room = allowed > after ? (allowed - after) / 2 : 0;
+    return ahead < room ? ahead : (size_t)room;
+}
+
+/* Mapped granules of [from, end) that hold no live block become unused (a
+ * stretch mapped ahead of a block). */
+static void push_mapped_unused(stow_pool_t *pool, stow_segment_t *seg, size_t from, size_t end)
+{
+    for (size_t i = next_bit(seg->mapped_bits, from, end, true); i < end;) {
+        size_t j = next_bit(seg->mapped_bits, i, end, false);
+        unused_push(pool, seg, i, j);
+        i = next_bit(seg->mapped_bits, j, end, true);
+    }
+}
+
 /* stow__vmm_back_span when some granule of the span is unmapped (at
  * first_unmapped): maps the span's unmapped granules. Apart from the steady
  * state's path, so that that one saves fewer registers. lo_partial and
@@ -618,13 +656,19 @@ back_span_mapping(stow_pool_t *pool, stow_segment_t *seg, size_t size_bytes, siz
     uint64_t phys_before = pool->phys_granules;
     bool synced = false;
     stow_status_t st = STOW_OK;
+    size_t ahead_end = end;
     for (size_t i = first_unmapped; i < end && st == STOW_OK;
          i = next_bit(seg->mapped_bits, i, end, false)) {
         size_t to = next_bit(seg->mapped_bits, i, end, true);
-        st = map_stretch(pool, seg, i, to, lo_partial && i == first, hi_partial && to == end,
-                         bytes_high_water, &synced);
+        size_t map_to = to;
+        if (to == end && bytes_after > pool->live_bytes_high_water)
+            map_to = ahead_end = end + ahead_granules(pool, seg, i, end, bytes_high_water);
+        st = map_stretch(pool, seg, i, map_to, lo_partial && i == first,
+                         hi_partial && map_to == end, bytes_high_water, &synced);
         i = to;
     }
+    if (ahead_end > end)
+        push_mapped_unused(pool, seg, end, ahead_end);
     if (st != STOW_OK) {
         /* Nothing becomes live: what the span had mapped goes (back) to unused,
          * and what this attempt created goes back to the device. The handles
@@ -636,7 +680,7 @@ back_span_mapping(stow_pool_t *pool, stow_segment_t *seg, size_t size_bytes, siz
         update_idle(pool);
         if (pool->acct.reserved_peak_moved)
             stow__acct_note_waste_if_peak(&pool->acct, stow__pool_largest_free(pool));
-        give_back_created(pool, seg, first, end, phys_before, synced);
+        give_back_created(pool, seg, first, ahead_end, phys_before, synced);
         update_idle(pool);
         return st;
     }

@@ -76,15 +76,27 @@ static void seen_live_restart(stow_pool_t *pool)
     }
 }
 
+/* The granules the run's live blocks held: every granule of a mapping any of
+ * them touched (a handle is unmapped only whole, so a live block pins all of
+ * it), and the seen-live granules that are not mapped. */
 static uint64_t seen_live_count(const stow_pool_t *pool)
 {
     uint64_t n = 0;
     for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
         if (!seg->granules)
             continue;
-        size_t words = (seg->granules_touched + 63) / 64;
+        size_t touched = seg->granules_touched, words = (touched + 63) / 64;
         for (size_t w = 0; w < words; w++)
-            n += popcount64(seg->seen_live_bits[w]);
+            n += popcount64(seg->seen_live_bits[w] & ~seg->mapped_bits[w]);
+        for (size_t i = next_bit(seg->seen_live_bits, 0, touched, true); i < touched;) {
+            if (!bit_at(seg->mapped_bits, i)) {
+                i = next_bit(seg->seen_live_bits, i + 1, touched, true);
+                continue;
+            }
+            size_t head = mapping_head(seg, i), end = mapping_end(seg, head);
+            n += end - head;
+            i = next_bit(seg->seen_live_bits, end, touched, true);
+        }
     }
     return n;
 }

@@ -6,9 +6,10 @@
  * idle handle of the size a block needs is remapped as it is and one of
  * another size goes back to the device for a new one, that remaps of whole
  * handles wait for the work queued before their blocks were freed, the books
- * after a refused map or create, and handles shrinking near the device's
- * limit. Through the public API on the simulated device, with stow_pool_check
- * (vmm_check.c: each mapping a start and granules of one handle) along the way.
+ * after a refused map or create, handles shrinking near the device's limit,
+ * and growth mapping ahead of a block within the allowance. Through the public
+ * API on the simulated device, with stow_pool_check (vmm_check.c: each mapping
+ * a start and granules of one handle) along the way.
  */
 #include <criterion/criterion.h>
 
@@ -251,6 +252,34 @@ Test(vmm_handles, near_the_device_limit_handles_shrink_to_a_granule)
     a = alloc_ok(32 * MIB);
     cr_assert_eq(stats().num_map_calls, 16);
     check();
+    free_ok(a);
+    finish();
+}
+
+/* Growth at the top of a range maps ahead of the block, into half the room
+ * the allowance leaves: with 8 MiB handles (4 granules) and vmm_slack 1, a
+ * (8 MiB) is one handle; b (2 MiB) lifts the live peak to 10 MiB, which allows
+ * 10 granules: 5 held with b's, half the 5 left is 2, so b's handle is 3
+ * granules. c (4 MiB) then lies on b's unused two: no call. */
+Test(vmm_handles, growth_maps_ahead_within_half_the_room_the_allowance_leaves)
+{
+    make_pool(0, false, 8, 1.0);
+    void *a = alloc_ok(8 * MIB);
+    void *b = alloc_ok(2 * MIB);
+    cr_assert_eq((char *)b - (char *)a, (ptrdiff_t)(8 * MIB));
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_map_calls, 2);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 14 * MIB, "b's handle: 3 granules");
+    cr_assert_eq(s.free_reserved_bytes, 4 * MIB, "two granules mapped ahead, unused");
+    check();
+    void *c = alloc_ok(4 * MIB);
+    cr_assert_eq((char *)c - (char *)b, (ptrdiff_t)(2 * MIB));
+    s = stats();
+    cr_assert_eq(s.num_map_calls, 2, "c takes the granules mapped ahead");
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 14 * MIB);
+    check();
+    free_ok(c);
+    free_ok(b);
     free_ok(a);
     finish();
 }
