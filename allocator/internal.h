@@ -144,7 +144,8 @@ stow_status_t stow__config_validate(const stow_config_t *config, char *err, size
 
 typedef struct stow_free_handle {
     stow_phys_t phys;
-    uint8_t kind; /* pool kind its reserved bytes are counted under */
+    uint32_t granules; /* its size */
+    uint8_t kind;      /* pool kind its reserved bytes are counted under */
 } stow_free_handle_t;
 
 /* ---- record.c ---- */
@@ -187,7 +188,7 @@ void stow__record_free(stow_pool_t *pool);
 typedef struct stow_vmm_adapt {
     double slack;                /* in force: config.vmm_slack, raised up to vmm_slack_max */
     uint64_t window_start_op;    /* op_count when the current window began */
-    uint64_t window_remaps;      /* remaps in it so far */
+    uint64_t window_remaps;      /* granules remapped in it so far */
     uint64_t hot_ops, hot_remaps; /* over the run of consecutive hot windows */
     unsigned hot_windows;        /* that run's length */
     unsigned warm_windows;       /* consecutive warm windows (hot ones included) */
@@ -284,7 +285,8 @@ struct stow_pool {
     size_t unused_count;               /* granules in those runs */
     stow_free_handle_t *free_handles;  /* unmapped physical handles kept for reuse */
     size_t free_handle_count, free_handle_capacity;
-    uint64_t phys_count;               /* handles held (mapped + free) */
+    uint64_t free_handle_granules;     /* their granules */
+    uint64_t phys_granules;            /* granules of the handles held (mapped + free) */
     uint64_t mapped_count;             /* granules mapped */
     size_t vmm_small_bytes;            /* requests of at most this go to the small range;
                                           0: one range for all (config vmm_small_kb) */
@@ -508,14 +510,13 @@ void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg);
 void stow__vmm_release_all_handles(stow_pool_t *pool);
 
 /* ---- vmm_allowance.c ---- */
-/* Whether the pool may create another physical handle: within its limit, and
- * below its allowance for `live_bytes_high_water` or with no unused granule
- * to remap instead. */
-bool stow__vmm_may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water);
+/* The granules the pool may hold for `live_bytes_high_water` (its limit is the
+ * caller's to check). */
+uint64_t stow__vmm_allowance_for(const stow_pool_t *pool, uint64_t live_bytes_high_water);
 /* The granules the pool may hold while some mapped granule sits unused, now. */
 uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool);
-/* Counts one remap for the adaptive allowance (may raise the slack). */
-void stow__vmm_note_remap(stow_pool_t *pool);
+/* Counts a remap of `granules` for the adaptive allowance (may raise the slack). */
+void stow__vmm_note_remap(stow_pool_t *pool, size_t granules);
 
 /* ---- vmm_epochs.c ---- */
 /* Destroys the events of epochs not yet seen complete, and their arrays. */
@@ -523,12 +524,13 @@ void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays);
 /* A free on `freeing` just left granules unused: while the pool remaps, may
  * close the epoch (an event on each stream that freed). */
 void stow__vmm_note_unused_pushed(stow_pool_t *pool, const stow_stream_state_t *freeing);
-/* Before a remap takes the oldest unused granule (one must exist): epochs are
- * closed for a window of operations from now, and the granule is made safe to
- * unmap without a synchronize where it can be (known safe already, or after
- * waiting on events alone). True when it is, or when `synced` (the caller
- * synchronized since it was freed); false: the caller must synchronize. */
-bool stow__vmm_oldest_unused_ready(stow_pool_t *pool, bool synced);
+/* Before a remap unmaps unused granules whose runs' newest tag is `epoch`:
+ * epochs are closed for a window of operations from now, and the granules are
+ * made safe to unmap without a synchronize where they can be (known safe
+ * already, or after waiting on events alone). True when they are, or when
+ * `synced` (the caller synchronized since they were freed); false: the caller
+ * must synchronize. */
+bool stow__vmm_unused_ready(stow_pool_t *pool, uint64_t epoch, bool synced);
 
 /* ---- vmm_step.c: a layout learned from a loop's step (vmm_learn_step) ---- */
 void stow__vmm_step_destroy(stow_pool_t *pool);

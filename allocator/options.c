@@ -30,6 +30,7 @@ void stow_config_default(stow_config_t *config)
     config->vmm_slack = 0.0095;
     config->vmm_slack_max = 0.05;
     config->vmm_small_kb = STOW_VMM_SMALL_KB_DEFAULT;
+    config->vmm_handle_mb = STOW_VMM_HANDLE_MB_DEFAULT;
     config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
     config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
     config->keep_idle_max = 0.05;
@@ -68,6 +69,8 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'keep_idle_max': must be in [0, 1]");
     if (c->vmm_small_kb > STOW_SMALL_REQUEST_KB)
         return fail(err, err_len, "key 'vmm_small_kb': at most %u", STOW_SMALL_REQUEST_KB);
+    if (c->vmm_handle_mb > STOW_VMM_HANDLE_MB_MAX)
+        return fail(err, err_len, "key 'vmm_handle_mb': at most %u", STOW_VMM_HANDLE_MB_MAX);
     if (c->quick_depth > STOW_QUICK_DEPTH_MAX)
         return fail(err, err_len, "key 'quick_depth': at most %u", STOW_QUICK_DEPTH_MAX);
     if (c->quick_mid_slots > STOW_QUICK_MID_SLOTS_MAX)
@@ -282,6 +285,14 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
             return fail(err, err_len, "key 'vmm_small_kb': '%s' is not a size in KiB up to %u",
                         v, STOW_SMALL_REQUEST_KB);
         c->vmm_small_kb = (unsigned)kb;
+        return STOW_OK;
+    }
+    if (!strcmp(key, "vmm_handle_mb")) {
+        unsigned long long mb;
+        if (!parse_ulong(v, &mb) || mb > STOW_VMM_HANDLE_MB_MAX)
+            return fail(err, err_len, "key 'vmm_handle_mb': '%s' is not a size in MiB up to %u",
+                        v, STOW_VMM_HANDLE_MB_MAX);
+        c->vmm_handle_mb = (unsigned)mb;
         return STOW_OK;
     }
     if (!strcmp(key, "quick_mid_slots"))

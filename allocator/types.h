@@ -113,7 +113,10 @@ struct stow_block {
 };
 
 /* Page-mapped pools (policy vmm, allocator/vmm.c): one entry per granule of a
- * virtual range. A granule is mapped (phys != 0, its bit set in mapped_bits)
+ * virtual range. Physical handles are mapped whole over one or more granules
+ * side by side (a mapping: its first granule's bit set in map_start_bits, every
+ * granule of it holding the handle in phys). A granule is mapped (phys != 0,
+ * its bit set in mapped_bits)
  * iff a live block overlaps it (ALLOCATED, PENDING, or QUICK: a kept block of
  * the small range holds its granules too; "live" below means all three) or it
  * is unused: mapped,
@@ -156,8 +159,9 @@ struct stow_segment {
     uint64_t *seen_live_bits;     /* vmm: bit i set => granules[i] held a live block at some
                                      time since the pool's remap count last began a run of
                                      windows (vmm_allowance.c); every live granule's
-                                     bit is set. The four bitmaps share one allocation,
+                                     bit is set. The five bitmaps share one allocation,
                                      mapped_bits first. */
+    uint64_t *map_start_bits;     /* vmm: bit i set <=> a mapping starts at granules[i] */
 };
 
 typedef struct stow_free_index {

@@ -4,14 +4,25 @@
  * Blocks live in large virtual ranges, small and large requests alike, placed
  * by the same exact best fit as the classic pool; physical memory is mapped in
  * granules (2 MiB on CUDA) only under live blocks.
- * Physical granules are fungible: when a block needs a granule mapped and the
- * pool already holds as much physical memory as its live bytes ever needed
- * (times 1 + vmm_slack), it takes a granule that holds no live block
- * elsewhere (oldest first), unmaps it and maps it where it is needed,
- * instead of taking more from the device. So reserved memory tracks the
- * high-water mark of live bytes, not what fragmentation strands; it exceeds
- * that only when live blocks themselves pin more granules (blocks that share
- * a granule with a free hole).
+ *
+ * Handles: a driver call costs about the same whatever the handle's size
+ * (about 35 us to create, map and set access on an H200, h200-costs.md), so a
+ * block whose granules need mapping gets a handle per stretch of them, of at
+ * most vmm_handle_mb; a stretch longer than that keeps each end the block
+ * covers only in part as a granule of its own (a neighbour may hold the rest
+ * of it, and would pin a larger handle with it). A handle is unmapped only
+ * whole. Near the device's limit handles shrink to single granules
+ * (handle_max_granules).
+ *
+ * Physical memory is fungible: when a block needs granules mapped and a new
+ * handle would take the pool beyond what its live bytes ever needed (times
+ * 1 + vmm_slack, the allowance), it unmaps a mapping that holds no live block
+ * (the oldest first) and maps its handle where it is needed, or gives it back
+ * and takes one of the size needed, instead of taking more from the device.
+ * So reserved memory tracks the high-water mark of live bytes, not what
+ * fragmentation strands; it exceeds that only when live blocks themselves pin
+ * more granules (blocks that share a granule with a free hole, or hold part
+ * of a handle).
  *
  * Stream safety: a granule is unmapped only once no queued work can use it,
  * because unmapping is not stream-ordered: not even on a backend without
@@ -19,14 +30,15 @@
  * recorded after the granule's blocks were freed, or synchronizes the device
  * (vmm_epochs.c); empty_cache, the out-of-memory retry and
  * destroy synchronize before they unmap.
- * Reserved bytes = physical granules the pool holds (mapped or not).
+ * Reserved bytes = the granules of the physical handles the pool holds
+ * (mapped or not).
  *
  * This file backs and unbacks blocks' spans of granules, keeps the runs of
- * unused granules and the free handles, remaps, and builds and releases the
- * ranges. Beside it: vmm_allowance.c (how many granules the pool may hold),
- * vmm_epochs.c (when an unused granule may be unmapped), vmm_place.c (where a
- * big request goes), vmm_check.c (the invariants) and vmm_granules.h (the
- * bitmaps). Every function here is called with the pool lock held.
+ * unused granules and the free handles, sizes and remaps handles, and builds
+ * and releases the ranges. Beside it: vmm_allowance.c (how many granules the
+ * pool may hold), vmm_epochs.c (when an unused granule may be unmapped),
+ * vmm_place.c (where a big request goes), vmm_check.c (the invariants) and
+ * vmm_granules.h (the bitmaps). Every function here is called with the pool lock held.
  */
 #include "allocator/vmm_granules.h"
 
@@ -141,7 +153,7 @@ static void unused_take_within(stow_pool_t *pool, stow_segment_t *seg, size_t fr
 static void update_idle(stow_pool_t *pool)
 {
     pool->acct.idle_segment_bytes =
-        (uint64_t)(pool->unused_count + pool->free_handle_count) * pool->granularity_bytes;
+        (uint64_t)(pool->unused_count + pool->free_handle_granules) * pool->granularity_bytes;
 }
 
 /* What the pool holds beside live data in ranges of `kind`, and can neither
@@ -149,8 +161,8 @@ static void update_idle(stow_pool_t *pool)
  * bytes of live granules, granule bytes under live blocks less their bytes.
  * A block of `bytes` that made `granules` more granules live (backed; add) or
  * left them (unbacked) moves it by the difference, in one step so that its
- * peak never sees a value between. A remap moves a granule from idle to live
- * and its reserved bytes between kinds, changing no kind's figure. */
+ * peak never sees a value between. A remap moves granules from idle to live
+ * and their reserved bytes between kinds, changing no kind's figure. */
 static inline void note_beside_live(stow_pool_t *pool, unsigned kind, size_t granules,
                                     uint64_t bytes, bool add)
 {
@@ -163,7 +175,13 @@ static inline void note_beside_live(stow_pool_t *pool, unsigned kind, size_t gra
         stow__stat2_sub(pool->acct.s.inactive_split_bytes, kind, (uint64_t)-grows);
 }
 
-static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned kind)
+static uint64_t granule_bytes(const stow_pool_t *pool, size_t granules)
+{
+    return (uint64_t)granules << pool->granularity_shift;
+}
+
+static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, size_t granules,
+                                      unsigned kind)
 {
     if (pool->free_handle_count == pool->free_handle_capacity) {
         size_t cap = pool->free_handle_capacity ? pool->free_handle_capacity * 2 : 64;
@@ -173,105 +191,225 @@ static stow_status_t push_free_handle(stow_pool_t *pool, stow_phys_t h, unsigned
         pool->free_handles = grown;
         pool->free_handle_capacity = cap;
     }
-    pool->free_handles[pool->free_handle_count].phys = h;
-    pool->free_handles[pool->free_handle_count].kind = (uint8_t)kind;
-    pool->free_handle_count++;
+    stow_free_handle_t *fh = &pool->free_handles[pool->free_handle_count++];
+    fh->phys = h;
+    fh->granules = (uint32_t)granules;
+    fh->kind = (uint8_t)kind;
+    pool->free_handle_granules += granules;
     return STOW_OK;
 }
 
-static void set_mapped(stow_granule_t *g, stow_phys_t h)
+/* Takes free handle i off the stack (the last one moves into its place). */
+static stow_free_handle_t take_free_handle(stow_pool_t *pool, size_t i)
 {
-    stow_segment_t *seg = g->segment;
-    size_t i = granule_no(seg, g);
-    g->phys = h;
-    bit_put(seg->mapped_bits, i, h != 0);
-    if (h && i >= seg->granules_touched)
-        seg->granules_touched = i + 1;
+    stow_free_handle_t fh = pool->free_handles[i];
+    pool->free_handles[i] = pool->free_handles[--pool->free_handle_count];
+    pool->free_handle_granules -= fh.granules;
+    return fh;
+}
+
+/* Granules [head, end) of seg are mapped to handle h, one mapping. */
+static void set_mapping(stow_segment_t *seg, size_t head, size_t end, stow_phys_t h)
+{
+    for (size_t i = head; i < end; i++) {
+        seg->granules[i].segment = seg; /* entries start zeroed (vmm_grow) */
+        seg->granules[i].phys = h;
+    }
+    bits_fill(seg->mapped_bits, head, end, h != 0);
+    bit_put(seg->map_start_bits, head, h != 0);
+    if (h && end > seg->granules_touched)
+        seg->granules_touched = end;
 }
 
 /* ---- backend calls ---- */
 
-static stow_status_t do_unmap(stow_pool_t *pool, stow_granule_t *g)
+static stow_status_t do_unmap(stow_pool_t *pool, stow_segment_t *seg, size_t head, size_t end)
 {
     pool->acct.s.num_unmap_calls++;
-    uintptr_t va = granule_va(pool, g);
-    stow__record(pool, STOW_REC_UNMAP, va, pool->granularity_bytes, 0, 0);
-    return stow__backend_status(pool, pool->backend->unmap(pool->backend->ctx, (void *)va,
-                                                           pool->granularity_bytes));
+    uintptr_t va = granule_va(pool, &seg->granules[head]);
+    size_t bytes = (size_t)granule_bytes(pool, end - head);
+    stow__record(pool, STOW_REC_UNMAP, va, bytes, 0, 0);
+    return stow__backend_status(pool,
+                                pool->backend->unmap(pool->backend->ctx, (void *)va, bytes));
 }
 
-static stow_status_t do_map(stow_pool_t *pool, stow_granule_t *g, stow_phys_t h)
+static stow_status_t do_map(stow_pool_t *pool, stow_segment_t *seg, size_t head, size_t end,
+                            stow_phys_t h)
 {
     pool->acct.s.num_map_calls++;
-    uintptr_t va = granule_va(pool, g);
-    stow__record(pool, STOW_REC_MAP, va, pool->granularity_bytes, 0, 0);
-    return stow__backend_status(
-        pool, pool->backend->map(pool->backend->ctx, (void *)va, pool->granularity_bytes, h));
+    uintptr_t va = seg->base + granule_bytes(pool, head);
+    size_t bytes = (size_t)granule_bytes(pool, end - head);
+    stow__record(pool, STOW_REC_MAP, va, bytes, 0, 0);
+    return stow__backend_status(pool,
+                                pool->backend->map(pool->backend->ctx, (void *)va, bytes, h));
 }
 
-/* Unmaps the oldest unused granule, the first of the oldest run (one must
- * exist): *phys gets its handle, *kind its range's pool kind. Nothing changes
- * when the unmap fails. */
-static stow_status_t unmap_unused(stow_pool_t *pool, stow_granule_t *g, stow_phys_t *phys,
-                                  unsigned *kind)
+/* Unmaps the mapping [head, end) of seg, all of whose granules are unused:
+ * *phys gets its handle. Nothing changes when the unmap fails. */
+static stow_status_t unmap_idle(stow_pool_t *pool, stow_segment_t *seg, size_t head, size_t end,
+                                stow_phys_t *phys)
 {
-    if (do_unmap(pool, g) != STOW_OK)
+    if (do_unmap(pool, seg, head, end) != STOW_OK)
         return STOW_EBACKEND;
-    size_t i = granule_no(g->segment, g);
-    unused_take(pool, g->segment, i, i + 1, false);
-    *phys = g->phys;
-    *kind = g->segment->pool_kind;
-    set_mapped(g, 0);
-    pool->mapped_count--;
+    unused_take(pool, seg, head, end, false);
+    *phys = seg->granules[head].phys;
+    set_mapping(seg, head, end, 0);
+    pool->mapped_count -= end - head;
     return STOW_OK;
 }
 
-static stow_status_t unmap_oldest_unused(stow_pool_t *pool, stow_phys_t *phys, unsigned *kind)
+/* Gives handle h of `granules` back to the device; false (h not released) on
+ * a refusal. */
+static bool release_handle(stow_pool_t *pool, stow_phys_t h, size_t granules, unsigned kind)
 {
-    return unmap_unused(pool, pool->run_head, phys, kind);
+    uint64_t bytes = granule_bytes(pool, granules);
+    if (stow__backend_status(pool, pool->backend->phys_release(pool->backend->ctx, h,
+                                                               (size_t)bytes)) != STOW_OK)
+        return false;
+    pool->phys_granules -= granules;
+    pool->acct.s.num_device_free++;
+    stow__acct_reserved_sub(&pool->acct, kind, bytes);
+    return true;
 }
 
-/* Obtains one physical handle for a granule of `kind`: a free handle, a new
- * one, or one taken from an unused mapped granule (after *synced). */
-static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind,
-                                   uint64_t live_bytes_high_water, bool *synced, stow_phys_t *out)
+/* The oldest idle mapping: the first mapping, walking the runs of unused
+ * granules from the oldest, all of whose granules are unused (a mapping part
+ * of which holds a live block cannot be unmapped). *epoch gets the newest tag
+ * of the runs it lies in. False when there is none. */
+static bool oldest_idle_mapping(const stow_pool_t *pool, stow_segment_t **seg_out, size_t *head,
+                                size_t *end, uint64_t *epoch)
 {
-    if (pool->free_handle_count) {
-        stow_free_handle_t fh = pool->free_handles[--pool->free_handle_count];
-        stow__acct_reserved_move(&pool->acct, fh.kind, kind, pool->granularity_bytes);
-        *out = fh.phys;
-        return STOW_OK;
-    }
-    if (stow__vmm_may_create(pool, live_bytes_high_water)) {
-        stow_phys_t h = 0;
-        stow_status_t st = stow__backend_status(
-            pool, pool->backend->phys_create(pool->backend->ctx, pool->granularity_bytes, &h));
-        if (st == STOW_OK) {
-            pool->phys_count++;
-            pool->acct.s.num_device_alloc++;
-            stow__acct_reserved_add(&pool->acct, kind, pool->granularity_bytes);
-            *out = h;
-            return STOW_OK;
+    for (const stow_granule_t *h = pool->run_head; h; h = h->run_next) {
+        stow_segment_t *seg = h->segment;
+        size_t i = granule_no(seg, h), run_end = h->run_end;
+        while (i < run_end) {
+            size_t m_head = mapping_head(seg, i), m_end = mapping_end(seg, m_head);
+            if (all_unused(seg, m_head, m_end)) {
+                uint64_t newest = 0;
+                for (size_t r = prev_set_bit(seg->run_start_bits, m_head); r < m_end;
+                     r = next_bit(seg->run_start_bits, r + 1, m_end, true))
+                    if (seg->granules[r].unused_epoch > newest)
+                        newest = seg->granules[r].unused_epoch;
+                *seg_out = seg;
+                *head = m_head;
+                *end = m_end;
+                *epoch = newest;
+                return true;
+            }
+            i = m_end;
         }
-        if (st != STOW_ENOMEM)
-            return STOW_EBACKEND;
     }
-    if (!pool->run_head)
+    return false;
+}
+
+/* Unmaps the oldest idle mapping (after *synced, or waiting on its frees'
+ * events); *out and *granules get its handle, *kind its range's kind.
+ * STOW_ENOMEM when no mapping is idle. */
+static stow_status_t unmap_oldest_idle(stow_pool_t *pool, bool *synced, stow_phys_t *out,
+                                       size_t *granules, unsigned *kind)
+{
+    stow_segment_t *seg;
+    size_t head, end;
+    uint64_t epoch;
+    if (!oldest_idle_mapping(pool, &seg, &head, &end, &epoch))
         return STOW_ENOMEM;
-    if (!stow__vmm_oldest_unused_ready(pool, *synced)) {
-        /* The granule's last blocks may still be used by queued work, on any
+    if (!stow__vmm_unused_ready(pool, epoch, *synced)) {
+        /* The mapping's last blocks may still be used by queued work, on any
          * stream or on a single-stream backend's only one: unmapping is not
          * stream-ordered. */
         if (!stow__pool_synchronize(pool))
             return STOW_EBACKEND;
         *synced = true;
     }
-    unsigned from_kind;
-    if (unmap_oldest_unused(pool, out, &from_kind) != STOW_OK)
+    if (unmap_idle(pool, seg, head, end, out) != STOW_OK)
         return STOW_EBACKEND;
-    stow__vmm_note_remap(pool);
-    stow__acct_reserved_move(&pool->acct, from_kind, kind, pool->granularity_bytes);
+    stow__vmm_note_remap(pool, end - head);
+    *granules = end - head;
+    *kind = seg->pool_kind;
     return STOW_OK;
+}
+
+/* Before a handle goes back to the device in the middle of a backing: when
+ * the handles created for the block so far made a new reserved peak, the
+ * waste breakdown is taken at that peak, before it falls (the block's granules
+ * mapped so far count as split remainder there). */
+static void note_peak_before_release(stow_pool_t *pool)
+{
+    if (pool->acct.reserved_peak_moved)
+        stow__acct_note_waste_if_peak(&pool->acct, stow__pool_largest_free(pool));
+}
+
+/* Obtains a handle of `granules` for a range of `kind`: a free handle of that
+ * size, or a new one while the pool stays within its allowance (and limit).
+ * Beyond it, idle mappings are unmapped, the oldest first: one of that size is
+ * remapped as it is (a loop's blocks of the same sizes take each other's
+ * handles), one of another size (and any free handle) goes back to the device
+ * to make room. Beyond the allowance with no idle mapping left, live blocks
+ * themselves need more: a new handle. */
+static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, size_t granules,
+                                   uint64_t live_bytes_high_water, bool *synced, stow_phys_t *out)
+{
+    uint64_t bytes = granule_bytes(pool, granules);
+    for (size_t i = pool->free_handle_count; i-- > 0;)
+        if (pool->free_handles[i].granules == granules) {
+            stow_free_handle_t fh = take_free_handle(pool, i);
+            stow__acct_reserved_move(&pool->acct, fh.kind, kind, bytes);
+            *out = fh.phys;
+            return STOW_OK;
+        }
+    uint64_t allowed = stow__vmm_allowance_for(pool, live_bytes_high_water);
+    bool none_idle = false;
+    for (;;) {
+        uint64_t held = granule_bytes(pool, pool->phys_granules);
+        bool within_limit = bytes <= pool->limit_bytes && held <= pool->limit_bytes - bytes;
+        if (within_limit && (none_idle || pool->phys_granules + granules <= allowed)) {
+            stow_status_t st = stow__backend_status(
+                pool, pool->backend->phys_create(pool->backend->ctx, (size_t)bytes, out));
+            if (st == STOW_OK) {
+                pool->phys_granules += granules;
+                pool->acct.s.num_device_alloc++;
+                stow__acct_reserved_add(&pool->acct, kind, bytes);
+                return STOW_OK;
+            }
+            if (st != STOW_ENOMEM)
+                return STOW_EBACKEND;
+            if (none_idle && !pool->free_handle_count)
+                return STOW_ENOMEM; /* the device is full: nothing left to give back */
+        }
+        /* Something goes back to the device first: a free handle, else the
+         * oldest idle mapping. */
+        if (pool->free_handle_count) {
+            stow_free_handle_t fh = pool->free_handles[pool->free_handle_count - 1];
+            note_peak_before_release(pool);
+            if (!release_handle(pool, fh.phys, fh.granules, fh.kind))
+                return STOW_EBACKEND;
+            (void)take_free_handle(pool, pool->free_handle_count - 1);
+            continue;
+        }
+        stow_phys_t h;
+        size_t h_granules;
+        unsigned h_kind;
+        stow_status_t st = unmap_oldest_idle(pool, synced, &h, &h_granules, &h_kind);
+        if (st == STOW_ENOMEM) {
+            if (!within_limit || none_idle)
+                return STOW_ENOMEM;
+            none_idle = true;
+            continue;
+        }
+        if (st != STOW_OK)
+            return st;
+        if (h_granules == granules) {
+            stow__acct_reserved_move(&pool->acct, h_kind, kind, bytes);
+            *out = h;
+            return STOW_OK;
+        }
+        note_peak_before_release(pool);
+        if (!release_handle(pool, h, h_granules, h_kind)) {
+            /* Short of host memory too: the handle stays counted, unmapped. */
+            (void)push_free_handle(pool, h, h_granules, h_kind);
+            return STOW_EBACKEND;
+        }
+    }
 }
 
 /* Granules [first, end) of a block that stops being live (freed, or never
@@ -303,48 +441,34 @@ static inline __attribute__((always_inline)) void release_span(stow_pool_t *pool
     }
 }
 
-/* Handles the pool could still put under granules: free ones, unused mapped
- * granules (remapped) and new ones up to its limit. */
-static uint64_t obtainable_handles(const stow_pool_t *pool)
+/* Granules the pool could still put under a span: free handles', unused
+ * mapped granules (an upper bound: those in mappings partly live cannot be
+ * remapped) and new ones up to its limit. */
+static uint64_t obtainable_granules(const stow_pool_t *pool)
 {
     uint64_t may_hold = pool->limit_bytes >> pool->granularity_shift;
-    uint64_t may_create = may_hold > pool->phys_count ? may_hold - pool->phys_count : 0;
-    return pool->free_handle_count + pool->unused_count + may_create;
-}
-
-/* Gives handle h back to the device; false (h not released) on a refusal. */
-static bool release_handle(stow_pool_t *pool, stow_phys_t h, unsigned kind)
-{
-    if (stow__backend_status(pool, pool->backend->phys_release(pool->backend->ctx, h,
-                                                               pool->granularity_bytes)) !=
-        STOW_OK)
-        return false;
-    pool->phys_count--;
-    pool->acct.s.num_device_free++;
-    stow__acct_reserved_sub(&pool->acct, kind, pool->granularity_bytes);
-    return true;
+    uint64_t may_create = may_hold > pool->phys_granules ? may_hold - pool->phys_granules : 0;
+    return pool->free_handle_granules + pool->unused_count + may_create;
 }
 
 /* After backing granules [first, end) of seg failed (what the span had mapped
- * is unused again): as many handles as the attempt created (phys_count above
- * phys_before) go back to the device, first from the free-handle stack (a
- * handle whose map failed waits there), then from the span's unused granules,
- * top down (the attempt's own and any the span held before: either way room
- * the failed request does not use), so that the layout elsewhere is left as it
- * was. A request the device cannot hold then leaves the pool holding what it
- * held before, as a failed cudaMalloc grows nothing; before, a page-mapped pool
- * was left holding every granule it could get (on a 1 GiB device, 1 GiB for
- * 68 MiB of live data). */
+ * is unused again): as many granules as the attempt created (phys_granules
+ * above phys_before) go back to the device, first from the free-handle stack
+ * (a handle whose map failed waits there), then from the idle mappings inside
+ * the span, top down (the attempt's own and any the span held before: either
+ * way room the failed request does not use), so that the layout elsewhere is
+ * left as it was. A request the device cannot hold then leaves the pool
+ * holding about what it held before, as a failed cudaMalloc grows nothing. */
 static void give_back_created(stow_pool_t *pool, stow_segment_t *seg, size_t first, size_t end,
                               uint64_t phys_before, bool synced)
 {
-    while (pool->phys_count > phys_before && pool->free_handle_count) {
+    while (pool->phys_granules > phys_before && pool->free_handle_count) {
         stow_free_handle_t fh = pool->free_handles[pool->free_handle_count - 1];
-        if (!release_handle(pool, fh.phys, fh.kind))
+        if (!release_handle(pool, fh.phys, fh.granules, fh.kind))
             return;
-        pool->free_handle_count--;
+        (void)take_free_handle(pool, pool->free_handle_count - 1);
     }
-    if (pool->phys_count <= phys_before)
+    if (pool->phys_granules <= phys_before)
         return;
     if (!synced) {
         /* A granule the span held unused before may still be used by queued
@@ -352,16 +476,20 @@ static void give_back_created(stow_pool_t *pool, stow_segment_t *seg, size_t fir
         if (!stow__pool_synchronize(pool))
             return;
     }
-    for (size_t i = end; i > first && pool->phys_count > phys_before;) {
+    for (size_t i = end; i > first && pool->phys_granules > phys_before;) {
         i--;
         if (!bit_at(seg->unused_bits, i))
             continue;
-        stow_phys_t h;
-        unsigned kind;
-        if (unmap_unused(pool, &seg->granules[i], &h, &kind) != STOW_OK)
-            return;
-        if (!release_handle(pool, h, kind) && push_free_handle(pool, h, kind) != STOW_OK)
-            return; /* short of host memory: the handle stays counted, unmapped */
+        size_t head = mapping_head(seg, i), m_end = mapping_end(seg, head);
+        if (head >= first && m_end <= end && all_unused(seg, head, m_end)) {
+            stow_phys_t h;
+            if (unmap_idle(pool, seg, head, m_end, &h) != STOW_OK)
+                return;
+            if (!release_handle(pool, h, m_end - head, seg->pool_kind) &&
+                push_free_handle(pool, h, m_end - head, seg->pool_kind) != STOW_OK)
+                return; /* short of host memory: the handle stays counted, unmapped */
+        }
+        i = head > first ? head : first;
     }
 }
 
@@ -393,20 +521,123 @@ static inline __attribute__((always_inline)) void note_backed(stow_pool_t *pool,
     update_idle(pool);
 }
 
+/* A handle takes at most 1 / HANDLE_HEADROOM_SHARE of what the pool may still
+ * take from the device (its limit less what it holds): a pool that runs close
+ * to its limit maps single granules, as when every handle was one, because
+ * there a granule that a handle partly live pins is memory the pool needs.
+ * Minimum capacities (replay --min-capacity, 20 MiB handles): gpt2_generate
+ * 1.0118 and gpt2_train 1.0089 x live with a share of 16, 1.0042 and 1.0023
+ * with 4096, as with a handle per granule. On an H200's 141 GB, handles of
+ * 20 MiB shrink once the pool is within 80 GB of the device's memory. */
+#define HANDLE_HEADROOM_SHARE 4096
+
+/* The largest handle, in granules (config vmm_handle_mb; at least one). */
+static size_t handle_max_granules(const stow_pool_t *pool)
+{
+    size_t n = ((size_t)pool->config.vmm_handle_mb << 20) >> pool->granularity_shift;
+    uint64_t limit = pool->limit_bytes >> pool->granularity_shift;
+    uint64_t headroom = limit > pool->phys_granules ? limit - pool->phys_granules : 0;
+    if (headroom / HANDLE_HEADROOM_SHARE < n)
+        n = (size_t)(headroom / HANDLE_HEADROOM_SHARE);
+    return n ? n : 1;
+}
+
+/* Maps one handle of n granules from granule `at` of seg. */
+static stow_status_t map_handle(stow_pool_t *pool, stow_segment_t *seg, size_t at, size_t n,
+                                uint64_t bytes_high_water, bool *synced)
+{
+    stow_phys_t h;
+    stow_status_t st = obtain_handle(pool, seg->pool_kind, n, bytes_high_water, synced, &h);
+    if (st != STOW_OK)
+        return st;
+    if (do_map(pool, seg, at, at + n, h) != STOW_OK) {
+        (void)push_free_handle(pool, h, n, seg->pool_kind);
+        return STOW_EBACKEND;
+    }
+    set_mapping(seg, at, at + n, h);
+    pool->mapped_count += n;
+    return STOW_OK;
+}
+
+/* Maps handles over the unmapped granules [from, to) of a block's span: a
+ * granule of its own at each end of the stretch that the block covers only in
+ * part (lo_partial, hi_partial: a neighbour may hold the rest of it, now or
+ * later, and would pin a larger handle with it), and the granules between in
+ * handles of at most handle_max_granules, of sizes as even as can be. */
+static stow_status_t map_stretch(stow_pool_t *pool, stow_segment_t *seg, size_t from, size_t to,
+                                 bool lo_partial, bool hi_partial, uint64_t bytes_high_water,
+                                 bool *synced)
+{
+    size_t most = handle_max_granules(pool);
+    if (to - from <= most)
+        lo_partial = hi_partial = false; /* one handle: nothing larger to pin */
+    size_t lo = from + (lo_partial && from < to), hi = to - (hi_partial && to > lo);
+    stow_status_t st = STOW_OK;
+    if (lo > from)
+        st = map_handle(pool, seg, from, 1, bytes_high_water, synced);
+    size_t inner = hi - lo, pieces = (inner + most - 1) / most;
+    for (size_t k = 0, at = lo; st == STOW_OK && at < hi; k++) {
+        size_t n = inner / pieces + (k < inner % pieces);
+        st = map_handle(pool, seg, at, n, bytes_high_water, synced);
+        at += n;
+    }
+    if (st == STOW_OK && hi < to)
+        st = map_handle(pool, seg, hi, 1, bytes_high_water, synced);
+    return st;
+}
+
+/* Granules the stretch [from, end) that ends the span of a block that lifts
+ * the live peak, at the top of what its range ever mapped, may map beyond the
+ * block: up to a whole number of the largest handles, into at most half the
+ * room the allowance (and the limit) leaves after the stretch, so that remaps
+ * keep the other half. Growth then maps a handle for several blocks, as a
+ * range that grows by whole pages does, and the next blocks up take its unused
+ * granules without a call. A loop that stays under its peak maps nothing
+ * ahead. */
+static size_t ahead_granules(const stow_pool_t *pool, const stow_segment_t *seg, size_t from,
+                             size_t end, uint64_t bytes_high_water)
+{
+    size_t most = handle_max_granules(pool), len = end - from;
+    if (end < seg->granules_touched || most < 2)
+        return 0;
+    size_t ahead = (most - len % most) % most;
+    size_t seg_granules = seg->size_bytes >> pool->granularity_shift;
+    if (ahead > seg_granules - end)
+        ahead = seg_granules - end;
+    uint64_t allowed = stow__vmm_allowance_for(pool, bytes_high_water);
+    uint64_t limit = pool->limit_bytes >> pool->granularity_shift;
+    if (limit < allowed)
+        allowed = limit;
+    uint64_t after = pool->phys_granules + len;
+    uint64_t room = allowed > after ? (allowed - after) / 2 : 0;
+    return ahead < room ? ahead : (size_t)room;
+}
+
+/* Mapped granules of [from, end) that hold no live block become unused (a
+ * stretch mapped ahead of a block). */
+static void push_mapped_unused(stow_pool_t *pool, stow_segment_t *seg, size_t from, size_t end)
+{
+    for (size_t i = next_bit(seg->mapped_bits, from, end, true); i < end;) {
+        size_t j = next_bit(seg->mapped_bits, i, end, false);
+        unused_push(pool, seg, i, j);
+        i = next_bit(seg->mapped_bits, j, end, true);
+    }
+}
+
 /* stow__vmm_back_span when some granule of the span is unmapped (at
  * first_unmapped): maps the span's unmapped granules. Apart from the steady
- * state's path, so that that one saves fewer registers. */
-static __attribute__((noinline)) stow_status_t back_span_mapping(stow_pool_t *pool,
-                                                                 stow_segment_t *seg,
-                                                                 size_t size_bytes, size_t first,
-                                                                 size_t end, size_t first_unmapped)
+ * state's path, so that that one saves fewer registers. lo_partial and
+ * hi_partial: the block covers its first and last granule only in part. */
+static __attribute__((noinline)) stow_status_t
+back_span_mapping(stow_pool_t *pool, stow_segment_t *seg, size_t size_bytes, size_t first,
+                  size_t end, size_t first_unmapped, bool lo_partial, bool hi_partial)
 {
     uint64_t bytes_after = pool->live_bytes + size_bytes;
     uint64_t bytes_high_water =
         bytes_after > pool->live_bytes_high_water ? bytes_after : pool->live_bytes_high_water;
     /* The block counts at its edges, and the span's unused granules leave their
-     * runs (so that obtain_handle below cannot take them): a few bitmap words
-     * and run entries, not a pass over the granules. */
+     * runs (so that a remap cannot take them): a few bitmap words and run
+     * entries, not a pass over the granules. */
     bool lo_live, hi_live;
     count_edges(seg, first, end, &lo_live, &hi_live);
     unused_take_within(pool, seg, first, end);
@@ -414,32 +645,30 @@ static __attribute__((noinline)) stow_status_t back_span_mapping(stow_pool_t *po
      * before mapping any, rather than map up to the limit, fail, and have the
      * out-of-memory retry do it all again. The count is taken only when the
      * span alone could be too many. */
-    uint64_t obtainable = obtainable_handles(pool);
+    uint64_t obtainable = obtainable_granules(pool);
     if (end - first > obtainable && end - first - mapped_in(seg, first, end) > obtainable) {
         release_span(pool, seg, first, end, false);
         update_idle(pool);
         return STOW_ENOMEM;
     }
-    /* Remaps take unused granules only, so the span's mapped bits change in the
-     * loop below alone. */
-    uint64_t phys_before = pool->phys_count;
+    /* Remaps take idle mappings only, none of which overlaps the span now, so
+     * the span's mapped bits change in the loop below alone. */
+    uint64_t phys_before = pool->phys_granules;
     bool synced = false;
     stow_status_t st = STOW_OK;
+    size_t ahead_end = end;
     for (size_t i = first_unmapped; i < end && st == STOW_OK;
-         i = next_bit(seg->mapped_bits, i + 1, end, false)) {
-        stow_granule_t *g = &seg->granules[i];
-        g->segment = seg; /* entries start zeroed (vmm_grow): set when first mapped */
-        stow_phys_t h;
-        st = obtain_handle(pool, seg->pool_kind, bytes_high_water, &synced, &h);
-        if (st == STOW_OK && (st = do_map(pool, g, h)) != STOW_OK) {
-            (void)push_free_handle(pool, h, seg->pool_kind);
-            st = STOW_EBACKEND;
-        }
-        if (st == STOW_OK) {
-            set_mapped(g, h);
-            pool->mapped_count++;
-        }
+         i = next_bit(seg->mapped_bits, i, end, false)) {
+        size_t to = next_bit(seg->mapped_bits, i, end, true);
+        size_t map_to = to;
+        if (to == end && bytes_after > pool->live_bytes_high_water)
+            map_to = ahead_end = end + ahead_granules(pool, seg, i, end, bytes_high_water);
+        st = map_stretch(pool, seg, i, map_to, lo_partial && i == first,
+                         hi_partial && map_to == end, bytes_high_water, &synced);
+        i = to;
     }
+    if (ahead_end > end)
+        push_mapped_unused(pool, seg, end, ahead_end);
     if (st != STOW_OK) {
         /* Nothing becomes live: what the span had mapped goes (back) to unused,
          * and what this attempt created goes back to the device. The handles
@@ -451,7 +680,7 @@ static __attribute__((noinline)) stow_status_t back_span_mapping(stow_pool_t *po
         update_idle(pool);
         if (pool->acct.reserved_peak_moved)
             stow__acct_note_waste_if_peak(&pool->acct, stow__pool_largest_free(pool));
-        give_back_created(pool, seg, first, end, phys_before, synced);
+        give_back_created(pool, seg, first, ahead_end, phys_before, synced);
         update_idle(pool);
         return st;
     }
@@ -470,8 +699,12 @@ stow_status_t stow__vmm_back_span(stow_pool_t *pool, stow_block_t *b, size_t siz
      * fast path, stow__vmm_back.) */
     stow_segment_t *seg = b->segment;
     size_t first_unmapped = next_bit(seg->mapped_bits, first, end, false);
-    if (first_unmapped != end)
-        return back_span_mapping(pool, seg, size_bytes, first, end, first_unmapped);
+    if (first_unmapped != end) {
+        size_t g_mask = pool->granularity_bytes - 1;
+        return back_span_mapping(pool, seg, size_bytes, first, end, first_unmapped,
+                                 ((b->addr - seg->base) & g_mask) != 0,
+                                 ((b->addr + size_bytes - seg->base) & g_mask) != 0);
+    }
     /* Every granule of the span is mapped, the steady state: only the edges
      * can hold another live block (the interior lies inside one free block),
      * so the unused ones are the span less its live edges, one stretch, and
@@ -530,8 +763,8 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     stow_segment_t *seg = calloc(1, sizeof *seg);
     stow_block_t *b = stow__block_new(&pool->blocks);
     stow_granule_t *granules = calloc(size / g, sizeof *granules);
-    /* mapped, unused, run starts, seen live */
-    uint64_t *mapped_bits = calloc(4 * words, sizeof *mapped_bits);
+    /* mapped, unused, run starts, seen live, mapping starts */
+    uint64_t *mapped_bits = calloc(5 * words, sizeof *mapped_bits);
     if (!seg || !b || !granules || !mapped_bits) {
         free(seg);
         free(granules);
@@ -555,6 +788,7 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
     seg->unused_bits = mapped_bits + words;
     seg->run_start_bits = mapped_bits + 2 * words;
     seg->seen_live_bits = mapped_bits + 3 * words;
+    seg->map_start_bits = mapped_bits + 4 * words;
     stow__stat2_add(pool->acct.s.segment, kind, 1);
     stow__segment_install(pool, seg, b, ss, (uintptr_t)va, size, kind);
     *out = b;
@@ -568,7 +802,9 @@ static void release_free_handles(stow_pool_t *pool)
     size_t kept = 0;
     for (size_t i = 0; i < pool->free_handle_count; i++) {
         stow_free_handle_t fh = pool->free_handles[i];
-        if (!release_handle(pool, fh.phys, fh.kind))
+        if (release_handle(pool, fh.phys, fh.granules, fh.kind))
+            pool->free_handle_granules -= fh.granules;
+        else
             pool->free_handles[kept++] = fh;
     }
     pool->free_handle_count = kept;
@@ -576,45 +812,57 @@ static void release_free_handles(stow_pool_t *pool)
 
 void stow__vmm_release_unused(stow_pool_t *pool)
 {
-    /* Caller synchronized: no queued work can touch an unused granule. */
-    stow_phys_t h;
-    unsigned kind;
-    while (pool->run_head && unmap_oldest_unused(pool, &h, &kind) == STOW_OK) {
-        if (push_free_handle(pool, h, kind) != STOW_OK)
-            (void)release_handle(pool, h, kind); /* no room to remember it: release it now */
+    /* Caller synchronized: no queued work can touch an unused granule. Every
+     * idle mapping is unmapped; unused granules in a mapping that also holds a
+     * live block stay (a handle is unmapped only whole). */
+    for (stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
+        if (!seg->granules)
+            continue;
+        for (size_t i = next_bit(seg->unused_bits, 0, seg->granules_touched, true);
+             i < seg->granules_touched;) {
+            size_t head = mapping_head(seg, i), end = mapping_end(seg, head);
+            stow_phys_t h;
+            if (all_unused(seg, head, end) && unmap_idle(pool, seg, head, end, &h) == STOW_OK &&
+                push_free_handle(pool, h, end - head, seg->pool_kind) != STOW_OK)
+                (void)release_handle(pool, h, end - head, seg->pool_kind); /* no room to keep it */
+            i = next_bit(seg->unused_bits, end, seg->granules_touched, true);
+        }
     }
     release_free_handles(pool);
-    /* What remains mapped is live data: that is the new high-water baseline. */
+    /* What remains mapped is live data and the handles it holds in part: that
+     * is the new high-water baseline. */
     pool->live_bytes_high_water = pool->live_bytes;
     update_idle(pool);
 }
 
-/* Destroy path: every granule, handle and range goes back. */
+/* Destroy path: every mapping, handle and range goes back. */
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg)
 {
     /* Only granules below granules_touched were ever mapped. */
     unused_take_within(pool, seg, 0, seg->granules_touched);
-    for (size_t i = 0; i < seg->granules_touched; i++) {
-        stow_granule_t *g = &seg->granules[i];
-        if (!g->phys)
-            continue;
-        (void)do_unmap(pool, g);
-        pool->mapped_count--;
-        if (stow__backend_status(pool, pool->backend->phys_release(pool->backend->ctx, g->phys,
-                                                                   pool->granularity_bytes)) ==
-            STOW_OK)
+    for (size_t head = next_bit(seg->map_start_bits, 0, seg->granules_touched, true);
+         head < seg->granules_touched;) {
+        size_t end = mapping_end(seg, head), granules = end - head;
+        stow_phys_t h = seg->granules[head].phys;
+        uint64_t bytes = granule_bytes(pool, granules);
+        (void)do_unmap(pool, seg, head, end);
+        pool->mapped_count -= granules;
+        if (stow__backend_status(pool, pool->backend->phys_release(pool->backend->ctx, h,
+                                                                   (size_t)bytes)) == STOW_OK)
             pool->acct.s.num_device_free++;
-        pool->phys_count--;
-        stow__acct_reserved_sub(&pool->acct, g->segment->pool_kind, pool->granularity_bytes);
-        set_mapped(g, 0);
+        pool->phys_granules -= granules;
+        stow__acct_reserved_sub(&pool->acct, seg->pool_kind, bytes);
+        set_mapping(seg, head, end, 0);
+        head = next_bit(seg->map_start_bits, end, seg->granules_touched, true);
     }
     stow__backend_status(pool, pool->backend->va_release(pool->backend->ctx, (void *)seg->base,
                                                          seg->size_bytes));
     stow__stat2_sub(pool->acct.s.segment, seg->pool_kind, 1);
     free(seg->granules);
-    free(seg->mapped_bits); /* and the three bitmaps after it */
+    free(seg->mapped_bits); /* and the four bitmaps after it */
     seg->granules = NULL;
     seg->mapped_bits = seg->unused_bits = seg->run_start_bits = seg->seen_live_bits = NULL;
+    seg->map_start_bits = NULL;
 }
 
 void stow__vmm_release_all_handles(stow_pool_t *pool)
@@ -625,4 +873,3 @@ void stow__vmm_release_all_handles(stow_pool_t *pool)
     pool->free_handle_count = pool->free_handle_capacity = 0;
     update_idle(pool);
 }
-

@@ -5,8 +5,8 @@
  * steady state raises (docs/design.md, adaptive allowance).
  *
  * Owns pool->adapt and the seen-live bitmaps' restarts; reads the granule
- * counts. Makes no backend call and moves no granule: vmm.c asks it whether
- * to create a handle (stow__vmm_may_create) and tells it of each remap
+ * counts. Makes no backend call and moves no granule: vmm.c asks it for the
+ * allowance (stow__vmm_allowance_for) and tells it of each remap
  * (stow__vmm_note_remap). Called with the pool lock held.
  */
 #include "allocator/vmm_granules.h"
@@ -33,16 +33,9 @@ uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool)
     return allowed_granules(pool, pool->live_bytes_high_water);
 }
 
-bool stow__vmm_may_create(const stow_pool_t *pool, uint64_t live_bytes_high_water)
+uint64_t stow__vmm_allowance_for(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
-    uint64_t g = pool->granularity_bytes;
-    uint64_t held = pool->phys_count * g;
-    if (held + g > pool->limit_bytes)
-        return false;
-    /* Beyond the allowance, an unused mapped granule is remapped instead; when
-     * none is left, live blocks themselves need more. */
-    return pool->phys_count < allowed_granules(pool, live_bytes_high_water) ||
-           pool->unused_count == 0;
+    return allowed_granules(pool, live_bytes_high_water);
 }
 
 /* The adaptive allowance (docs/design.md, adaptive allowance). A pool whose
@@ -83,15 +76,27 @@ static void seen_live_restart(stow_pool_t *pool)
     }
 }
 
+/* The granules the run's live blocks held: every granule of a mapping any of
+ * them touched (a handle is unmapped only whole, so a live block pins all of
+ * it), and the seen-live granules that are not mapped. */
 static uint64_t seen_live_count(const stow_pool_t *pool)
 {
     uint64_t n = 0;
     for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
         if (!seg->granules)
             continue;
-        size_t words = (seg->granules_touched + 63) / 64;
+        size_t touched = seg->granules_touched, words = (touched + 63) / 64;
         for (size_t w = 0; w < words; w++)
-            n += popcount64(seg->seen_live_bits[w]);
+            n += popcount64(seg->seen_live_bits[w] & ~seg->mapped_bits[w]);
+        for (size_t i = next_bit(seg->seen_live_bits, 0, touched, true); i < touched;) {
+            if (!bit_at(seg->mapped_bits, i)) {
+                i = next_bit(seg->seen_live_bits, i + 1, touched, true);
+                continue;
+            }
+            size_t head = mapping_head(seg, i), end = mapping_end(seg, head);
+            n += end - head;
+            i = next_bit(seg->seen_live_bits, end, touched, true);
+        }
     }
     return n;
 }
@@ -151,8 +156,11 @@ static void end_warm_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
     pool->acct.s.num_vmm_allowance_raises++;
 }
 
-/* Counts one remap and closes the window it ends, if any. */
-void stow__vmm_note_remap(stow_pool_t *pool)
+/* Counts a remap of `granules` (a handle's, whole) and closes the window it
+ * ends, if any. The rates below count granules, as when every handle was one
+ * granule: a loop whose layout keeps moving a few large handles moves as much
+ * memory as one that moves many small ones. */
+void stow__vmm_note_remap(stow_pool_t *pool, size_t granules)
 {
     stow_vmm_adapt_t *a = &pool->adapt;
     if (pool->learn_step)
@@ -188,5 +196,5 @@ void stow__vmm_note_remap(stow_pool_t *pool)
         if (a->hot_windows == 0)
             seen_live_restart(pool); /* a run may begin with this window */
     }
-    a->window_remaps++;
+    a->window_remaps += granules;
 }

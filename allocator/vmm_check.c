@@ -29,8 +29,17 @@ static bool segment_of_pool(const stow_pool_t *pool, const stow_segment_t *seg)
     return false;
 }
 
+/* The bits of word w where no granule is mapped: none unused, starting a
+ * run or starting a mapping (true also where some granule is mapped). */
+static bool unmapped_word_ok(const stow_segment_t *seg, size_t w)
+{
+    return seg->mapped_bits[w] ||
+           !(seg->unused_bits[w] | seg->run_start_bits[w] | seg->map_start_bits[w]);
+}
+
 /* One range against its blocks: every live block on mapped granules that are
- * not unused, the edge counts, mapped == live or unused (never both), run
+ * not unused, the edge counts, mapped == live or unused (never both), each
+ * mapping a start followed by granules of the same handle, run
  * starts only on unused granules, every live granule seen live (the adaptive
  * allowance's footprint), nothing marked at or above granules_touched.
  * Adds to the counts of stow__vmm_check, and to the recount of its range's
@@ -76,23 +85,50 @@ static stow_status_t check_segment_granules(const stow_pool_t *pool, const stow_
     if (!bits_clear_from(seg->mapped_bits, touched, n) ||
         !bits_clear_from(seg->unused_bits, touched, n) ||
         !bits_clear_from(seg->run_start_bits, touched, n) ||
-        !bits_clear_from(seg->seen_live_bits, touched, n)) {
+        !bits_clear_from(seg->seen_live_bits, touched, n) ||
+        !bits_clear_from(seg->map_start_bits, touched, n)) {
         snprintf(why, why_len, "vmm: bits set above granule %zu", touched);
         st = STOW_EINVAL;
         goto out;
     }
     for (size_t i = 0; i < touched; i++) {
         const stow_granule_t *g = &seg->granules[i];
+        if (i % 64 == 0 && i + 64 <= touched && !unmapped_word_ok(seg, i / 64)) {
+            snprintf(why, why_len, "vmm: granules %zu-%zu: unused, run or mapping bits unmapped",
+                     i, i + 63);
+            st = STOW_EINVAL;
+            goto out;
+        }
+        if (i + 64 <= touched && !seg->mapped_bits[i / 64]) {
+            /* 64 unmapped granules (no live block can lie on them: the block
+             * walk above checked that): no handle, no edge. A range whose
+             * failed backings mapped high up is checked a word at a time. */
+            if (g->phys || g->edges || edges[i] || covered[i]) {
+                snprintf(why, why_len, "vmm: unmapped granule %zu: handle %d, edges %u (blocks "
+                         "say %u)", i, g->phys != 0, g->edges, edges[i]);
+                st = STOW_EINVAL;
+                goto out;
+            }
+            continue;
+        }
         bool mapped = bit_at(seg->mapped_bits, i), unused = bit_at(seg->unused_bits, i);
         bool run_start = bit_at(seg->run_start_bits, i);
         bool seen = bit_at(seg->seen_live_bits, i);
+        /* A mapping: a start, then granules of the same handle; a handle is
+         * mapped once (the next mapping's handle differs). */
+        bool map_start = bit_at(seg->map_start_bits, i);
+        bool same_as_prev = i > 0 && bit_at(seg->mapped_bits, i - 1) &&
+                            seg->granules[i - 1].phys == g->phys;
+        bool mapping_ok = !mapped ? !map_start : map_start != same_as_prev;
         if (mapped != (g->phys != 0) || g->edges != edges[i] ||
-            mapped != (covered[i] || unused) || (run_start && !unused) || (covered[i] && !seen)) {
+            mapped != (covered[i] || unused) || (run_start && !unused) || (covered[i] && !seen) ||
+            !mapping_ok) {
             snprintf(why, why_len,
                      "vmm: granule %zu: mapped bit %d, mapped %d, unused %d, run start %d, live %d, "
-                     "seen live %d, edges %u (blocks say %u)",
-                     i, mapped, g->phys != 0, unused, run_start, covered[i], seen, g->edges,
-                     edges[i]);
+                     "seen live %d, mapping start %d (handle of the granule before %d), edges %u "
+                     "(blocks say %u)",
+                     i, mapped, g->phys != 0, unused, run_start, covered[i], seen, map_start,
+                     same_as_prev, g->edges, edges[i]);
             st = STOW_EINVAL;
             goto out;
         }
@@ -190,8 +226,12 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char 
                                                           phys, why, why_len)) != STOW_OK)
             return st;
     /* Free handles count where they were booked when they left their granule. */
-    for (size_t i = 0; i < pool->free_handle_count; i++)
-        phys->reserved_bytes[pool->free_handles[i].kind] += pool->granularity_bytes;
+    uint64_t free_granules = 0;
+    for (size_t i = 0; i < pool->free_handle_count; i++) {
+        const stow_free_handle_t *fh = &pool->free_handles[i];
+        phys->reserved_bytes[fh->kind] += (uint64_t)fh->granules * pool->granularity_bytes;
+        free_granules += fh->granules;
+    }
     for (unsigned k = STOW_POOL_SMALL; k < STOW_POOL_KINDS; k++) {
         phys->reserved_bytes[STOW_POOL_ALL] += phys->reserved_bytes[k];
         phys->beside_live_bytes[STOW_POOL_ALL] += phys->beside_live_bytes[k];
@@ -207,14 +247,18 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char 
         return st;
     uint64_t g = pool->granularity_bytes, mapped = counts[0], unused = counts[1];
     if (mapped != pool->mapped_count || counts[3] != mapped - unused ||
-        pool->phys_count != mapped + pool->free_handle_count ||
-        pool->acct.s.reserved_bytes[STOW_POOL_ALL].current != pool->phys_count * g ||
-        pool->acct.idle_segment_bytes != (unused + pool->free_handle_count) * g) {
+        free_granules != pool->free_handle_granules ||
+        pool->phys_granules != mapped + free_granules ||
+        pool->acct.s.reserved_bytes[STOW_POOL_ALL].current != pool->phys_granules * g ||
+        pool->acct.idle_segment_bytes != (unused + free_granules) * g) {
         snprintf(why, why_len,
-                 "vmm: mapped %llu vs %llu, live granules %llu, unused %llu, handles %llu",
+                 "vmm: mapped %llu vs %llu, live granules %llu, unused %llu, free handles' %llu "
+                 "vs %llu, held %llu",
                  (unsigned long long)mapped, (unsigned long long)pool->mapped_count,
                  (unsigned long long)counts[3], (unsigned long long)unused,
-                 (unsigned long long)pool->phys_count);
+                 (unsigned long long)free_granules,
+                 (unsigned long long)pool->free_handle_granules,
+                 (unsigned long long)pool->phys_granules);
         return STOW_EINVAL;
     }
     return STOW_OK;

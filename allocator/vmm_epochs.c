@@ -5,19 +5,21 @@
  * Unmapping is not stream-ordered: a granule may be unmapped only once no work
  * queued before its blocks were freed can still use it, on whatever stream
  * they lived. Rather than synchronize the device at every remap, the pool
- * counts unmap epochs. A granule that becomes unused is tagged with the epoch
- * in force (its run keeps the newest tag). An epoch is closed by recording one
- * event on each stream that freed a block since its own last closure: every
- * block that stops holding granules goes through stow__pool_make_free, which
+ * counts unmap epochs: a granule that becomes unused is tagged with the epoch
+ * in force (its run keeps the newest tag). An epoch is closed by recording
+ * one event on each stream that freed a block since its own last closure:
+ * every block that stops holding granules (freed, flushed from a quick list,
+ * completed after record_stream) goes through stow__pool_make_free, which
  * counts it in its stream's free_seq, so a free_seq that moved since the
  * stream's closure (vmm_closed_seq) says so at no cost to the free itself.
  * Once the events of a closed epoch and of every epoch before it completed,
- * granules tagged with it are safe (unmap_safe_epoch); a synchronize makes
- * every granule unused so far safe at once. A remap waits only when the
- * oldest unused granule, the one it takes, is not yet known safe after
- * querying the closed epochs' events, and then on those events alone
- * (event_synchronize), closing the open epoch first when the granule is in
- * it; it synchronizes the device only when it cannot.
+ * granules tagged with it are safe (unmap_safe_epoch). A synchronize makes
+ * every granule unused so far safe at once. A remap then waits only when the
+ * granules it unmaps (the oldest idle mapping's: the oldest runs were freed
+ * longest ago) are not yet known safe after querying the closed epochs'
+ * events, and then, on a backend that can (event_synchronize), on those
+ * events alone, closing the open epoch first when they are in it; it
+ * synchronizes the device only without one.
  *
  * Epochs are closed only while the pool remaps (for CLOSE_AFTER_REMAP_OPS
  * operations after a remap): every CLOSE_EVERY_FREES frees that leave
@@ -27,8 +29,8 @@
  * granule not yet known safe synchronizes.
  *
  * Owns the unmap epochs (unmap_epoch, unmap_safe_epoch, the closure ring) and
- * their events; reads the oldest run's tag (pool->run_head, vmm.c) and never
- * moves a granule. Called with the pool lock held.
+ * their events; is told the tag of the granules a remap unmaps (vmm.c) and
+ * never moves a granule. Called with the pool lock held.
  */
 #include "allocator/internal.h"
 
@@ -150,15 +152,13 @@ void stow__vmm_note_unused_pushed(stow_pool_t *pool, const stow_stream_state_t *
         close_epoch(pool, freeing);
 }
 
-/* Whether the oldest unused granule, the next a remap takes, has no queued
- * work left on it. Tags never decrease along the run list, so when it has
- * some, every unused granule may. */
-static bool oldest_unused_is_safe(stow_pool_t *pool)
+/* Whether granules tagged with `epoch` have no queued work left on them. */
+static bool epoch_is_safe(stow_pool_t *pool, uint64_t epoch)
 {
-    if (pool->run_head->unused_epoch <= pool->unmap_safe_epoch)
+    if (epoch <= pool->unmap_safe_epoch)
         return true;
     retire_closures(pool);
-    return pool->run_head->unused_epoch <= pool->unmap_safe_epoch;
+    return epoch <= pool->unmap_safe_epoch;
 }
 
 /* Waits on the events left in the oldest closed epoch (retire_closures
@@ -179,7 +179,7 @@ static bool wait_oldest_closure(stow_pool_t *pool)
     return true;
 }
 
-/* Makes the oldest unused granule safe to unmap by waiting on events alone,
+/* Makes granules tagged with `epoch` safe to unmap by waiting on events alone,
  * where the backend can (event_synchronize): a granule of the open epoch first
  * closes it (an event on each stream that freed since its last closure), then
  * the closed epochs' events are waited on, oldest first, up to the granule's.
@@ -188,11 +188,10 @@ static bool wait_oldest_closure(stow_pool_t *pool)
  * host, the remap does not drain the queue. False when it cannot (no such
  * method, an event that could not be recorded, a wait that failed): the caller
  * synchronizes. */
-static bool wait_for_oldest_unused(stow_pool_t *pool)
+static bool wait_for_epoch(stow_pool_t *pool, uint64_t epoch)
 {
     if (!pool->event_synchronize)
         return false;
-    uint64_t epoch = pool->run_head->unused_epoch;
     if (epoch == pool->unmap_epoch) {
         if (pool->closure_count == STOW_VMM_CLOSURES && !wait_oldest_closure(pool))
             return false;
@@ -206,8 +205,8 @@ static bool wait_for_oldest_unused(stow_pool_t *pool)
     return true;
 }
 
-bool stow__vmm_oldest_unused_ready(stow_pool_t *pool, bool synced)
+bool stow__vmm_unused_ready(stow_pool_t *pool, uint64_t epoch, bool synced)
 {
     pool->closing_until_op = pool->op_count + CLOSE_AFTER_REMAP_OPS;
-    return synced || oldest_unused_is_safe(pool) || wait_for_oldest_unused(pool);
+    return synced || epoch_is_safe(pool, epoch) || wait_for_epoch(pool, epoch);
 }

@@ -3,10 +3,10 @@
  * the files of the page-mapped pool (vmm.c, vmm_allowance.c, vmm_epochs.c,
  * vmm_place.c, vmm_check.c) and by no other file.
  *
- * A range (stow_segment_t) keeps one entry per granule and four bitmaps of a
- * bit per granule (mapped, unused, run start, seen live; allocator/types.h
- * and docs/design.md say what each holds). These helpers read and write them
- * and change nothing else. Static inline: the hot paths of backing and freeing
+ * A range (stow_segment_t) keeps one entry per granule and five bitmaps of a
+ * bit per granule (mapped, unused, run start, seen live, mapping start;
+ * allocator/types.h and docs/design.md say what each holds). These helpers
+ * read and write them and change nothing else. Static inline: the hot paths of backing and freeing
  * call them on every block whose span crosses a granule.
  */
 #ifndef STOW_VMM_GRANULES_H
@@ -155,6 +155,38 @@ static inline size_t mapped_in(const stow_segment_t *seg, size_t first, size_t e
         first += hi - lo;
     }
     return count;
+}
+
+/* ---- mappings: one physical handle mapped whole over granules [head, end) ---- */
+
+/* The first granule of the mapping that holds mapped granule i. */
+static inline size_t mapping_head(const stow_segment_t *seg, size_t i)
+{
+    return prev_set_bit(seg->map_start_bits, i);
+}
+
+/* The end of the mapping that starts at head: where the next mapping starts,
+ * or the first unmapped granule after head. */
+static inline size_t mapping_end(const stow_segment_t *seg, size_t head)
+{
+    size_t end = seg->granules_touched;
+    for (size_t i = head + 1; i < end;) {
+        size_t w = i / 64;
+        uint64_t word = seg->map_start_bits[w] | ~seg->mapped_bits[w];
+        word &= ~(uint64_t)0 << (i % 64);
+        if (word) {
+            size_t j = w * 64 + (size_t)__builtin_ctzll(word);
+            return j < end ? j : end;
+        }
+        i = (w + 1) * 64;
+    }
+    return end;
+}
+
+/* Whether every granule of [from, end) is unused (mapped, under no live block). */
+static inline bool all_unused(const stow_segment_t *seg, size_t from, size_t end)
+{
+    return next_bit(seg->unused_bits, from, end, false) == end;
 }
 
 #endif /* STOW_VMM_GRANULES_H */

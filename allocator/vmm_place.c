@@ -9,9 +9,9 @@
 #include "allocator/vmm_granules.h"
 
 /* What a placement over granules [first, end) of a segment costs: granules
- * to map (each a remap when the pool is at its physical allowance) and fresh
- * granules (no live block yet: they add to the physical memory live data
- * pins). */
+ * to map (each a remap when the pool is at its physical allowance; a handle
+ * holds at most vmm_handle_mb) and fresh granules (no live block yet: they add
+ * to the physical memory live data pins). */
 typedef struct span_cost {
     size_t unmapped, fresh;
 } span_cost_t;

@@ -108,12 +108,18 @@ typedef struct stow_config {
     bool vmm_learn_step;           /* policy vmm, default false: a pool that remaps learns its
                                       loop's step and gives the step's large blocks planned
                                       addresses (docs/design.md, a layout learned from the step) */
+    unsigned vmm_handle_mb;        /* policy vmm, default STOW_VMM_HANDLE_MB_DEFAULT, at most
+                                      STOW_VMM_HANDLE_MB_MAX: the largest physical handle in MiB;
+                                      2 or less: a handle per granule (docs/decisions.md) */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
 #define STOW_QUICK_DEPTH_MAX 255u
 /* Its default (docs/decisions.md, quick lists). */
 #define STOW_QUICK_DEPTH_DEFAULT 64u
+/* stow_config_t.vmm_handle_mb's default and bound (docs/decisions.md, vmm_handle_mb). */
+#define STOW_VMM_HANDLE_MB_DEFAULT 20u
+#define STOW_VMM_HANDLE_MB_MAX 65536u
 /* stow_config_t.vmm_small_kb's default (docs/decisions.md, vmm_small_kb). */
 #define STOW_VMM_SMALL_KB_DEFAULT 128u
 /* The deepest quick list of a page-mapped pool: a kept block holds its
@@ -137,7 +143,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * record_events,
  * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
  * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
- * expandable_segments (True selects policy vmm). An unknown key or a bad value
+ * vmm_handle_mb, expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.

@@ -61,6 +61,20 @@ extern "C" {
  * size used when capacity_bytes is 0 (for memory_fraction and expandable VA). */
 #define STOW_PTM_H200_TOTAL_BYTES ((size_t)150754820096ULL)
 
+/* The driver calls PyTorch's allocator makes, one report each to the optional
+ * observer stow_ptm_config_t.on_driver_call, with the bytes the call covers. */
+typedef enum stow_ptm_driver_call {
+    STOW_PTM_CUDA_MALLOC,        /* cudaMalloc of a native segment */
+    STOW_PTM_CUDA_FREE,          /* cudaFree of one */
+    STOW_PTM_ADDRESS_RESERVE,    /* cuMemAddressReserve of an expandable segment's range */
+    STOW_PTM_ADDRESS_FREE,       /* cuMemAddressFree of it */
+    STOW_PTM_MEM_CREATE,         /* cuMemCreate of one page */
+    STOW_PTM_MEM_MAP,            /* cuMemMap of one page, with its share of cuMemSetAccess */
+    STOW_PTM_MEM_UNMAP,          /* cuMemUnmap of one page */
+    STOW_PTM_MEM_RELEASE,        /* cuMemRelease of one page */
+    STOW_PTM_STREAM_SYNCHRONIZE, /* before unmapping a block's pages (size 0) */
+} stow_ptm_driver_call_t;
+
 typedef struct stow_ptm_config {
     size_t capacity_bytes;        /* simulated device memory; 0 = unlimited (in effect
                                      just under 2^62 bytes reserved over the model's life:
@@ -75,6 +89,9 @@ typedef struct stow_ptm_config {
     double garbage_collection_threshold; /* in (0,1); 0 = off; needs memory_fraction */
     double memory_fraction;      /* set_per_process_memory_fraction; 0 = not set */
     size_t large_segment_bytes;  /* large_segment_size_mb; default 20 MiB */
+    /* NULL (default), or called with on_driver_call_arg for each driver call, in order */
+    void (*on_driver_call)(void *arg, stow_ptm_driver_call_t call, size_t size_bytes);
+    void *on_driver_call_arg;
 } stow_ptm_config_t;
 
 /* Counters, named after PyTorch's DeviceStats (all pools together). */

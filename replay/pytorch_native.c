@@ -346,6 +346,11 @@ static void ptm_segment_count_add(stow_ptm_t *m) {
         m->st.segment_count_peak = m->st.segment_count_current;
 }
 
+/* One driver call, told to the observer if there is one. */
+static void ptm_driver_call(const stow_ptm_t *m, stow_ptm_driver_call_t call, size_t bytes) {
+    if (m->cfg.on_driver_call) m->cfg.on_driver_call(m->cfg.on_driver_call_arg, call, bytes);
+}
+
 /* Would the simulated device refuse `bytes` more? */
 static int ptm_device_full(const stow_ptm_t *m, size_t bytes) {
     return m->cfg.capacity_bytes != 0 && (bytes > m->cfg.capacity_bytes ||
@@ -428,6 +433,7 @@ static void ptm_release_block(stow_ptm_t *m, ptm_block_t *b) {
     ptm_reserved_sub(m, b->size);
     m->st.segment_count_current--;
     m->st.device_free_calls++;
+    ptm_driver_call(m, STOW_PTM_CUDA_FREE, b->size);
     ptm_block_delete(m, b);
 }
 
@@ -465,6 +471,13 @@ static void ptm_unmap_block(stow_ptm_t *m, ptm_block_t *b) {
     m->st.device_free_calls++;
     m->st.unmap_calls++;
     m->st.pages_released += last - first;
+    /* unmapHandles: the segment's stream is synchronized first (unmapping is
+     * not stream-ordered), then each page is unmapped and released. */
+    ptm_driver_call(m, STOW_PTM_STREAM_SYNCHRONIZE, 0);
+    for (uint64_t i = first; i < last; i++) {
+        ptm_driver_call(m, STOW_PTM_MEM_UNMAP, ps);
+        ptm_driver_call(m, STOW_PTM_MEM_RELEASE, ps);
+    }
 }
 
 /* release_expandable_segment. pre: b is the segment's only block, unmapped. */
@@ -474,6 +487,7 @@ static void ptm_release_segment(stow_ptm_t *m, ptm_block_t *b) {
     if (seg->prev_seg) seg->prev_seg->next_seg = seg->next_seg;
     else m->segments = seg->next_seg;
     if (seg->next_seg) seg->next_seg->prev_seg = seg->prev_seg;
+    ptm_driver_call(m, STOW_PTM_ADDRESS_FREE, seg->max_pages * seg->page_bytes);
     free(seg);
     m->st.segment_count_current--;
     ptm_block_delete(m, b);
@@ -562,6 +576,7 @@ static ptm_block_t *ptm_find_expandable(stow_ptm_t *m, uint32_t stream, int pool
     if (m->segments) m->segments->prev_seg = seg;
     m->segments = seg;
     ptm_segment_count_add(m);
+    ptm_driver_call(m, STOW_PTM_ADDRESS_RESERVE, seg->max_pages * seg->page_bytes);
     ptm_block_t *b = ptm_block_new(m, seg->base, seg->max_pages * seg->page_bytes, stream,
                                    (uint8_t)pool, seg, 0);
     ptm_unmapped_insert(m, b);
@@ -595,6 +610,10 @@ static int ptm_map_block(stow_ptm_t *m, ptm_block_t *to_map, size_t size) {
     m->st.device_alloc_calls++;
     m->st.map_calls++;
     m->st.pages_created += last - first;
+    /* map: a cuMemCreate per page, then mapAndSetAccess: a cuMemMap per page and
+     * one cuMemSetAccess over them (which costs about as much per page). */
+    for (uint64_t i = first; i < last; i++) ptm_driver_call(m, STOW_PTM_MEM_CREATE, ps);
+    for (uint64_t i = first; i < last; i++) ptm_driver_call(m, STOW_PTM_MEM_MAP, ps);
     return 1;
 }
 
@@ -668,6 +687,7 @@ static ptm_block_t *ptm_alloc_block(stow_ptm_t *m, int pool, uint32_t stream, si
     ptm_reserved_add(m, alloc_size);
     ptm_segment_count_add(m);
     m->st.device_alloc_calls++;
+    ptm_driver_call(m, STOW_PTM_CUDA_MALLOC, alloc_size);
     return b;
 }
 

@@ -97,6 +97,9 @@ extern const stow_replay_policy_t stow__replay_policy_classic;    /* replay_poli
 extern const stow_replay_policy_t stow__replay_policy_vmm;        /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch;    /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch_expandable;
+/* The PyTorch model behind an instance of either pytorch policy (for tests). */
+struct stow_ptm;
+struct stow_ptm *stow__replay_ptm_model(void *ctx); /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_naive;      /* naive.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc;   /* jemalloc_policy.c */
 extern const stow_replay_policy_t stow__replay_policy_jemalloc_decay; /* jemalloc_policy.c */

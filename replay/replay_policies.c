@@ -116,10 +116,56 @@ const stow_replay_policy_t stow__replay_policy_vmm = {
 
 /* ---- pytorch, pytorch-expandable ---- */
 
+/* The model, and the driver time of the calls it reports, priced by a simulated
+ * device's cost model (stowage/sim.h), the one classic and vmm are priced by:
+ * the two page-mapped allocators compare in one run. */
+typedef struct ptm_adapter {
+    stow_ptm_t *model;
+    stow_backend_t *prices; /* a simulated device used for its cost model only */
+    uint64_t modelled_ns;
+} ptm_adapter_t;
+
+stow_ptm_t *stow__replay_ptm_model(void *ctx) { return ((ptm_adapter_t *)ctx)->model; }
+
+static void ptm_price_call(void *arg, stow_ptm_driver_call_t call, size_t size_bytes)
+{
+    static const stow_sim_call_t as_sim[] = {
+        [STOW_PTM_CUDA_MALLOC] = STOW_SIM_RESERVE,
+        [STOW_PTM_CUDA_FREE] = STOW_SIM_RELEASE,
+        [STOW_PTM_ADDRESS_RESERVE] = STOW_SIM_VA_RESERVE,
+        [STOW_PTM_ADDRESS_FREE] = STOW_SIM_VA_RELEASE,
+        [STOW_PTM_MEM_CREATE] = STOW_SIM_PHYS_CREATE,
+        [STOW_PTM_MEM_MAP] = STOW_SIM_MAP,
+        [STOW_PTM_MEM_UNMAP] = STOW_SIM_UNMAP,
+        [STOW_PTM_MEM_RELEASE] = STOW_SIM_PHYS_RELEASE,
+        [STOW_PTM_STREAM_SYNCHRONIZE] = STOW_SIM_SYNCHRONIZE,
+    };
+    ptm_adapter_t *a = arg;
+    a->modelled_ns += stow_sim_call_cost(a->prices, as_sim[call], size_bytes);
+}
+
+static void ptm_destroy(void *ctx)
+{
+    ptm_adapter_t *a = ctx;
+    if (!a)
+        return;
+    stow__ptm_destroy(a->model);
+    stow_sim_destroy(a->prices);
+    free(a);
+}
+
 static stow_status_t ptm_create_mode(const stow_replay_setup_t *setup, bool expandable,
                                      void **out)
 {
     const stow_config_t *c = setup->config;
+    ptm_adapter_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return STOW_EHOSTMEM;
+    stow_status_t st = stow_sim_create(NULL, &a->prices);
+    if (st != STOW_OK) {
+        free(a);
+        return st;
+    }
     stow_ptm_config_t mc;
     stow__ptm_config_default(&mc);
     mc.capacity_bytes = setup->capacity_bytes;
@@ -131,11 +177,15 @@ static stow_status_t ptm_create_mode(const stow_replay_setup_t *setup, bool expa
     mc.garbage_collection_threshold = c->garbage_collection_threshold;
     /* PyTorch's GC acts only under a memory fraction; 1 means "not set". */
     mc.memory_fraction = c->memory_fraction < 1.0 ? c->memory_fraction : 0.0;
-    stow_ptm_t *m = NULL;
-    stow_status_t st = stow__ptm_create(&mc, &m);
-    if (st == STOW_OK)
-        *out = m;
-    return st;
+    mc.on_driver_call = ptm_price_call;
+    mc.on_driver_call_arg = a;
+    st = stow__ptm_create(&mc, &a->model);
+    if (st != STOW_OK) {
+        ptm_destroy(a);
+        return st;
+    }
+    *out = a;
+    return STOW_OK;
 }
 
 static stow_status_t ptm_create_native(const stow_replay_setup_t *setup, void **out)
@@ -150,32 +200,35 @@ static stow_status_t ptm_create_expandable(const stow_replay_setup_t *setup, voi
 
 static stow_status_t ptm_alloc(void *ctx, uint64_t size_bytes, uint32_t stream, uint64_t *handle)
 {
-    return stow__ptm_alloc(ctx, (size_t)size_bytes, stream, handle);
+    ptm_adapter_t *a = ctx;
+    return stow__ptm_alloc(a->model, (size_t)size_bytes, stream, handle);
 }
 
 static void ptm_free(void *ctx, uint64_t handle, uint64_t size_bytes)
 {
     (void)size_bytes;
-    (void)stow__ptm_free(ctx, handle);
+    ptm_adapter_t *a = ctx;
+    (void)stow__ptm_free(a->model, handle);
 }
 
 static void ptm_report(void *ctx, stow_replay_report_t *out)
 {
+    ptm_adapter_t *a = ctx;
     stow_ptm_stats_t s;
-    stow__ptm_stats(ctx, &s);
+    stow__ptm_stats(a->model, &s);
     out->peak_reserved_bytes = s.reserved_bytes_peak;
     /* num_device_alloc + num_device_free: cudaMalloc/cudaFree, or map/unmap. */
     out->backend_calls = s.device_alloc_calls + s.device_free_calls;
     out->has_backend_calls = true;
     out->fragmentation_at_peak = -1.0; /* not tracked by the model */
-    /* Expandable segments map and unmap one physical page per call, as the
-     * vmm policy maps one granule per call: count pages, comparably. */
+    /* Expandable segments call cuMemMap and cuMemUnmap once per page, as the
+     * vmm policy calls them once per physical handle: pages count as calls. */
     out->has_map_calls = true;
     out->map_calls = s.pages_created;
     out->unmap_calls = s.pages_released;
+    out->has_modelled_time = true;
+    out->modelled_backend_ns = a->modelled_ns;
 }
-
-static void ptm_destroy(void *ctx) { stow__ptm_destroy(ctx); }
 
 const stow_replay_policy_t stow__replay_policy_pytorch = {
     "pytorch", "model of PyTorch's CUDACachingAllocator (native segments)", true,

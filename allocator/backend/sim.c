@@ -99,7 +99,8 @@ typedef struct sim {
     uint64_t fail_countdown[STOW_SIM_CALL_KINDS];
     stow_status_t fail_status[STOW_SIM_CALL_KINDS];
     uint32_t fail_one_in[STOW_SIM_CALL_KINDS];
-    uint64_t cost_ns[STOW_SIM_CALL_KINDS]; /* modelled cost per call */
+    uint64_t cost_ns[STOW_SIM_CALL_KINDS];      /* modelled cost of a call of up to 2 MiB */
+    uint64_t cost_per_mib_ns[STOW_SIM_CALL_KINDS]; /* and of each MiB beyond */
     uint64_t rng[STOW_SIM_CALL_KINDS];
     sim_event_t *events;
     uint32_t event_count, event_capacity, event_free_head;
@@ -128,6 +129,27 @@ static const uint64_t h200_cost_ns[STOW_SIM_CALL_KINDS] = {
     [STOW_SIM_EVENT_SYNCHRONIZE] = 10000,
 };
 
+/* What each MiB beyond the first 2 costs, fitted to the same notes: cudaMalloc
+ * 55 -> 242 us and cudaFree 50 -> 610 us at 1 GiB; cuMemCreate 9.8 -> 16.7 us,
+ * cuMemRelease 9.4 -> 179 us, cuMemMap + cuMemSetAccess 24 -> 41 us and
+ * cuMemUnmap 15 -> 23 us at 512 MiB. Large physical handles are cheap per byte
+ * but not free: releasing one of 512 MiB costs what 18 of 2 MiB do. */
+static const uint64_t h200_cost_per_mib_ns[STOW_SIM_CALL_KINDS] = {
+    [STOW_SIM_RESERVE] = 183,     [STOW_SIM_RELEASE] = 548,  [STOW_SIM_PHYS_CREATE] = 14,
+    [STOW_SIM_PHYS_RELEASE] = 332, [STOW_SIM_MAP] = 33,      [STOW_SIM_UNMAP] = 16,
+};
+
+#define SIM_COST_FLAT_BYTES ((size_t)2 << 20)
+
+/* The modelled cost of one call of `kind` over size_bytes. Lock held. */
+static uint64_t call_cost(const sim_t *s, stow_sim_call_t kind, size_t size_bytes)
+{
+    uint64_t ns = s->cost_ns[kind];
+    if (size_bytes > SIM_COST_FLAT_BYTES)
+        ns += s->cost_per_mib_ns[kind] * (uint64_t)((size_bytes - SIM_COST_FLAT_BYTES) >> 20);
+    return ns;
+}
+
 static uint64_t splitmix64(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -142,11 +164,12 @@ static stow_status_t default_failure(stow_sim_call_t kind)
                                                                        : STOW_EBACKEND;
 }
 
-/* Counts the call and decides whether an injected fault fires. Lock held. */
-static stow_status_t sim_enter(sim_t *s, stow_sim_call_t kind)
+/* Counts a call over size_bytes (0: a call without a size) and decides whether
+ * an injected fault fires. Lock held. */
+static stow_status_t sim_enter_sized(sim_t *s, stow_sim_call_t kind, size_t size_bytes)
 {
     s->counters.calls[kind]++;
-    s->counters.modelled_ns += s->cost_ns[kind];
+    s->counters.modelled_ns += call_cost(s, kind, size_bytes);
     stow_status_t st = STOW_OK;
     if (s->fail_countdown[kind] && --s->fail_countdown[kind] == 0)
         st = s->fail_status[kind];
@@ -155,6 +178,11 @@ static stow_status_t sim_enter(sim_t *s, stow_sim_call_t kind)
     if (st != STOW_OK)
         s->counters.failures[kind]++;
     return st;
+}
+
+static stow_status_t sim_enter(sim_t *s, stow_sim_call_t kind)
+{
+    return sim_enter_sized(s, kind, 0);
 }
 
 static stow_status_t sim_fail(sim_t *s, stow_sim_call_t kind, stow_status_t st)
@@ -423,7 +451,7 @@ static stow_status_t sim_reserve(void *ctx, size_t size_bytes, stow_stream_t str
     (void)stream;
     sim_t *s = sim_of(ctx);
     pthread_mutex_lock(&s->lock);
-    stow_status_t st = sim_enter(s, STOW_SIM_RESERVE);
+    stow_status_t st = sim_enter_sized(s, STOW_SIM_RESERVE, size_bytes);
     if (st == STOW_OK && (size_bytes == 0 || size_bytes % s->config.granularity_bytes))
         st = sim_fail(s, STOW_SIM_RESERVE, STOW_EINVAL);
     if (st == STOW_OK && !capacity_allows(s, size_bytes))
@@ -451,7 +479,7 @@ static stow_status_t sim_release(void *ctx, void *ptr, size_t size_bytes)
 {
     sim_t *s = sim_of(ctx);
     pthread_mutex_lock(&s->lock);
-    stow_status_t st = sim_enter(s, STOW_SIM_RELEASE);
+    stow_status_t st = sim_enter_sized(s, STOW_SIM_RELEASE, size_bytes);
     /* A release of a pair reserve never returned is a pool bug: report it
      * rather than corrupting the capacity books. */
     if (st == STOW_OK &&
@@ -708,7 +736,7 @@ static stow_status_t sim_phys_create(void *ctx, size_t size_bytes, stow_phys_t *
 {
     sim_t *s = sim_of(ctx);
     pthread_mutex_lock(&s->lock);
-    stow_status_t st = sim_enter(s, STOW_SIM_PHYS_CREATE);
+    stow_status_t st = sim_enter_sized(s, STOW_SIM_PHYS_CREATE, size_bytes);
     if (st == STOW_OK && (size_bytes == 0 || size_bytes % s->config.granularity_bytes))
         st = sim_fail(s, STOW_SIM_PHYS_CREATE, STOW_EINVAL);
     if (st == STOW_OK && !capacity_allows(s, size_bytes))
@@ -739,7 +767,7 @@ static stow_status_t sim_phys_release(void *ctx, stow_phys_t handle, size_t size
 {
     sim_t *s = sim_of(ctx);
     pthread_mutex_lock(&s->lock);
-    stow_status_t st = sim_enter(s, STOW_SIM_PHYS_RELEASE);
+    stow_status_t st = sim_enter_sized(s, STOW_SIM_PHYS_RELEASE, size_bytes);
     sim_handle_t *rec = handle_of(s, handle, false);
     if (st == STOW_OK && (!rec || rec->size_bytes != size_bytes))
         st = sim_fail(s, STOW_SIM_PHYS_RELEASE, STOW_EINVAL);
@@ -778,7 +806,7 @@ static stow_status_t sim_map(void *ctx, void *va, size_t size_bytes, stow_phys_t
     uintptr_t at = (uintptr_t)va;
     size_t g = 0;
     pthread_mutex_lock(&s->lock);
-    stow_status_t st = sim_enter(s, STOW_SIM_MAP);
+    stow_status_t st = sim_enter_sized(s, STOW_SIM_MAP, size_bytes);
     sim_handle_t *rec = handle_of(s, handle, false);
     sim_range_t *r = range_holding(s, at, size_bytes);
     /* The whole handle, at a granule of a reserved range, over no mapping. */
@@ -826,7 +854,7 @@ static stow_status_t sim_unmap(void *ctx, void *va, size_t size_bytes)
     sim_t *s = sim_of(ctx);
     uintptr_t at = (uintptr_t)va;
     pthread_mutex_lock(&s->lock);
-    stow_status_t st = sim_enter(s, STOW_SIM_UNMAP);
+    stow_status_t st = sim_enter_sized(s, STOW_SIM_UNMAP, size_bytes);
     sim_range_t *r = range_holding(s, at, size_bytes);
     if (st == STOW_OK && (!r || !whole_mappings(s, at, size_bytes)))
         st = sim_fail(s, STOW_SIM_UNMAP, STOW_EINVAL);
@@ -977,6 +1005,7 @@ stow_status_t stow_sim_create(const stow_sim_config_t *config, stow_backend_t **
     s->config = cfg;
     s->page_bytes = (uintptr_t)page;
     memcpy(s->cost_ns, h200_cost_ns, sizeof s->cost_ns);
+    memcpy(s->cost_per_mib_ns, h200_cost_per_mib_ns, sizeof s->cost_per_mib_ns);
     s->next_addr = SIM_ADDR_BASE;
     s->next_va = SIM_VA_BASE;
     stow_backend_t *b = &s->backend;
@@ -1076,7 +1105,19 @@ void stow_sim_set_call_cost(stow_backend_t *backend, stow_sim_call_t kind, uint6
     sim_t *s = sim_of(backend->ctx);
     pthread_mutex_lock(&s->lock);
     s->cost_ns[kind] = cost_ns;
+    s->cost_per_mib_ns[kind] = 0;
     pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t stow_sim_call_cost(stow_backend_t *backend, stow_sim_call_t kind, size_t size_bytes)
+{
+    if ((unsigned)kind >= STOW_SIM_CALL_KINDS)
+        return 0;
+    sim_t *s = sim_of(backend->ctx);
+    pthread_mutex_lock(&s->lock);
+    uint64_t ns = call_cost(s, kind, size_bytes);
+    pthread_mutex_unlock(&s->lock);
+    return ns;
 }
 
 void stow_sim_complete_stream(stow_backend_t *backend, stow_stream_t stream)

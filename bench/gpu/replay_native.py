@@ -10,9 +10,13 @@ through the exported stow_torch_malloc / stow_torch_free (the entry points
 PyTorch's CUDAPluggableAllocator calls, its per-device pool configured by
 STOWAGE_CONF), and a no-op allocator for the loop's own cost. Each allocator
 replays the trace PASSES times, in rounds that alternate the allocators; the
-first pass of each fills its cache and is dropped; the median of the rest is
-reported, and the ratio Stowage / PyTorch of the medians (the loop's own cost
-subtracted from both).
+first pass of each fills its cache and is reported apart, as the cold pass
+(each trace starts from emptied caches: the pass that maps or allocates what
+the trace needs); the median of the rest is reported, and the ratio Stowage /
+PyTorch of the medians (the loop's own cost subtracted from both). The
+allocators' settings come from the environment (PYTORCH_CUDA_ALLOC_CONF,
+STOWAGE_CONF) and are written with the results; run.sh runs it once with the
+defaults and once with expandable_segments:True against policy:vmm.
 
     python3 bench/gpu/replay_native.py --out OUT.json TRACE.rep...
 """
@@ -133,14 +137,18 @@ for path in args.traces:
         continue
     nids, kinds, ids, sizes = tensors(path)
     passes = {w: [] for w in labels}
-    for w in labels:  # one pass each to fill the caches, not counted
-        ext.replay(kinds, ids, sizes, nids, w, malloc_addr, free_addr, 1)
+    cold = {}
+    for w in labels:  # one pass each fills the caches: the cold pass, apart
+        cold[w] = ext.replay(kinds, ids, sizes, nids, w, malloc_addr, free_addr, 1)[0]
     for _ in range(args.rounds):
         for w in labels:
             passes[w] += ext.replay(kinds, ids, sizes, nids, w, malloc_addr, free_addr,
                                     args.passes)
-    r = {"events": int(kinds.numel())}
+    r = {"events": int(kinds.numel()),
+         "pytorch_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+         "stowage_conf": os.environ.get("STOWAGE_CONF", "")}
     for w, label in labels.items():
+        r[label + "_cold_ns_per_event"] = cold[w]
         r[label + "_ns_per_event"] = statistics.median(passes[w])
         r[label + "_ns_min"] = min(passes[w])
         r[label + "_ns_max"] = max(passes[w])
@@ -149,7 +157,9 @@ for path in args.traces:
     r.update(common.peaks_and_reset(torch, stowage))
     name = os.path.basename(path)
     out[name] = r
-    print("%-26s torch %7.1f ns/event  stowage %7.1f  loop %5.1f  stowage/torch %.3f" % (
-        name, r["torch_ns_per_event"], r["stowage_ns_per_event"], loop,
-        r["stowage_over_torch"]), flush=True)
+    print("%-26s torch %7.1f ns/event  stowage %7.1f  loop %5.1f  stowage/torch %.3f  "
+          "cold: torch %.2f us/event, stowage %.2f" % (
+              name, r["torch_ns_per_event"], r["stowage_ns_per_event"], loop,
+              r["stowage_over_torch"], r["torch_cold_ns_per_event"] / 1e3,
+              r["stowage_cold_ns_per_event"] / 1e3), flush=True)
 common.write_json(args.out, out)

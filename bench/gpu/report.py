@@ -101,3 +101,26 @@ if rn:
         print("  %-26s %10.1f %10.1f %8.1f %14.3f" % (
             trace, v["torch_ns_per_event"], v["stowage_ns_per_event"], v["loop_ns_per_event"],
             v["stowage_over_torch"]))
+
+# Last, the page-mapped pool's cold pass against PyTorch's expandable segments on the same
+# traces: the pass that maps what the trace needs, the driver's calls included
+# (replay_native.py under STOWAGE_CONF=policy:vmm and PYTORCH_CUDA_ALLOC_CONF=
+# expandable_segments:True, both from C++ in one process), and the C pool's own cold pass
+# on the driver (replay_cuda, --conf policy:vmm) with its map and unmap calls.
+rv = load("replay_native_vmm.json")
+rcv = load("replay_cuda_vmm.json")
+if rv or rcv:
+    print("\n== cold pass, us/event: vmm against PyTorch expandable_segments:True")
+    print("  %-26s %12s %12s %8s %14s %10s" % ("trace", "expandable", "vmm", "x", "vmm (C pool)",
+                                               "map+unmap"))
+    for trace in sorted(set((rv or {}).keys()) | set((rcv or {}).keys())):
+        a = (rv or {}).get(trace, {})
+        c = (rcv or {}).get(trace, {})
+        t = a.get("torch_cold_ns_per_event")
+        v = a.get("stowage_cold_ns_per_event")
+        cc = c.get("cold_ns_per_event")
+        f = lambda x: ("%.2f" % (x / 1e3)) if isinstance(x, (int, float)) else "-"
+        ratio = ("%.2f" % (v / t)) if isinstance(t, (int, float)) and t and \
+            isinstance(v, (int, float)) else "-"
+        print("  %-26s %12s %12s %8s %14s %10s" % (trace, f(t), f(v), ratio, f(cc),
+                                                   c.get("cold_map_unmap_calls", "-")))

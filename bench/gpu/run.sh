@@ -12,7 +12,8 @@
 #   4 replay     bench/gpu/replay_cuda (C, pool on the CUDA backend; classic, then vmm
 #                without and with vmm_learn_step on the traces and their long runs) and
 #                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process, from
-#                Python) and bench/gpu/replay_native.py (the same from C++, an extension);
+#                Python) and bench/gpu/replay_native.py (the same from C++, an extension;
+#                again with policy:vmm against expandable_segments:True, cold passes apart);
 #                bench/gpu/remap_wait (C: what a page-mapped remap waits for, events or the
 #                whole device, with another stream's queue behind it)
 #   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, TRAIN_STEPS (30) steps each with
@@ -179,6 +180,14 @@ part replay_torch 180 "$PY" bench/gpu/replay_torch.py --out "$OUT/results/replay
 # Both allocators called from C++ (an extension built here), the loop's own cost apart:
 # host ns/event of the allocators alone.
 part replay_native 200 "$PY" bench/gpu/replay_native.py --out "$OUT/results/replay_native.json" \
+    "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
+    "$TRACES/gpt2_generate.rep"
+# The page-mapped pool against PyTorch's expandable segments, both from C++ in one process:
+# the cold pass (each trace from emptied caches: every page mapped anew, the driver's calls
+# and all) and the warm ones, in the table report.py prints last.
+part replay_native_vmm 150 env STOWAGE_CONF=policy:vmm \
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" bench/gpu/replay_native.py \
+    --rounds 2 --passes 2 --out "$OUT/results/replay_native_vmm.json" \
     "$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep" \
     "$TRACES/gpt2_generate.rep"
 

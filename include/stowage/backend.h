@@ -68,17 +68,19 @@ struct stow_backend {
     /* Returns the event to the backend (pooled there). */
     stow_status_t (*event_destroy)(void *ctx, stow_event_t event);
 
-    /* Page mapping (CUDA virtual memory management): all NULL when unsupported. */
-    /* A virtual range of size_bytes (a multiple of the granularity), nothing behind it. */
+    /* Page mapping (CUDA virtual memory management): all NULL when unsupported. Every size
+     * is a multiple of granularity_bytes. */
+    /* A virtual range of size_bytes, nothing behind it. */
     stow_status_t (*va_reserve)(void *ctx, size_t size_bytes, void **out);
     stow_status_t (*va_release)(void *ctx, void *va, size_t size_bytes);
-    /* A physical handle of size_bytes, counted against the capacity (STOW_ENOMEM when full). */
+    /* A physical handle of size_bytes (one granule or many), counted against the capacity
+     * (STOW_ENOMEM when full); phys_release gets the same size. */
     stow_status_t (*phys_create)(void *ctx, size_t size_bytes, stow_phys_t *out);
     stow_status_t (*phys_release)(void *ctx, stow_phys_t handle, size_t size_bytes);
-    /* Maps the whole handle at va and grants access. */
+    /* Maps the whole handle (size_bytes is its size) at va from its start, and grants access. */
     stow_status_t (*map)(void *ctx, void *va, size_t size_bytes, stow_phys_t handle);
-    /* Unmaps [va, va+size_bytes) without waiting: the pool knows from events (or a
-     * synchronize) that no queued work still uses the range. */
+    /* Unmaps exactly one whole mapping that map made, without waiting: the pool knows from
+     * events (or a synchronize) that no queued work still uses the range. */
     stow_status_t (*unmap)(void *ctx, void *va, size_t size_bytes);
 
     /* Optional (NULL: scrub_on_free unavailable). Zeroes [ptr, ptr+size_bytes),

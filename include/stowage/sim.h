@@ -84,14 +84,21 @@ typedef struct stow_sim_counters {
 
 /* Modelled host cost of one call of each kind, in nanoseconds, added to
  * counters.modelled_ns. Defaults: what the call costs on an H200 with driver
- * 580 (../shared/notes/h200-costs.md): reserve 55000 (cudaMalloc), release
- * 50000 (cudaFree), mem_info 3900, synchronize 10000 (an idle device; not
- * measured), event_record 157, event_query 130, event_destroy 126, va_reserve
- * 16000, va_release 16000, phys_create 9800 (2 MiB), phys_release 9400,
- * map 24000 (cuMemMap + cuMemSetAccess), unmap 15000, scrub 2000 (a memset
- * kernel launch; not measured), event_synchronize 10000 (a wait, as
- * synchronize; not measured). */
+ * 580 (../shared/notes/h200-costs.md) over at most 2 MiB: reserve 55000
+ * (cudaMalloc), release 50000 (cudaFree), mem_info 3900, synchronize 10000 (an
+ * idle device; not measured), event_record 157, event_query 130, event_destroy
+ * 126, va_reserve 16000, va_release 16000, phys_create 9800, phys_release
+ * 9400, map 24000 (cuMemMap + cuMemSetAccess), unmap 15000, scrub 2000 (a
+ * memset kernel launch; not measured), event_synchronize 10000 (a wait, as
+ * synchronize; not measured); and for each MiB beyond 2, fitted to the same
+ * notes' figures at 256 MiB to 1 GiB: reserve 183, release 548, phys_create 14,
+ * phys_release 332, map 33, unmap 16. This sets the cost of a call of `kind`
+ * to cost_ns whatever its size. */
 STOW_API void stow_sim_set_call_cost(stow_backend_t *sim, stow_sim_call_t kind, uint64_t cost_ns);
+
+/* The modelled cost of one call of `kind` over size_bytes (0 for the calls
+ * without a size), as counters.modelled_ns adds it. */
+STOW_API uint64_t stow_sim_call_cost(stow_backend_t *sim, stow_sim_call_t kind, size_t size_bytes);
 
 /* Name of a call kind ("reserve"...); static. */
 STOW_API const char *stow_sim_call_name(stow_sim_call_t kind);

@@ -10,7 +10,9 @@
  * capacity changes and memory-fraction changes (stow_pool_set_memory_fraction),
  * on the classic pool (quick lists at their default depth, or a configuration
  * bit picks 0-8) or (a configuration bit) the page-mapped one (with its small
- * range and quick lists, or, a setup bit, one range for every request), on a
+ * range and quick lists, or, a setup bit, one range for every request; with
+ * physical handles of several granules where its limit lies far beyond the
+ * device's memory, as when other users took it), on a
  * backend with events or (a setup bit) a single-stream one without them, and
  * (a setup bit) with every freed block scrubbed.
  *
@@ -155,12 +157,12 @@ static void fz_scope(fz_state_t *s, fz_in_t *in)
 static void fz_report(void)
 {
     fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu (classic %llu, vmm %llu) "
-                    "injected_faults=%llu event_waits=%llu (failed %llu) "
+                    "injected_faults=%llu event_waits=%llu (failed %llu) handle_maps=%llu "
                     "content_words_written=%llu content_words_checked=%llu\n",
             fz_totals.inputs, fz_totals.ops, fz_totals.ops - fz_totals.vmm_ops,
             fz_totals.vmm_ops, fz_totals.injected_faults, fz_totals.event_waits,
-            fz_totals.event_wait_failures, (unsigned long long)fz_words_written,
-            (unsigned long long)fz_words_checked);
+            fz_totals.event_wait_failures, (unsigned long long)fz_handle_maps,
+            (unsigned long long)fz_words_written, (unsigned long long)fz_words_checked);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -185,6 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     stow_config_t cfg;
     stow_config_default(&cfg);
+    bool vmm_large_view = false; /* below: a page-mapped pool's limit beyond its device */
     if (conf & 1)
         cfg.max_split_size_bytes = (20 + (size_t)fz_u8(&in)) * FZ_MIB;
     if (conf & 2)
@@ -215,10 +218,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * and empty_cache's forgetting run all the same. */
         cfg.vmm_learn_step = ((conf >> 3) ^ (setup >> 3)) & 1;
         /* At most 1 GiB: the "unlimited" 64 TiB device would let one request
-         * map 32 M granules, which only measures the simulator's patience. */
+         * map 32 M granules, which only measures the simulator's patience.
+         * Without a memory fraction of its own, such a pool is created on the
+         * 64 TiB device with a fraction of 1/1024 (a 64 GiB limit), and the
+         * device shrinks after: other users took its memory. Handles then
+         * span several granules (each at most 1/4096 of the pool's headroom:
+         * 16 MiB), where a pool that sees a small device maps single ones. */
         if (!capacities[setup % 4]) {
-            fz_capacity = capacities[1 + setup % 3];
-            stow_sim_set_capacity(fz_sim, fz_capacity);
+            vmm_large_view = !(conf & 8);
+            if (vmm_large_view)
+                cfg.memory_fraction = 1.0 / 1024;
+            else {
+                fz_capacity = capacities[1 + setup % 3];
+                stow_sim_set_capacity(fz_sim, fz_capacity);
+            }
         }
     }
     if (conf & 32) /* mem_info fails at creation */
@@ -245,6 +258,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     stow_sim_fail_nth(fz_sim, STOW_SIM_MEM_INFO, 0, STOW_OK);
+    if (vmm_large_view) {
+        fz_capacity = capacities[1 + setup % 3];
+        stow_sim_set_capacity(fz_sim, fz_capacity);
+    }
 
     for (unsigned op = 0; op < FZ_MAX_OPS && in.p < in.end; op++) {
         uint8_t code = fz_u8(&in);

@@ -123,7 +123,7 @@ static fm_span_t fm_span_of(const fm_state_t *s, uint32_t id, uint64_t size_byte
 {
     uint64_t addr = s->handle[id];
     if (s->p == &stow__replay_policy_pytorch || s->p == &stow__replay_policy_pytorch_expandable)
-        addr = stow__ptm_block_address(s->ctx, s->handle[id]);
+        addr = stow__ptm_block_address(stow__replay_ptm_model(s->ctx), s->handle[id]);
     if (s->p == &stow__replay_policy_ideal_remap)
         addr = s->handle[id] - 1; /* its handles are addresses plus one */
     fm_span_t sp = {addr, addr + size_bytes, id};
@@ -213,9 +213,10 @@ static uint64_t fm_check_policy_state(const fm_state_t *s, uint64_t capacity_byt
                    "%s: reserved below allocated", s->p->name);
     } else if (s->p == &stow__replay_policy_pytorch ||
                s->p == &stow__replay_policy_pytorch_expandable) {
-        FUZZ_CHECK(stow__ptm_check(s->ctx) == STOW_OK, "%s: model invariants", s->p->name);
+        FUZZ_CHECK(stow__ptm_check(stow__replay_ptm_model(s->ctx)) == STOW_OK,
+                   "%s: model invariants", s->p->name);
         stow_ptm_stats_t ms;
-        stow__ptm_stats(s->ctx, &ms);
+        stow__ptm_stats(stow__replay_ptm_model(s->ctx), &ms);
         FUZZ_CHECK(ms.requested_bytes_current == s->live_requested,
                    "%s: %zu requested bytes counted, %llu live", s->p->name,
                    ms.requested_bytes_current, (unsigned long long)s->live_requested);

@@ -324,10 +324,10 @@ static void fz_report(void)
     fprintf(stderr,
             "fuzz_step totals: inputs=%llu api_ops=%llu steps=%llu injected_faults=%llu "
             "step_plans=%llu planned_allocations=%llu map_calls=%llu allowance_raises=%llu "
-            "cut=%llu\n",
+            "cut=%llu handle_maps=%llu\n",
             fz_totals.inputs, fz_totals.ops, fz_totals.steps, fz_totals.injected_faults,
             fz_totals.plans, fz_totals.planned_allocations, fz_totals.remaps, fz_totals.raises,
-            fz_totals.cut);
+            fz_totals.cut, (unsigned long long)fz_handle_maps);
     if (fz_totals.plans < fz_min_plans) {
         fprintf(stderr, "fuzz_step: %llu step plans, fewer than FUZZ_STEP_MIN_PLANS=%llu\n",
                 fz_totals.plans, fz_min_plans);

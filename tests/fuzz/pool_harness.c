@@ -280,6 +280,18 @@ static stow_status_t fz_scrub(void *ctx, void *ptr, size_t size, stow_stream_t s
 
 static void fz_oracle_unmapping(uintptr_t lo, uintptr_t hi);
 
+uint64_t fz_handle_maps;
+
+static stow_status_t fz_map(void *ctx, void *va, size_t size, stow_phys_t h)
+{
+    if (size > fz_sim->granularity_bytes)
+        fz_handle_maps++;
+    uint64_t before = fz_failures();
+    stow_status_t st = fz_sim->map(ctx, va, size, h);
+    fz_after_call(st, before, false, "map");
+    return st;
+}
+
 static stow_status_t fz_unmap(void *ctx, void *va, size_t size)
 {
     fz_oracle_unmapping((uintptr_t)va, (uintptr_t)va + size);
@@ -647,6 +659,7 @@ void fz_device_open(uint8_t setup, const size_t capacities[4], bool contents)
     fz_backend.event_destroy = fz_event_destroy;
     fz_backend.event_synchronize = fz_event_synchronize;
     fz_backend.scrub = fz_scrub;
+    fz_backend.map = fz_map;
     fz_backend.unmap = fz_unmap;
     memset(&fz_or, 0, sizeof fz_or);
     fz_or.unmap_checks = sc->manual_events;

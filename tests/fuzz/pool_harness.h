@@ -53,6 +53,7 @@ extern stow_backend_t *fz_sim;    /* the simulated device */
 extern stow_backend_t fz_backend; /* what the pool sees */
 extern size_t fz_capacity;        /* current device capacity (bytes) */
 extern uint64_t fz_injected;      /* faults injected in this input */
+extern uint64_t fz_handle_maps;   /* maps of a handle of several granules, over the process */
 extern const stow_stream_t fz_streams[FZ_STREAMS];
 
 /* Creates the simulated device and the wrapper around it, and resets the

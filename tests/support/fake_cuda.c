@@ -10,8 +10,9 @@
  * stay at zero. Rules checked: cuInit first; a current context for every call
  * that needs one (the retained primary context); cuMemFree of cuMemAlloc'ed
  * bases only; copies and memsets only into memory that is allocated, or
- * mapped with access set; cuMemAddressReserve / cuMemCreate / cuMemMap sizes,
- * offsets and addresses in whole granules; no mapping over a mapping;
+ * mapped with access set; cuMemAddressReserve / cuMemCreate / cuMemMap sizes
+ * and addresses in whole granules, cuMemMap's offset 0 (the driver's rule:
+ * "currently must be zero"); no mapping over a mapping;
  * cuMemUnmap of whole mappings; no cuMemAddressFree over live mappings; no
  * double release; known stream and event handles; the primary context
  * released no more often than retained.
@@ -698,6 +699,10 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         LEAVE(violation(CUDA_ERROR_INVALID_VALUE, "cuMemMap(0x%llx): handle %s", ptr,
                         h ? "already released" : "unknown"));
     reservation_t *v = reservation_of(ptr);
+    if (offset)
+        LEAVE(violation(CUDA_ERROR_INVALID_VALUE,
+                        "cuMemMap(0x%llx, %zu, offset %zu): the offset must be 0", ptr, size,
+                        offset));
     if (flags || size == 0 || size % GRAN_BYTES || offset % GRAN_BYTES ||
         (ptr - (v ? v->base : 0)) % GRAN_BYTES || offset + size > h->size || offset + size < size)
         LEAVE(violation(CUDA_ERROR_INVALID_VALUE,

@@ -408,16 +408,25 @@ Test(cuda_gpu, fresh_thread_gets_the_primary_context)
 
 /* ---- the pool's own policies on the CUDA backend, with data ---- */
 
-static stow_pool_t *pool_with(stow_backend_t *b, stow_policy_t policy, double fraction)
+/* A pool of `policy`; vmm_handle_mb 0 keeps the default handle size. */
+static stow_pool_t *pool_with_handles(stow_backend_t *b, stow_policy_t policy, double fraction,
+                                      unsigned handle_mb)
 {
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = policy;
     cfg.memory_fraction = fraction;
+    if (handle_mb)
+        cfg.vmm_handle_mb = handle_mb;
     stow_pool_t *pool = NULL;
     stow_status_t st = stow_pool_create(&cfg, b, &pool);
     cr_assert_eq(st, STOW_OK, "stow_pool_create: %s", stow_strerror(st));
     return pool;
+}
+
+static stow_pool_t *pool_with(stow_backend_t *b, stow_policy_t policy, double fraction)
+{
+    return pool_with_handles(b, policy, fraction, 0);
 }
 
 Test(cuda_gpu, vmm_pool_write_read)
@@ -464,15 +473,18 @@ Test(cuda_gpu, vmm_pool_write_read)
 /* A block freed with work still queued on its stream: when its granules move
  * under the next block, the pool must have waited for that work first
  * (unmapping is not stream-ordered). The emulated driver counts an unmap of
- * granules under queued work as a violation (fake_check_clean). */
-Test(cuda_gpu, vmm_unmaps_only_after_queued_work_finished)
+ * granules under queued work as a violation (fake_check_clean). With a handle
+ * per granule (handle_mb 2), a's two granules move one by one (2 unmaps); with
+ * 4 MiB handles a is one handle, unmapped whole and mapped as the first of c's
+ * two handles (1 unmap). */
+static void unmaps_after_queued_work(unsigned handle_mb, uint64_t unmaps)
 {
     stow_backend_t *b = gpu_or_skip();
     if (!b->va_reserve || b->granularity_bytes != 2 * MiB) {
         backend_done(b);
         cr_skip_test("driver without page mapping in 2 MiB granules");
     }
-    stow_pool_t *pool = pool_with(b, STOW_POLICY_VMM, 1.0);
+    stow_pool_t *pool = pool_with_handles(b, STOW_POLICY_VMM, 1.0, handle_mb);
     cu_stream_t s = NULL;
     cr_assert_eq(drv.stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */), 0);
     void *a = NULL, *c = NULL, *keep = NULL;
@@ -488,7 +500,7 @@ Test(cuda_gpu, vmm_unmaps_only_after_queued_work_finished)
     cr_assert_eq(stow_pool_alloc(pool, 6 * MiB, s, &c), STOW_OK);
     stow_stats_t st;
     cr_assert_eq(stow_pool_stats(pool, &st), STOW_OK);
-    cr_assert_eq(st.num_unmap_calls, 2, "a's granules were remapped");
+    cr_assert_eq(st.num_unmap_calls, unmaps, "a's granules were remapped");
     if (b->event_synchronize) {
         /* The remap closed the open epoch with an event on s and waited on it
          * (cuEventSynchronize), not on the whole device. */
@@ -507,9 +519,17 @@ Test(cuda_gpu, vmm_unmaps_only_after_queued_work_finished)
     pool_done(pool, b);
 }
 
+Test(cuda_gpu, vmm_unmaps_only_after_queued_work_finished) { unmaps_after_queued_work(2, 2); }
+
+Test(cuda_gpu, vmm_unmaps_a_whole_handle_only_after_queued_work_finished)
+{
+    unmaps_after_queued_work(4, 1);
+}
+
 /* scrub_on_free with a block recorded on a second stream: empty_cache
  * completes it, queues its cuMemsetD8Async and unmaps its granules, which it
- * may do only after that memset finished. */
+ * may do only after that memset finished. The pool maps a handle per granule
+ * here (vmm_handle_mb:2): a's 4 granules are 4 unmaps. */
 Test(cuda_gpu, vmm_empty_cache_waits_for_the_scrubs_it_queued)
 {
     stow_backend_t *b = gpu_or_skip();
@@ -520,6 +540,7 @@ Test(cuda_gpu, vmm_empty_cache_waits_for_the_scrubs_it_queued)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_handle_mb = 2;
     cfg.scrub_on_free = true;
     stow_pool_t *pool = NULL;
     cr_assert_eq(stow_pool_create(&cfg, b, &pool), STOW_OK);

@@ -306,7 +306,9 @@ Test(fake_driver, mappings_are_whole_granules_never_stacked_and_unmapped_whole)
     cr_assert_eq(D.create(&h, 2 * GRAN, &device_prop, 0), CUDA_SUCCESS);
     REFUSED(D.map(r.base + GRAN, GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE, "already mapped");
     REFUSED(D.map(r.base + 2 * GRAN, GRAN, 4096, h, 0), CUDA_ERROR_INVALID_VALUE,
-            "whole granules");
+            "offset must be 0");
+    REFUSED(D.map(r.base + 2 * GRAN, GRAN, GRAN, h, 0), CUDA_ERROR_INVALID_VALUE,
+            "offset must be 0");
     REFUSED(D.map(r.base + 2 * GRAN + 4096, GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE,
             "whole granules");
     REFUSED(D.map(r.base + 2 * GRAN, 3 * GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE,
@@ -332,7 +334,7 @@ Test(fake_driver, mappings_are_whole_granules_never_stacked_and_unmapped_whole)
     REFUSED(D.release(h), CUDA_ERROR_INVALID_VALUE, "not a handle");
     unmap_range(r);
     fake_cuda_counters_t c = counters();
-    cr_expect_eq(c.violations, 18);
+    cr_expect_eq(c.violations, 19);
     cr_expect_eq(c.used_bytes + c.reservations + c.handles + c.mappings, 0);
 }
 

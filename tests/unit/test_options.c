@@ -64,6 +64,7 @@ Test(options, defaults)
     cr_assert(c.vmm_slack_max == 0.05);
     cr_assert(c.keep_idle_max == 0.05);
     cr_assert_eq(c.vmm_small_kb, 128);
+    cr_assert_eq(c.vmm_handle_mb, STOW_VMM_HANDLE_MB_DEFAULT);
     char err[64];
     cr_assert_eq(stow__config_validate(&c, err, sizeof err), STOW_OK);
 }
@@ -121,6 +122,10 @@ Test(options, every_key)
     cr_assert_eq(c.vmm_small_kb, 0);
     parse_ok(&c, "vmm_small_kb:1024");
     cr_assert_eq(c.vmm_small_kb, 1024);
+    parse_ok(&c, "vmm_handle_mb:2");
+    cr_assert_eq(c.vmm_handle_mb, 2);
+    parse_ok(&c, "vmm_handle_mb:65536");
+    cr_assert_eq(c.vmm_handle_mb, 65536);
     parse_ok(&c, "policy:vmm");
     cr_assert_eq(c.policy, STOW_POLICY_VMM);
     parse_ok(&c, "policy:classic");
@@ -221,6 +226,8 @@ Test(options, unknown_key)
     parse_bad("max_split_size:20", "max_split_size");
     parse_bad("bogus:1", "unknown key 'bogus'");
     parse_bad("vmm_slack_max:1.5", "key 'vmm_slack_max'");
+    parse_bad("vmm_handle_mb:65537", "key 'vmm_handle_mb'");
+    parse_bad("vmm_handle_mb:big", "key 'vmm_handle_mb'");
     parse_bad("vmm_slack_max:-0.1", "key 'vmm_slack_max'");
     parse_bad("vmm_slack_max:x", "key 'vmm_slack_max'");
     parse_bad("keep_idle_max:1.5", "key 'keep_idle_max'");

@@ -638,7 +638,8 @@ static char *printed(report_printer_t *print, const char *trace_path,
     return buf;
 }
 
-/* naive_trace under vmm, on 2 MiB granules of one reserved address range:
+/* naive_trace under vmm with a physical handle per granule (vmm_handle_mb:2),
+ * on 2 MiB granules of one reserved address range:
  *   a0 (3 MiB) at [0, 3): maps granules G0 and G1, each on a new physical page.
  *   a1 (1 MiB) at [3, 4): inside G1, already mapped: no call.
  *   f0 leaves G0 unused (G1 still holds a1); the pool keeps it mapped.
@@ -655,7 +656,7 @@ static char *printed(report_printer_t *print, const char *trace_path,
 Test(replay_vmm_report, figures_worked_out_by_hand)
 {
     stow_trace_t *t = parse_trace(naive_trace);
-    stow_replay_result_t r = run("vmm", t, NULL, 0, true);
+    stow_replay_result_t r = run("vmm", t, "vmm_handle_mb:2", 0, true);
     cr_assert_str_eq(r.policy, "vmm");
     cr_assert_eq(r.peak_live_bytes, 6 * MIB);
     cr_assert_eq(r.peak_reserved_bytes, 8 * MIB);
@@ -715,6 +716,68 @@ Test(replay_vmm_report, figures_worked_out_by_hand)
                        "   1.3333        8388608   1.3333            15 ";
     cr_assert_eq(strncmp(row, want, strlen(want)), 0, "row '%s'\nwant '%s'", row, want);
     free(row);
+    stow_trace_free(t);
+}
+
+/* The same trace with handles of several granules (the default vmm_handle_mb,
+ * 20 MiB) on a device without a limit:
+ *   a0 (3 MiB) at [0, 3): granules G0 and G1 unmapped, a stretch of 2: one
+ *   handle of 4 MiB, one map.
+ *   a1 (1 MiB) at [3, 4): inside G1: no call.
+ *   f0 leaves G0 unused, but its handle also holds G1, which a1 holds: the
+ *   mapping is partly live and cannot be unmapped (a handle goes whole).
+ *   a2 (5 MiB) at [4, 9): G2..G4, one handle of 6 MiB. The live peak becomes
+ *   6 MiB, 3 granules allowed, 2 held: nothing idle to remap, so the handle is
+ *   created beyond the allowance.
+ * Calls: mem_info, va_reserve, 2 phys_create, 2 map: 6; no unmap, no event.
+ * Peak reserved 10 MiB for 6 live (1.6667): G0, pinned by its handle. On a
+ * device only a little larger than that, handles shrink to a granule (each at
+ * most 1/4096 of what the pool may still take), so the minimum capacity is the
+ * 8 MiB of a handle per granule above. Modelled time: the sizes count beyond
+ * 2 MiB (stowage/sim.h): create 9800 + 14 per MiB, map 24000 + 33 per MiB. */
+Test(replay_vmm_report, figures_with_handles_of_several_granules)
+{
+    stow_trace_t *t = parse_trace(naive_trace);
+    stow_replay_result_t r = run("vmm", t, NULL, 0, true);
+    cr_assert_eq(r.peak_live_bytes, 6 * MIB);
+    cr_assert_eq(r.peak_reserved_bytes, 10 * MIB);
+    cr_assert(r.has_min_capacity);
+    cr_assert_eq(r.min_capacity_bytes, 8 * MIB);
+    cr_assert_eq(r.map_calls, 2);
+    cr_assert_eq(r.unmap_calls, 0);
+    cr_assert_eq(r.backend_calls, 6);
+    const uint64_t modelled = COST_MEM_INFO + COST_VA_RESERVE + (COST_PHYS_CREATE + 14 * 2) +
+                              (COST_PHYS_CREATE + 14 * 4) + (COST_MAP + 33 * 2) +
+                              (COST_MAP + 33 * 4); /* 87782 */
+    cr_assert_eq(r.modelled_backend_ns, modelled, "modelled %llu ns",
+                 (unsigned long long)r.modelled_backend_ns);
+    cr_assert_eq(r.stats.num_device_alloc, 2);
+    cr_assert_eq(r.stats.num_event_records, 0);
+    stow_trace_free(t);
+}
+
+/* pytorch-expandable priced by the same cost model: one 30 MiB request maps
+ * two 20 MiB pages of the large pool's segment (a cuMemCreate and a cuMemMap
+ * with its share of cuMemSetAccess each), after the segment's address range
+ * is reserved; nothing is unmapped. */
+Test(replay_pytorch_report, expandable_calls_and_modelled_time_by_hand)
+{
+    stow_trace_t *t = parse_trace("1 2\na 0 31457280 0\nf 0\n");
+    stow_replay_result_t r = run("pytorch-expandable", t, NULL, 0, false);
+    cr_assert(r.has_map_calls);
+    cr_assert_eq(r.map_calls, 2);
+    cr_assert_eq(r.unmap_calls, 0);
+    cr_assert(r.has_modelled_time);
+    const uint64_t page = COST_PHYS_CREATE + 14 * 18 + COST_MAP + 33 * 18;
+    cr_assert_eq(r.modelled_backend_ns, COST_VA_RESERVE + 2 * page, "modelled %llu ns",
+                 (unsigned long long)r.modelled_backend_ns);
+    char *js = json_of("t.rep", &r);
+    cr_assert_not_null(strstr(js, "\"modelled_backend_ms\": 0.085"), "%s", js);
+    free(js);
+    /* Native segments: one cudaMalloc of 30 MiB (55000 + 183 per MiB beyond 2). */
+    r = run("pytorch", t, NULL, 0, false);
+    cr_assert(r.has_modelled_time);
+    cr_assert_eq(r.modelled_backend_ns, 55000 + 183 * 28);
     stow_trace_free(t);
 }
 

@@ -4,7 +4,10 @@
  * granules only under live blocks, remapping of unused granules instead of
  * growth, stream safety of remaps (vmm_epochs.c), placement (vmm_place.c),
  * the adaptive allowance (vmm_allowance.c), capacity limits, empty_cache,
- * faults, with stow_pool_check (vmm_check.c) along the way.
+ * faults, with stow_pool_check (vmm_check.c) along the way. Every pool here
+ * maps a handle per granule (vmm_handle_mb:2), so that each scenario's calls
+ * and remaps are those of single granules; handles of several granules are
+ * tested in test_vmm_handles.c.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@ static void make_vmm_slacks(size_t capacity, bool manual_events, double slack, d
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
+    c.vmm_handle_mb = 2; /* a handle per granule */
     c.vmm_slack = slack;
     c.vmm_slack_max = slack_max;
     cr_assert_eq(stow_pool_create(&c, no_event_waits ? &without_event_waits : sim, &pool),
@@ -137,6 +141,7 @@ static void make_vmm_one_range(void)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
+    c.vmm_handle_mb = 2; /* a handle per granule */
     c.vmm_small_kb = 0;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
 }
@@ -536,6 +541,7 @@ Test(vmm, max_split_size_leaves_one_range)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
+    c.vmm_handle_mb = 2; /* a handle per granule */
     c.max_split_size_bytes = 20 * MIB;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
     void *p[6];
@@ -635,6 +641,7 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_handle_mb = 2; /* a handle per granule */
     cr_assert_eq(stow_pool_create(&cfg, &single_stream, &pool), STOW_OK);
     void *a = alloc_ok(4 * MIB);
     void *b = alloc_ok(4 * MIB);
@@ -679,6 +686,7 @@ Test(vmm, granules_unused_at_a_synchronize_are_remapped_later_without_another)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_handle_mb = 2; /* a handle per granule */
     cfg.vmm_slack = 0;
     cfg.vmm_slack_max = 0;
     cr_assert_eq(stow_pool_create(&cfg, &single_stream, &pool), STOW_OK);
@@ -1080,6 +1088,7 @@ Test(vmm, policy_vmm_is_refused_on_a_backend_without_any_page_mapping_method)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_handle_mb = 2; /* a handle per granule */
     for (size_t i = 0; i < PAGE_MAPPING_METHODS; i++) {
         lacking = without_page_mapping_method(sim, i);
         pool = (stow_pool_t *)0x1;
@@ -1115,6 +1124,7 @@ Test(vmm, a_version_1_backend_is_taken_and_its_remaps_synchronize)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_handle_mb = 2; /* a handle per granule */
     cr_assert_eq(stow_pool_create(&cfg, &v1, &pool), STOW_OK);
     no_event_waits = true; /* what the pool must do with it */
     void *b, *c;
@@ -1133,6 +1143,7 @@ Test(vmm, a_block_scrubbed_at_empty_cache_is_unmapped_after_its_scrub)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
+    cfg.vmm_handle_mb = 2; /* a handle per granule */
     cfg.scrub_on_free = true;
     cr_assert_eq(stow_pool_create(&cfg, sim, &pool), STOW_OK);
     stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;

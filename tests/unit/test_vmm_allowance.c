@@ -5,7 +5,8 @@
  * (vmm_place.c), the live peak that empty_cache restarts (vmm.c), the cap on
  * a warm run's raise and the whole granule a live peak is always allowed
  * (vmm_allowance.c). Through the public API on the simulated device, with
- * stow_pool_check (vmm_check.c) along the way.
+ * stow_pool_check (vmm_check.c) along the way. A handle per granule
+ * (vmm_handle_mb:2), as in test_vmm.c.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static void make_pool_on(stow_backend_t *backend, double slack, double slack_max
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
+    c.vmm_handle_mb = 2; /* a handle per granule */
     c.vmm_slack = slack;
     c.vmm_slack_max = slack_max;
     cr_assert_eq(stow_pool_create(&c, backend ? backend : sim, &pool), STOW_OK);

@@ -9,6 +9,8 @@
  * queued until a test completes its stream) behind a thin wrapper, the work
  * oracle below, which fails the test when the pool unmaps a granule that work
  * queued before a free may still use. The books alone cannot show that.
+ * A handle per granule (vmm_handle_mb:2), as in test_vmm.c; test_vmm_handles.c
+ * runs the same oracle over handles of several granules.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -140,6 +142,7 @@ static void make_tight_pool(void)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
+    c.vmm_handle_mb = 2; /* a handle per granule */
     c.vmm_slack = 0;
     cr_assert_eq(stow_pool_create(&c, &oracle.watched, &pool), STOW_OK);
 }

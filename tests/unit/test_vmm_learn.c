@@ -4,6 +4,8 @@
  * the step). Through the public API on the simulated device, with
  * stow_pool_check (vmm_check.c) along the way: a planned allocation is a block
  * of the large range like any other, so every invariant of the range holds.
+ * A handle per granule (vmm_handle_mb:2): the plans are measured in granules,
+ * and a loop plans only once it remaps.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -28,6 +30,7 @@ static void make_pool(bool learn)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
+    c.vmm_handle_mb = 2; /* a handle per granule */
     c.vmm_learn_step = learn;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
 }
