@@ -156,7 +156,8 @@ typedef enum {
     STOW_REC_SEGMENT_RELEASE,
     STOW_REC_MAP,
     STOW_REC_UNMAP,
-    STOW_REC_OOM
+    STOW_REC_OOM,
+    STOW_REC_STEP     /* a step marker: addr = 1 + the key's index in keys[], 0 = step end */
 } stow_rec_kind_t;
 
 typedef struct stow_rec_event {
@@ -176,11 +177,16 @@ typedef struct stow_recorder {
     size_t next;              /* slot the next event goes to: count % capacity */
     uint64_t last_ticks;      /* the clock at the last sampled event */
     uint64_t start_ticks, start_ns;
+    char **keys;              /* the step keys recorded, in order of first use (record.c) */
+    uint32_t key_count, key_capacity;
 } stow_recorder_t;
 
 extern _Thread_local unsigned char stow__current_tag;
 uint64_t stow__record_clock(void);
 void stow__record_free(stow_pool_t *pool);
+/* Records a step marker (key NULL: the step ends) when recording; a key that
+ * cannot be kept for lack of host memory is left out. Lock held. */
+void stow__record_step(stow_pool_t *pool, const char *key);
 
 /* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
 /* The adaptive allowance of a page-mapped pool (vmm_allowance.c): remaps

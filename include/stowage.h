@@ -24,6 +24,7 @@
 #include "stowage/backend.h"
 #include "stowage/stats.h"
 #include "stowage/status.h"
+#include "stowage/step_key.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -261,6 +262,24 @@ STOW_API STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t 
  * Thread safety: safe. Errors: STOW_ENOTOWNED, STOW_EINVAL (NULL), STOW_EBACKEND.
  */
 STOW_API stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr);
+
+/*
+ * Says where a step of the program begins: a step with this key begins now,
+ * and the step in progress (if any) ends. NULL ends the step in progress
+ * without beginning another (around an inference call: a step whose end is
+ * known). A key names what repeats (stowage/step_key.h: 1 to
+ * STOW_STEP_KEY_MAX characters of [A-Za-z0-9_.:/-]); steps with the same key
+ * are expected to make the same requests in the same order.
+ * Markers are recorded with the pool's events (stowage/record.h: 'm KEY' and
+ * 'e' lines of a trace). With planned_steps on, a key's steps are recorded,
+ * planned, and served from a planned arena (docs/planned.md); without it, a
+ * marker changes no allocation.
+ * A step is the pool's, not a thread's: markers from several threads
+ * interleave into one sequence of steps.
+ * Thread safety: safe. Errors: STOW_EINVAL (NULL pool, a key that breaks the
+ * rule; nothing changes).
+ */
+STOW_API stow_status_t stow_pool_step(stow_pool_t *pool, const char *key);
 
 /*
  * Marks `stream` as a user of the live block at `ptr`: after the free, the

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#define STOW_UNLIKELY_(x) __builtin_expect(!!(x), 0)
+
 const stow_replay_policy_t *const stow__replay_policies[] = {
     &stow__replay_policy_classic,
     &stow__replay_policy_vmm,
@@ -237,14 +239,28 @@ static stow_status_t state_init(replay_state_t *s, const stow_trace_t *t)
     return STOW_OK;
 }
 
+/* The key of marker m (NULL for a step end). */
+static const char *marker_key(const stow_trace_t *t, size_t m)
+{
+    uint32_t k = t->markers[m].key;
+    return k == STOW_TRACE_STEP_END ? NULL : t->keys[k];
+}
+
 /* One pass over the trace. Failed allocations are not live, so their frees are
- * skipped. Returns the number of failed allocations (stops at the first if
- * stop_on_oom). */
+ * skipped. Step markers go to the policy before the event they precede (and
+ * those after the last event at the end). Returns the number of failed
+ * allocations (stops at the first if stop_on_oom). */
 static uint64_t pass(const stow_replay_policy_t *p, void *ctx, const stow_trace_t *t,
                      replay_state_t *s, bool sample, bool stop_on_oom)
 {
     uint64_t ooms = 0;
+    size_t m = 0, markers = p->step ? t->marker_count : 0;
+    size_t next_marker = markers ? t->markers[0].before_event : SIZE_MAX;
     for (size_t i = 0; i < t->event_count; i++) {
+        while (STOW_UNLIKELY_(i == next_marker)) {
+            p->step(ctx, marker_key(t, m));
+            next_marker = ++m < markers ? t->markers[m].before_event : SIZE_MAX;
+        }
         const stow_trace_event_t *e = &t->events[i];
         if (e->kind == STOW_TRACE_ALLOC) {
             bool ok = p->alloc(ctx, e->size_bytes, e->stream, &s->handles[e->id]) == STOW_OK;
@@ -263,6 +279,8 @@ static uint64_t pass(const stow_replay_policy_t *p, void *ctx, const stow_trace_
             s->live[e->id] = 0;
         }
     }
+    for (; m < markers; m++)
+        p->step(ctx, marker_key(t, m));
     return ooms;
 }
 

@@ -91,6 +91,10 @@ typedef struct stow_replay_policy {
      * reference that the side-by-side table already has, or a reference
      * that is no allocator: ideal-remap). */
     bool not_in_all;
+    /* Optional: a step marker of the trace ('m KEY', or 'e' with key NULL),
+     * before the event it precedes, in every pass. NULL: markers are
+     * ignored (every model but Stowage's own pools). */
+    void (*step)(void *ctx, const char *key);
 } stow_replay_policy_t;
 
 extern const stow_replay_policy_t stow__replay_policy_classic;    /* replay_policies.c */

@@ -86,6 +86,12 @@ static void classic_free(void *ctx, uint64_t handle, uint64_t size_bytes)
     (void)stow_pool_free(c->pool, (void *)(uintptr_t)handle);
 }
 
+static void classic_step(void *ctx, const char *key)
+{
+    classic_t *c = ctx;
+    (void)stow_pool_step(c->pool, key); /* keys were checked by the trace reader */
+}
+
 static void classic_report(void *ctx, stow_replay_report_t *out)
 {
     classic_t *c = ctx;
@@ -107,11 +113,13 @@ static void classic_report(void *ctx, stow_replay_report_t *out)
 const stow_replay_policy_t stow__replay_policy_classic = {
     "classic", "the Stowage caching pool on the simulated device", true,
     classic_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy, false,
+    classic_step,
 };
 
 const stow_replay_policy_t stow__replay_policy_vmm = {
     "vmm", "Stowage with page-mapped segments (physical memory only under live data)", true,
     vmm_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy, false,
+    classic_step,
 };
 
 /* ---- pytorch, pytorch-expandable ---- */
@@ -179,10 +187,10 @@ static void ptm_destroy(void *ctx) { stow__ptm_destroy(ctx); }
 
 const stow_replay_policy_t stow__replay_policy_pytorch = {
     "pytorch", "model of PyTorch's CUDACachingAllocator (native segments)", true,
-    ptm_create_native, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false,
+    ptm_create_native, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false, NULL,
 };
 
 const stow_replay_policy_t stow__replay_policy_pytorch_expandable = {
     "pytorch-expandable", "the same model with expandable_segments:True", true,
-    ptm_create_expandable, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false,
+    ptm_create_expandable, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false, NULL,
 };

@@ -498,7 +498,25 @@ static void timing_destroy(void *ctx)
 
 static const stow_replay_policy_t timing_policy = {
     "recording", "records the engine's calls", true, timing_create, timing_alloc,
-    timing_free, NULL, timing_report, timing_destroy, true,
+    timing_free, NULL, timing_report, timing_destroy, true, NULL,
+};
+
+/* The same, with step markers: 'm' for a key (then its first letter), 'e' for
+ * a step end. */
+static void timing_step(void *ctx, const char *key)
+{
+    (void)ctx;
+    size_t n = strlen(timing_log);
+    if (n + 2 < sizeof timing_log) {
+        timing_log[n] = key ? 'm' : 'e';
+        timing_log[n + 1] = key ? key[0] : '.';
+        timing_log[n + 2] = '\0';
+    }
+}
+
+static const stow_replay_policy_t marker_policy = {
+    "markers", "records the engine's calls and markers", true, timing_create, timing_alloc,
+    timing_free, NULL, timing_report, timing_destroy, true, timing_step,
 };
 
 static void timing_reset(int fail_create_at)
@@ -524,6 +542,28 @@ Test(replay_time, passes_alternate_between_policies)
                                  "d0d1");
     cr_assert_geq(ns[0], 0.0);
     cr_assert_geq(ns[1], 0.0);
+    stow_trace_free(t);
+}
+
+/* Markers reach the policy before the event they precede, in every pass (and
+ * those after the last event at the pass's end); a policy without a step
+ * method never sees them. */
+Test(replay_time, markers_reach_the_policy_in_every_pass)
+{
+    stow_trace_t *t = parse_trace("2 3\nm train\na 0 512 0\nm eval\na 1 512 0\ne\nf 0\nm x\n");
+    stow_config_t c = config_of(NULL);
+    const stow_replay_policy_t *ps[] = {&marker_policy};
+    double ns[1];
+    timing_reset(-1);
+    cr_assert_eq(stow__replay_time(ps, 1, t, &c, 0, 1, NULL, NULL, ns), STOW_OK);
+    cr_assert_str_eq(timing_log, "c0"
+                                 "mta0mea0e.f0mx" /* untimed pass */
+                                 "f0" "mta0mea0e.f0mx" /* leftovers, timed pass */
+                                 "f0d0");
+    ps[0] = &timing_policy;
+    timing_reset(-1);
+    cr_assert_eq(stow__replay_time(ps, 1, t, &c, 0, 1, NULL, NULL, ns), STOW_OK);
+    cr_assert_str_eq(timing_log, "c0" "a0a0f0" "f0" "a0a0f0" "f0d0");
     stow_trace_free(t);
 }
 
