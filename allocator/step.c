@@ -17,6 +17,9 @@ stow_status_t stow_pool_step(stow_pool_t *pool, const char *key)
         return STOW_EINVAL;
     stow__lock(&pool->lock);
     stow__record_step(pool, key);
+    if (pool->planned)
+        stow__planned_step(pool, key);
+    stow_assert_expensive(pool);
     stow__unlock(&pool->lock);
     return STOW_OK;
 }

@@ -161,6 +161,22 @@ typedef struct stow_config {
                                       Counted in num_vmm_step_plans and
                                       num_vmm_planned_allocations (docs/design.md, a layout
                                       learned from the step); key "vmm_learn_step" */
+    bool planned_steps;            /* default false: the planned layer (docs/planned.md): the
+                                      steps of each key (stow_pool_step) are recorded,
+                                      planned with the offline planner and served from one
+                                      arena taken from this pool, in O(1), while they match;
+                                      ignored with scrub_on_free; key "planned_steps" */
+    unsigned planned_warmup_steps; /* steps of a key not recorded at first (optimizer state,
+                                      autotuning); a step ended by stow_pool_step(NULL) is
+                                      recorded at once; default 1, at most
+                                      STOW_PLANNED_WARMUP_MAX; key "planned_warmup_steps" */
+    double planned_headroom;       /* the arena is the largest plan x (1 + this), so that a
+                                      plan that grows (larger shapes) fits it without a new
+                                      one; [0, 1], default 0; key "planned_headroom" */
+    bool planned_async;            /* default true: plans are made on a helper thread while
+                                      the pool serves; false: inline at the step marker that
+                                      completes the recording (deterministic: the replay
+                                      tool and the tests); key "planned_async" */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
@@ -185,6 +201,9 @@ typedef struct stow_config {
  * stream (docs/design.md, quick lists). */
 #define STOW_QUICK_MID_SLOTS_MAX 8u
 
+/* The most warm-up steps a key may have (stow_config_t.planned_warmup_steps). */
+#define STOW_PLANNED_WARMUP_MAX 1000u
+
 /* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */
 #define STOW_RECORD_EVENTS_MAX ((size_t)1 << 24)
 
@@ -199,7 +218,8 @@ STOW_API void stow_config_default(stow_config_t *config);
  * record_events,
  * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
  * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
- * expandable_segments (True selects policy vmm). An unknown key or a bad value
+ * planned_steps (true|false), planned_warmup_steps, planned_headroom,
+ * planned_async (true|false), expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.

@@ -610,12 +610,21 @@ void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_
                 ", \"idle_cached_bytes\": %" PRIu64 ", \"pending_bytes\": %" PRIu64
                 "}, \"num_alloc_retries\": %" PRIu64 ", \"sync_calls\": %" PRIu64
                 ", \"event_records\": %" PRIu64 ", \"event_waits\": %" PRIu64
-                ", \"step_plans\": %" PRIu64 ", \"planned_allocations\": %" PRIu64,
+                ", \"step_plans\": %" PRIu64 ", \"planned_allocations\": %" PRIu64
+                ", \"planned_hits\": %" PRIu64 ", \"planned_misses\": %" PRIu64
+                ", \"planned_realignments\": %" PRIu64 ", \"planned_fallbacks\": %" PRIu64
+                ", \"plans\": %" PRIu64 ", \"plans_dropped\": %" PRIu64
+                ", \"planning_ms\": %.3f, \"arena_bytes\": %" PRIu64
+                ", \"arena_peak_bytes\": %" PRIu64,
                 w->requested_bytes, w->rounding_bytes, w->split_remainder_bytes,
                 w->idle_cached_bytes, w->pending_bytes, r->stats.num_alloc_retries,
                 r->stats.num_sync_all_streams, r->stats.num_event_records,
                 r->stats.num_event_waits, r->stats.num_vmm_step_plans,
-                r->stats.num_vmm_planned_allocations);
+                r->stats.num_vmm_planned_allocations, r->stats.num_planned_hits,
+                r->stats.num_planned_misses, r->stats.num_planned_realignments,
+                r->stats.num_planned_fallbacks, r->stats.num_plans, r->stats.num_plans_dropped,
+                (double)r->stats.planning_ns / 1e6, r->stats.arena_bytes,
+                r->stats.arena_peak_bytes);
     }
     fprintf(f, "}\n");
 }
@@ -656,6 +665,12 @@ void stow__replay_print_text(FILE *f, const char *trace_path, const stow_replay_
     if (r->has_stats && r->stats.num_vmm_step_plans)
         fprintf(f, "  learned step           %" PRIu64 " plans, %" PRIu64 " planned allocations\n",
                 r->stats.num_vmm_step_plans, r->stats.num_vmm_planned_allocations);
+    if (r->has_stats && (r->stats.num_plans || r->stats.num_planned_fallbacks))
+        fprintf(f,
+                "  planned steps          %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " to the pool; %" PRIu64 " plans, arena %" PRIu64 " bytes\n",
+                r->stats.num_planned_hits, r->stats.num_planned_misses,
+                r->stats.num_planned_fallbacks, r->stats.num_plans, r->stats.arena_bytes);
     if (r->has_modelled_time)
         fprintf(f, "  modelled backend time  %.3f ms  (H200 cost per call, stowage/sim.h)\n",
                 (double)r->modelled_backend_ns / 1e6);

@@ -41,6 +41,9 @@ static stow_status_t pool_create_with(const stow_replay_setup_t *setup, stow_pol
     sc.capacity_bytes = setup->capacity_bytes;
     stow_config_t config = *setup->config;
     config.policy = policy;
+    /* Plans are made inline, at the marker that completes a key's recording:
+     * a replay gives the same figures on every run (docs/planned.md). */
+    config.planned_async = false;
     stow_status_t st = stow_sim_create(&sc, &c->sim);
     if (st == STOW_OK)
         st = stow_pool_create(&config, c->sim, &c->pool);
