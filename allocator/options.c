@@ -299,11 +299,12 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         return parse_count(key, v, STOW_QUICK_MID_SLOTS_MAX, &c->quick_mid_slots, err, err_len);
     if (!strcmp(key, "release_idle_on_grow") || !strcmp(key, "reuse_other_streams_on_miss") ||
         !strcmp(key, "vmm_learn_step") || !strcmp(key, "planned_steps") ||
-        !strcmp(key, "planned_async")) {
+        !strcmp(key, "planned_async") || !strcmp(key, "planned_auto")) {
         bool *flag = !strcmp(key, "release_idle_on_grow")          ? &c->release_idle_on_grow
                      : !strcmp(key, "reuse_other_streams_on_miss") ? &c->reuse_other_streams_on_miss
                      : !strcmp(key, "vmm_learn_step")              ? &c->vmm_learn_step
                      : !strcmp(key, "planned_steps")               ? &c->planned_steps
+                     : !strcmp(key, "planned_auto")                ? &c->planned_auto
                                                                    : &c->planned_async;
         if (!parse_bool(v, flag))
             return fail(err, err_len, "key '%s': '%s' is not true or false", key, v);

@@ -148,6 +148,7 @@ typedef struct stow_planned_key {
     stow_planned_rec_t *rec;      /* while recording */
     stow_plan_profile_t sizes;    /* positions of the last plan: its sizes grow a re-plan */
     bool rec_counted;             /* counted in recording_keys */
+    bool is_auto;                 /* the steps found without markers (planned_auto.c) */
     stow_plan_layout_t *layout;   /* the plan in use, or NULL */
     stow_plan_layout_t *retired;  /* the plan before it, while some of its slots are busy */
     uint32_t generation;          /* bumped at each plan taken and when the slot is reused */
@@ -169,7 +170,24 @@ typedef struct stow_planner_job {
     stow_plan_layout_t *result;   /* NULL: no plan */
 } stow_planner_job_t;
 
+/* ---- steps found without markers (planned_auto.c) ---- */
+
+typedef struct stow_planned_auto {
+    bool looking;                 /* logging operations and searching their period */
+    uint64_t *sigs;               /* looking: each operation's signature (allocator/period.h) */
+    uint64_t *coarse;             /* looking: the same with the sizes left out */
+    uint32_t *lives;              /* looking: an allocation's operations until freed; 0: live */
+    size_t count;
+    uint64_t first_op;            /* ops at sigs[0] */
+    uint64_t ops;                 /* operations seen */
+    uint64_t look_after_op;       /* no looking before this operation (back-off) */
+    uint64_t backoff_ops;         /* the next back-off, doubled each time */
+    stow_ptr_map_t born;          /* looking: addr -> 1 + the operation that allocated it */
+} stow_planned_auto_t;
+
 /* ---- the layer ---- */
+
+enum { POOL_REQUEST_NONE = 0, POOL_REQUEST_FALLBACK = 1, POOL_REQUEST_MISS = 2 };
 
 typedef struct stow_planned {
     stow_planned_key_t keys[STOW_PLANNED_KEYS_MAX];
@@ -178,6 +196,7 @@ typedef struct stow_planned {
     bool closed_last;             /* the last step ended by stow_pool_step(NULL) */
     size_t step_allocs;           /* allocations made in the step in progress */
     size_t step_hits, step_misses;
+    uint8_t pool_request;         /* what the request going to the pool is, for its count */
     /* Serving the current key's layout. */
     size_t cursor;                /* the next position expected (of the current key's layout) */
     size_t scanned;               /* positions of this step whose due lists were scanned */
@@ -201,6 +220,13 @@ typedef struct stow_planned {
     uint64_t take_retry_step;     /* after a failed take, no other before this clock */
     uint64_t take_backoff;
     stow_planner_job_t job;
+    /* Steps without markers (planned_auto.c). */
+    bool auto_on;                 /* planned_auto and no marker seen yet */
+    stow_planned_auto_t autom;
+    stow_planned_key_t *auto_key; /* the key its layouts serve as; NULL: none yet */
+    size_t auto_cursor;           /* async: the step's position when the profile was made */
+    uint64_t auto_allocs;         /* allocations seen since the layer began */
+    uint64_t auto_allocs_at;      /* async: auto_allocs when the profile was made */
 } stow_planned_t;
 
 /* ---- planned_record.c ---- */
@@ -237,5 +263,24 @@ bool stow__planned_job_collect(stow_planned_t *pl, stow_planned_key_t **key,
                                uint32_t *generation, stow_plan_layout_t **out);
 /* Stops and joins the thread, dropping what it holds. */
 void stow__planned_job_stop(stow_planned_t *pl);
+
+/* ---- planned_auto.c ---- */
+void stow__planned_auto_destroy(stow_planned_t *pl);
+/* An allocation (whoever served it) and a free, for the log. */
+void stow__planned_auto_alloc(stow_pool_t *pool, uintptr_t addr, size_t rounded,
+                              const stow_stream_state_t *ss);
+void stow__planned_auto_free(stow_pool_t *pool, uintptr_t addr);
+/* Look for the period again from the next allocation (steps that keep missing). */
+void stow__planned_auto_relook(stow_planned_t *pl);
+
+/* ---- planned_serve.c, for planned_auto.c ---- */
+/* The key the steps found without markers serve as (made when needed). */
+stow_planned_key_t *stow__planned_auto_key(stow_pool_t *pool, stow_planned_t *pl);
+/* Whether the layer wants a period looked for now. */
+bool stow__planned_auto_wants_look(const stow_planned_t *pl);
+/* The profile found (taken over) becomes the auto key's layout; the step is
+ * at position `cursor` now. */
+void stow__planned_auto_plan(stow_pool_t *pool, stow_planned_t *pl, stow_planned_key_t *k,
+                             stow_plan_profile_t *profile, size_t cursor);
 
 #endif /* STOWAGE_ALLOCATOR_PLANNED_H */

@@ -126,6 +126,7 @@ stow_status_t stow__planned_create(stow_pool_t *pool)
         return STOW_EHOSTMEM;
     }
     pool->planned = pl;
+    pl->auto_on = pool->config.planned_auto;
     return STOW_OK;
 }
 
@@ -135,6 +136,7 @@ void stow__planned_destroy(stow_pool_t *pool)
     if (!pl)
         return;
     stow__planned_job_stop(pl);
+    stow__planned_auto_destroy(pl);
     for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
         stow_planned_key_t *k = &pl->keys[i];
         stow__planned_rec_free(k->rec);
@@ -236,16 +238,13 @@ static bool arena_ready(stow_pool_t *pool, stow_planned_t *pl, const stow_plan_l
 
 /* ---- which layout the arena's bytes follow ---- */
 
-static bool users_are(const stow_planned_t *pl, const stow_plan_layout_t *l)
+/* Whether every byte of the arena stays with the stream whose work may use
+ * it now when layout l takes over: only when one stream is all there is,
+ * before and after (two layouts with the same streams give them other
+ * regions). */
+static bool same_single_stream(const stow_planned_t *pl, const stow_plan_layout_t *l)
 {
-    for (unsigned i = 0; i < pl->user_count; i++) {
-        unsigned j = 0;
-        while (j < l->stream_count && l->streams[j] != pl->users[i])
-            j++;
-        if (j == l->stream_count)
-            return false;
-    }
-    return true;
+    return pl->user_count == 1 && l->stream_count == 1 && pl->users[0] == l->streams[0];
 }
 
 /* Events on every stream that used the arena; the next layout takes over
@@ -307,7 +306,7 @@ static bool activate(stow_pool_t *pool, stow_planned_t *pl, stow_plan_layout_t *
         return false;
     if (pl->active == l)
         return true;
-    if (pool->has_events && pl->user_count && !users_are(pl, l)) {
+    if (pool->has_events && pl->user_count && !same_single_stream(pl, l)) {
         bool clear = false;
         if (pl->clear_count == 0)
             clear = start_clearance(pool, pl);
@@ -360,13 +359,40 @@ static size_t look_ahead(const stow_plan_layout_t *l, size_t base, size_t p,
     return SIZE_MAX;
 }
 
+/* The request goes to the pool: counted once the pool served it
+ * (stow__planned_pool_alloc), as a miss or only as a fallback. */
 static void count_pool_request(stow_pool_t *pool, stow_planned_t *pl, bool miss)
 {
-    pool->acct.s.num_planned_fallbacks++;
-    if (miss) {
-        pool->acct.s.num_planned_misses++;
+    (void)pool;
+    pl->pool_request = miss ? POOL_REQUEST_MISS : POOL_REQUEST_FALLBACK;
+    if (miss)
         pl->step_misses++;
+}
+
+static void key_step_ends(stow_pool_t *pool, stow_planned_t *pl, bool closed);
+
+/* A step without markers ends (its last position passed, or a request near
+ * its end that matches its first position): the next one begins. Steps that
+ * keep missing make the pool look for the period again. */
+static void auto_wrap(stow_pool_t *pool, stow_planned_t *pl, stow_planned_key_t *k)
+{
+    key_step_ends(pool, pl, false);
+    k->steps++;
+    pl->cursor = pl->scanned = pl->step_allocs = 0;
+    pl->step_hits = pl->step_misses = 0;
+    if (k->bad_steps >= BAD_STEPS_REPLAN) {
+        k->bad_steps = 0;
+        k->state = KEY_RECORDING; /* looked for again; the layout serves meanwhile */
+        stow__planned_auto_relook(pl);
     }
+}
+
+/* For the auto key: whether the request begins the next step. */
+static bool auto_next_step(const stow_plan_layout_t *l, size_t p, const stow_stream_state_t *ss,
+                           size_t rounded)
+{
+    size_t next = (size_t)((l->step + 1) % l->cycle_steps) * l->n;
+    return p + STOW_PLANNED_LOOKAHEAD >= l->n && fits_exactly(&l->entries[next], ss, rounded);
 }
 
 bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
@@ -375,14 +401,26 @@ bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t roun
     stow_planned_t *pl = pool->planned;
     stow_planned_key_t *k = pl->cur;
     stow_plan_layout_t *l = k ? k->layout : NULL;
+    pl->pool_request = POOL_REQUEST_NONE;
     if (!l)
         return false;
     size_t p = pl->cursor;
-    if (STOW_UNLIKELY(p >= l->n)) {
-        count_pool_request(pool, pl, true); /* a request past the step's end */
-        return false;
-    }
     size_t base = (size_t)(l->step % l->cycle_steps) * l->n;
+    if (STOW_UNLIKELY(p >= l->n)) {
+        if (!k->is_auto) {
+            count_pool_request(pool, pl, true); /* a request past the step's end */
+            return false;
+        }
+        auto_wrap(pool, pl, k);
+        p = 0;
+        base = (size_t)(l->step % l->cycle_steps) * l->n;
+    } else if (STOW_UNLIKELY(k->is_auto) && !fits_exactly(&l->entries[base + p], ss, rounded) &&
+               look_ahead(l, base, p, ss, rounded) == SIZE_MAX &&
+               auto_next_step(l, p, ss, rounded)) {
+        auto_wrap(pool, pl, k);
+        p = 0;
+        base = (size_t)(l->step % l->cycle_steps) * l->n;
+    }
     size_t q = p;
     if (STOW_UNLIKELY(!fits_exactly(&l->entries[base + p], ss, rounded))) {
         q = look_ahead(l, base, p, ss, rounded);
@@ -433,18 +471,35 @@ bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t roun
     pl->step_hits++;
     if (STOW_UNLIKELY(k->rec != NULL))
         stow__planned_rec_alloc(pl, k, addr, rounded, ss);
+    if (STOW_UNLIKELY(pl->auto_on)) {
+        stow__planned_auto_alloc(pool, addr, rounded, ss);
+        pl->auto_allocs++;
+    }
     pl->step_allocs++;
     *out = (void *)addr;
     return true;
 }
 
+static void collect_job(stow_pool_t *pool, stow_planned_t *pl);
+
 void stow__planned_pool_alloc(stow_pool_t *pool, stow_stream_state_t *ss, uintptr_t addr,
                               size_t rounded)
 {
     stow_planned_t *pl = pool->planned;
+    if (STOW_UNLIKELY(pl->auto_on)) {
+        stow__planned_auto_alloc(pool, addr, rounded, ss);
+        pl->auto_allocs++;
+        if (pl->job.started) /* no markers: the helper thread's plan is taken here */
+            collect_job(pool, pl);
+    }
     stow_planned_key_t *k = pl->cur;
     if (!k)
         return;
+    if (pl->pool_request != POOL_REQUEST_NONE) {
+        pool->acct.s.num_planned_fallbacks++;
+        pool->acct.s.num_planned_misses += pl->pool_request == POOL_REQUEST_MISS;
+        pl->pool_request = POOL_REQUEST_NONE;
+    }
     if (STOW_UNLIKELY(k->rec != NULL))
         stow__planned_rec_alloc(pl, k, addr, rounded, ss);
     pl->step_allocs++;
@@ -462,6 +517,8 @@ static void note_recorded_free(stow_planned_t *pl, uintptr_t addr)
 void stow__planned_pool_free(stow_pool_t *pool, uintptr_t addr)
 {
     note_recorded_free(pool->planned, addr);
+    if (STOW_UNLIKELY(pool->planned->auto_on))
+        stow__planned_auto_free(pool, addr);
 }
 
 /* The slot of entry e is free again (its instance freed, and its events
@@ -593,6 +650,8 @@ stow_status_t stow__planned_free(stow_pool_t *pool, uintptr_t addr)
     stow__record(pool, STOW_REC_FREE, addr, e->max_bytes, e->stream->index, e->tag);
     if (STOW_UNLIKELY(pl->recording_keys))
         note_recorded_free(pl, addr);
+    if (STOW_UNLIKELY(pl->auto_on))
+        stow__planned_auto_free(pool, addr);
     if (STOW_UNLIKELY(e->uses != NULL && pool->has_events))
         defer_entry(pool, pl, k, l, e, x);
     else
@@ -749,6 +808,15 @@ static void plan_key(stow_pool_t *pool, stow_planned_t *pl, stow_planned_key_t *
     install(pool, pl, k, l, &profile);
 }
 
+/* The auto key's layout serves from now on, the step at position `cursor`. */
+static void auto_begin(stow_planned_t *pl, stow_planned_key_t *k, size_t cursor)
+{
+    size_t n = k->layout->n;
+    pl->cur = k;
+    pl->cursor = pl->scanned = pl->step_allocs = cursor % n;
+    pl->step_hits = pl->step_misses = 0;
+}
+
 /* A layout the helper thread finished goes to its key, if the key still waits. */
 static void collect_job(stow_pool_t *pool, stow_planned_t *pl)
 {
@@ -773,6 +841,8 @@ static void collect_job(stow_pool_t *pool, stow_planned_t *pl)
     if (!sizes.pos)
         sizes.n = 0;
     install(pool, pl, k, l, &sizes);
+    if (k->is_auto && k->layout == l)
+        auto_begin(pl, k, pl->auto_cursor + (size_t)(pl->auto_allocs - pl->auto_allocs_at));
 }
 
 static void start_recording(stow_planned_t *pl, stow_planned_key_t *k)
@@ -881,9 +951,36 @@ static stow_planned_key_t *key_get(stow_pool_t *pool, stow_planned_t *pl, const 
     return k;
 }
 
+/* A marker: the program says where its steps are, which ends the steps
+ * found without markers (the auto key's layout retires as its slots are
+ * freed, and the key goes when nothing of it is busy). */
+static void auto_off(stow_pool_t *pool, stow_planned_t *pl)
+{
+    pl->auto_on = false;
+    stow__planned_auto_destroy(pl);
+    stow_planned_key_t *k = pl->auto_key;
+    pl->auto_key = NULL;
+    if (!k)
+        return;
+    if (pl->cur == k)
+        pl->cur = NULL;
+    if (k->busy_count == 0) {
+        key_reset(pool, pl, k);
+        return;
+    }
+    if (!k->retired)
+        layout_retire(pool, pl, k);
+    k->state = KEY_UNSETTLED;
+    k->settle_after_step = UINT64_MAX;
+}
+
 void stow__planned_step(stow_pool_t *pool, const char *key)
 {
     stow_planned_t *pl = pool->planned;
+    if (pl->auto_on)
+        auto_off(pool, pl);
+    if (!pool->config.planned_steps)
+        return;
     if (pl->job.started)
         collect_job(pool, pl);
     if (pl->cur)
@@ -919,4 +1016,48 @@ void stow__planned_release(stow_pool_t *pool)
 size_t stow__planned_live_bytes(const stow_pool_t *pool)
 {
     return pool->planned->live_bytes;
+}
+
+/* ---- for planned_auto.c ---- */
+
+stow_planned_key_t *stow__planned_auto_key(stow_pool_t *pool, stow_planned_t *pl)
+{
+    if (!pl->auto_key) {
+        /* "(auto)" breaks the key rule, so no marker can name it. */
+        pl->auto_key = key_get(pool, pl, "(auto)");
+        if (pl->auto_key)
+            pl->auto_key->is_auto = true;
+    }
+    return pl->auto_key;
+}
+
+bool stow__planned_auto_wants_look(const stow_planned_t *pl)
+{
+    const stow_planned_key_t *k = pl->auto_key;
+    return pl->auto_on && (!k || !k->layout || k->state == KEY_RECORDING);
+}
+
+void stow__planned_auto_plan(stow_pool_t *pool, stow_planned_t *pl, stow_planned_key_t *k,
+                             stow_plan_profile_t *profile, size_t cursor)
+{
+    if (pool->config.planned_async) {
+        if (stow__planned_job_submit(pl, k, profile)) {
+            k->state = KEY_WAITING;
+            pl->auto_cursor = cursor;
+            pl->auto_allocs_at = pl->auto_allocs;
+            return;
+        }
+        if (pl->job.started) { /* the thread is busy with a key: look again later */
+            stow__planned_profile_free(profile);
+            return;
+        }
+    }
+    stow_plan_layout_t *l = stow__planned_make_layout(profile);
+    if (!l) {
+        stow__planned_profile_free(profile);
+        return;
+    }
+    install(pool, pl, k, l, profile);
+    if (k->layout == l)
+        auto_begin(pl, k, cursor);
 }

@@ -240,7 +240,8 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->any->is_any = true;
     atomic_init(&pool->lock.state, 0);
     if ((cfg.record_events && stow_record_start(pool, cfg.record_events) != STOW_OK) ||
-        (cfg.planned_steps && !cfg.scrub_on_free && stow__planned_create(pool) != STOW_OK)) {
+        ((cfg.planned_steps || cfg.planned_auto) && !cfg.scrub_on_free &&
+         stow__planned_create(pool) != STOW_OK)) {
         pool_free_memory(pool);
         return STOW_EHOSTMEM;
     }

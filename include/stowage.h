@@ -173,6 +173,10 @@ typedef struct stow_config {
     double planned_headroom;       /* the arena is the largest plan x (1 + this), so that a
                                       plan that grows (larger shapes) fits it without a new
                                       one; [0, 1], default 0; key "planned_headroom" */
+    bool planned_auto;             /* default false: without markers, the pool finds its loop's
+                                      step by itself (the period of its requests) and plans
+                                      it as planned_steps plans a key; a marker ends it;
+                                      key "planned_auto" (docs/planned.md) */
     bool planned_async;            /* default true: plans are made on a helper thread while
                                       the pool serves; false: inline at the step marker that
                                       completes the recording (deterministic: the replay
@@ -219,7 +223,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
  * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
  * planned_steps (true|false), planned_warmup_steps, planned_headroom,
- * planned_async (true|false), expandable_segments (True selects policy vmm). An unknown key or a bad value
+ * planned_auto (true|false), planned_async (true|false), expandable_segments (True selects policy vmm). An unknown key or a bad value
  * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
  * unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.

@@ -412,7 +412,10 @@ Test(planned, record_stream_makes_a_slot_wait_for_its_event)
     finish();
 }
 
-/* Requests on two streams: each stream's slots in a region of its own. */
+/* Requests on two streams: each stream's slots in a region of its own. The
+ * arena was taken on one stream, so the layout waits for that stream's
+ * event before the other stream uses its bytes; the work of each step
+ * completes before the next. */
 Test(planned, two_streams_plan_and_hit)
 {
     make(NULL, true);
@@ -428,6 +431,8 @@ Test(planned, two_streams_plan_and_hit)
         stow_stats_t b = ts_pool_stats(pool);
         if (s >= 4)
             cr_assert_eq(b.num_planned_hits - a.num_planned_hits, 3, "step %d", s);
+        stow_sim_complete_stream(sim, s1);
+        stow_sim_complete_stream(sim, s2);
     }
     cr_assert_geq(ts_pool_stats(pool).arena_bytes, 16 * MIB, "two regions");
     step(NULL);
@@ -569,4 +574,38 @@ Test(planned, headroom_makes_the_arena_larger)
     cr_assert_geq(s.arena_bytes, s.arena_peak_bytes + s.arena_peak_bytes / 2 - 512);
     step(NULL);
     finish();
+}
+
+/* planned_auto: a loop without markers is found and served from the arena;
+ * a marker ends it (markers say where the steps are), and nothing of it
+ * serves afterwards. */
+static void auto_loop(const char *conf)
+{
+    make(conf, false);
+    void *w = alloc(200 * MIB); /* weights, never freed in the loop */
+    for (int s = 0; s < 600; s++)
+        run_step(NULL, -1, -1, 0, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    cr_assert_geq(a.num_plans, 1, "the period was found");
+    for (int s = 0; s < 10; s++)
+        run_step(NULL, -1, -1, 0, false);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, 10 * STEP_ALLOCS, "every request");
+    cr_assert_eq(b.num_backend_calls, a.num_backend_calls, "no backend call");
+    step("train");
+    for (int s = 0; s < 3; s++)
+        run_step(NULL, -1, -1, 0, false);
+    stow_stats_t c = ts_pool_stats(pool);
+    cr_assert_eq(c.num_planned_hits, b.num_planned_hits, "a marker ends the steps found");
+    release(w);
+    finish();
+}
+
+Test(planned, steps_without_markers_are_found_classic)
+{
+    auto_loop("planned_steps:false,planned_auto:true");
+}
+Test(planned, steps_without_markers_are_found_vmm)
+{
+    auto_loop("planned_steps:false,planned_auto:true,policy:vmm");
 }
