@@ -7,22 +7,31 @@ JOBS ?= 2
 # toolkit is optional: without it the CUDA backend uses private typedefs.
 DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev \
                 clang libclang-rt-14-dev valgrind
+# The report's browser test (tests/check/report_browser.sh) runs in headless
+# Chromium; installed without the recommended desktop packages.
+BROWSER_PACKAGES := chromium chromium-driver
 
 .PHONY: all deps configure build demo test clean
 
 all: build
 
 deps:
-	@missing=""; \
+	@missing=""; browser=""; \
 	for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
-	if [ -n "$$missing" ]; then \
+	for p in $(BROWSER_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || browser="$$browser $$p"; \
+	done; \
+	if [ -n "$$missing$$browser" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "Installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    echo "Installing:$$missing$$browser"; \
+	    apt-get update -qq && \
+	    { [ -z "$$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } && \
+	    { [ -z "$$browser" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	        --no-install-recommends $$browser >/dev/null; }; \
 	  else \
-	    echo "Missing Debian packages:$$missing (run 'make deps' as root)"; exit 1; \
+	    echo "Missing Debian packages:$$missing$$browser (run 'make deps' as root)"; exit 1; \
 	  fi; \
 	fi
 

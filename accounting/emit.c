@@ -156,7 +156,7 @@ size_t stow_stats_summary(const stow_stats_t *s, char *buf, size_t buf_len)
     put_row(&o, "Quick-list hits %" PRIu64 ", flushes %" PRIu64, s->num_quick_hits,
             s->num_quick_flushes);
     /* A release count that keeps growing in a loop is a cudaFree and a
-     * cudaMalloc per step; kept segments stop it (docs/design.md, growth). */
+     * cudaMalloc per step; kept segments stop it (docs/design.md, growth policy). */
     if (s->num_idle_releases || s->num_idle_keeps)
         put_row(&o, "Idle segments released to grow %" PRIu64 ", kept instead %" PRIu64,
                 s->num_idle_releases, s->num_idle_keeps);

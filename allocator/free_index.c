@@ -8,9 +8,7 @@
  * pointer writes, best fit is two find-first-set. Every block of the small
  * pool is such a block, and on the real traces most events touch only those,
  * so this is the allocator's fast path. Among blocks of equal size the most
- * recently freed wins (the one most likely still in cache). Against the
- * lowest address first of the treaps it replaced, peaks moved by at most
- * 0.06% up and 2.1% down on the real and held-out traces (docs/design.md).
+ * recently freed wins (the one most likely still in cache).
  *
  * Larger blocks are binned by size (size_class.c: bins ordered by size, a
  * bitmap of non-empty bins). Best fit = the smallest (size, address) of at
@@ -19,12 +17,11 @@
  * sizes. A bin is an unsorted doubly linked list, scanned whole for that key:
  * on the real traces most bins hold one to four blocks, and a push, an unlink
  * and a short scan cost less than a treap's descents, whose branches on
- * random priorities mispredict (resnet_multiscale_train: 0.95 x the time of
- * treaps throughout, docs/benchmarks.md). A scan that meets more than
+ * random priorities mispredict (docs/decisions.md). A scan that meets more than
  * STOW_BIN_LIST_MAX blocks turns the bin into a treap keyed by (size,
  * address), priorities hashed from the address (deterministic), O(log n); it
  * stays one until it is empty. The bin's root pointer says which it is (bit 0
- * set: a treap), so the list paths read nothing more than before.
+ * set: a treap), so the list paths read nothing more.
  */
 #include "allocator/internal.h"
 

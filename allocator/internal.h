@@ -57,8 +57,7 @@ void *stow__ptr_map_get(const stow_ptr_map_t *map, uintptr_t key);
 stow_status_t stow__ptr_map_grow(stow_ptr_map_t *map);
 /* Makes room for one more key; call before put, which cannot fail. The load
  * stays at most 1/4: most lookups then end at their home slot, which makes
- * the probe loops predictable (at 1/2, gpt2_generate took 12% more branch
- * mispredictions and 3% more instructions per event; docs/benchmarks.md). */
+ * the probe loops predictable. */
 static inline stow_status_t stow__ptr_map_reserve_one(stow_ptr_map_t *map)
 {
     return STOW_LIKELY((map->count + 1) * 4 <= map->capacity) ? STOW_OK : stow__ptr_map_grow(map);
@@ -412,7 +411,7 @@ stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st);
  * (vmm_epochs.c, stream safety of remaps). */
 void stow__vmm_synchronized(stow_pool_t *pool);
 /* Returns an event to the backend (a failure changes nothing the pool keeps:
- * the event is no longer the pool's either way). */
+ * the event is not the pool's after the call either way). */
 static inline void stow__pool_destroy_event(stow_pool_t *pool, stow_event_t ev)
 {
     (void)stow__backend_status(pool, pool->backend->event_destroy(pool->backend->ctx, ev));
@@ -463,9 +462,8 @@ void stow__vmm_unback_span(stow_pool_t *pool, stow_block_t *b, size_t first, siz
  * fast path: most small blocks lie inside one granule that a live block
  * already holds (an edge count above 0 means mapped and not unused), and a
  * call into the general function cost more than the work. Always inlined:
- * left to GCC, it became a function of its own with the general one inlined
- * into it, so the fast path paid that one's register saves (3.3 instructions
- * per event on gpt2_train's long run, bench/warm_instructions.sh). */
+ * left to GCC, it becomes a function of its own with the general one inlined
+ * into it, and the fast path pays that one's register saves. */
 static inline __attribute__((always_inline)) stow_status_t
 stow__vmm_back(stow_pool_t *pool, stow_block_t *b, size_t size_bytes)
 {

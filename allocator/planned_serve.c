@@ -273,7 +273,7 @@ static bool start_clearance(stow_pool_t *pool, stow_planned_t *pl)
 }
 
 /* The layout that serves now used the arena after the clearance's events
- * were recorded: they no longer cover its work. */
+ * were recorded: its later work is not covered by them. */
 static void cancel_clearance(stow_pool_t *pool, stow_planned_t *pl)
 {
     for (unsigned i = 0; i < pl->clear_count; i++)

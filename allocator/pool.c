@@ -16,11 +16,9 @@ unsigned stow_version(void) { return STOW_VERSION_HEX; }
 
 /* ---- free-index bookkeeping shared with segment.c and stream.c ---- */
 
-/* Inlined into this file's hot paths (merges at free, splits at allocation;
- * about 0.8 insertions and removals per event under vmm, 0.56 under classic):
- * as calls, their register saves and returns cost vmm 15 and classic 9
- * instructions per event on gpt2_train's long run (bench/warm_instructions.sh).
- * The other files call the exported wrappers. */
+/* Inlined into this file's hot paths (merges at free, splits at allocation),
+ * where as calls their register saves and returns would cost more than their
+ * work. The other files call the exported wrappers. */
 static inline __attribute__((always_inline)) void index_insert(stow_pool_t *pool, stow_block_t *b)
 {
     stow__free_index_insert(&b->owner->free[b->pool_kind], b);
@@ -282,8 +280,7 @@ void stow_pool_destroy_force(stow_pool_t *pool)
  * than max_non_split_rounding larger. Not for page-mapped pools: there a free
  * block is address space, which strands no memory, and the rule would keep
  * every request below the limit off the free end of the range, so that each
- * took a range of its own (4857 ranges of 64 GiB for resnet50_train with
- * max_split_size_mb:20, before this exception). */
+ * would take a range of its own. */
 static bool block_acceptable(const stow_pool_t *pool, const stow_block_t *b, size_t rounded)
 {
     const stow_config_t *c = &pool->config;
@@ -423,11 +420,9 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
     }
     /* Blocks freed on other streams, once their work completed, only with
      * reuse_other_streams_on_miss; otherwise the out-of-memory retry alone
-     * hands them over. Taken on every miss, they went to the lists all streams
-     * share, where best fit mixed one workload's blocks into the other's:
-     * two training traces on two streams reserved 3-17% more at their peak and
-     * needed a larger device than PyTorch's allocator on 18 of 20 such mixes
-     * (7 without; docs/design.md, streams). */
+     * hands them over. Taken on every miss, they go to the lists all streams
+     * share, where best fit mixes one workload's blocks into the other's
+     * (docs/decisions.md, reuse_other_streams_on_miss). */
     if (pool->config.reuse_other_streams_on_miss && pool->stream_count > 1 &&
         stow__stream_clear_others(pool, ss) && (*out = find_fit(pool, ss, kind, rounded)) != NULL)
         return STOW_OK;
@@ -493,13 +488,10 @@ static stow_status_t vmm_back_or_retry(stow_pool_t *pool, stow_stream_state_t *s
 
 /* The pool kind a request is served from. Page-mapped pools: requests of at
  * most vmm_small_bytes go to a small range of their own, the rest share the
- * large one. Kept apart, the small blocks no longer cut the large blocks'
- * rooms, so a training loop's large layout repeats from step to step (the
- * scaled gpt2_train traces stopped remapping at once instead of after
- * 16-32 replays and a raised allowance), and they get quick lists; shared,
- * they fill the partly used granules at the large blocks' edges, which is
- * worth a granule or two on workloads of a few hundred MiB
- * (docs/design.md, page-mapped segments, small range). */
+ * large one. Kept apart, the small blocks do not cut the large blocks' rooms,
+ * so a training loop's large layout repeats from step to step, and they get
+ * quick lists; shared, they would fill the partly used granules at the large
+ * blocks' edges (docs/decisions.md, vmm_small_kb). */
 static unsigned pool_kind_for(const stow_pool_t *pool, size_t rounded)
 {
     return rounded <= pool->small_kind_max_bytes ? STOW_POOL_SMALL : STOW_POOL_LARGE;

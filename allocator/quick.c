@@ -2,62 +2,39 @@
  * allocator/quick.c: quick lists, small blocks kept whole between a free and
  * the next request of their size (docs/design.md, quick lists).
  *
- * Why: on the real traces most events are small requests whose blocks are
- * freed and requested again at the same size, over and over (an inference
- * loop: 92% of gpt2_generate's 395,180 events are requests of at most 1 MiB).
- * Freeing such a block the normal way merges it with its free neighbours, and
- * the next request of the same size splits it off again: two index removals,
- * an insertion, a block record deleted and one made, a live map deletion and
- * insertion, for the same bytes at the same address. A quick list keeps the
- * block as it is instead (in the live map, state QUICK), and the next request
- * of that size on that stream takes it back in a few pointer writes.
- * jemalloc's thread cache and dlmalloc's fast bins do the same for the same
- * reason.
+ * Why: in inference most events are small requests freed and requested again
+ * at the same size. Freed the normal way, such a block merges with its free
+ * neighbours and the next request splits it off again. A quick list keeps it
+ * as it is (in the live map, state QUICK), and the next request of that size
+ * on that stream takes it back in a few pointer writes, as jemalloc's thread
+ * cache and dlmalloc's fast bins do.
  *
- * What it costs: a QUICK block is cached memory that is not merged with its
- * neighbours, so a request of another size cannot use it. Hence the lists
- * hold at most quick_depth blocks per size and stream
- * (STOW_QUICK_DEPTH_DEFAULT by default, 0 = off), only blocks of at most
- * STOW_QUICK_MAX_BYTES (types.h says why), and are flushed (every block freed
- * the normal way) before the pool would take more memory from the device, and
- * before empty_cache and an out-of-memory retry release memory: the pool never
- * grows, and never reports out of memory, while a QUICK block could have
- * served the request once merged.
- *
- * The mid ring: blocks of more than STOW_QUICK_MAX_BYTES (up to the small
- * pool's 1 MiB) pin too much of a 2 MiB segment to be kept per size, but an
- * inference loop frees and requests them again just as often (gpt2_generate:
- * 14% of its requests, 64 KiB-1 MiB). Each stream keeps the last
- * quick_mid_slots of them (at most STOW_MID_SLOTS, 8 MiB), whatever their
- * sizes, in a ring: a new one replaces the oldest, which is freed the normal
- * way then; a request takes the newest of exactly its rounded size. Before
- * the pool grows, the rings alone are flushed first, and the quick lists only
- * if that was not enough: the rings are few blocks and the larger ones, the
- * lists are what the next small requests would hit. docs/design.md (quick
- * lists) has what it saves and costs.
+ * Invariants: a QUICK block is a small-pool block on exactly one list (blocks
+ * of at most STOW_QUICK_MAX_BYTES, at most quick_depth per size and stream)
+ * or one mid-ring slot (larger small-pool blocks, the last quick_mid_slots
+ * freed on the stream, whatever their sizes). Every kept block is flushed
+ * (freed the normal way) before the pool takes memory from the device, and
+ * before empty_cache and an out-of-memory retry: the pool never grows or
+ * fails while a kept block could have served the request once merged. The
+ * mid rings are flushed first, the lists only if that was not enough.
  *
  * Scope: the small pool of classic pools and the small range of page-mapped
- * ones (their blocks are always cut to exactly their rounded size, so a list
- * per size is an exact fit). In a page-mapped pool a kept block stays mapped
- * (it holds its granules, as a live block does, until it is taken again or
- * flushed), its lists are at most STOW_VMM_QUICK_DEPTH_MAX deep, there is no
+ * ones, whose blocks are cut to exactly their rounded size. There a kept block
+ * stays mapped, lists are at most STOW_VMM_QUICK_DEPTH_MAX deep, there is no
  * mid ring, and the lists are also flushed before the small range maps a
- * granule (pool.c): docs/design.md, page-mapped segments, small range. Not with
- * scrub_on_free (a freed block must be scrubbed before reuse) and not for
- * blocks with record_stream users (they wait for events: PENDING). Stream
- * safety is the free index's: a block freed on stream S is reused only on S,
- * or by every stream when the backend has no events (owner `any`).
+ * granule (pool.c). Not with scrub_on_free, nor for blocks with record_stream
+ * users. A block freed on stream S is reused only on S, or by every stream
+ * when the backend has no events.
  *
  * Accounting: a QUICK block is cached, not allocated or active; it counts in
- * inactive_split like a free block that does not cover its segment. It is in
- * no free index, so the largest free block (and the fragmentation figure)
- * does not see it until it is flushed.
+ * inactive_split like a free block that does not cover its segment, and the
+ * largest free block does not see it until it is flushed.
  */
 #include "allocator/internal.h"
 
 static size_t quick_slot(size_t size_bytes) { return size_bytes / STOW_MIN_BLOCK_BYTES - 1; }
 
-/* b, just off one of o's lists or ring slots, is no longer QUICK: FREE, out
+/* b, just off one of o's lists or ring slots, stops being QUICK: FREE, out
  * of the quick counts and of the split books (it is in no index yet). */
 static inline __attribute__((always_inline)) stow_block_t *unquick(stow_pool_t *pool,
                                                                     stow_stream_state_t *o,

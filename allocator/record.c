@@ -31,7 +31,8 @@ stow_status_t stow_tag_set(const char *name, unsigned *id_out)
             *id_out = 0;
         return STOW_OK;
     }
-    if (strlen(name) >= STOW_TAG_NAME_MAX)
+    /* TRACE.tags holds a tag per line after "<id> ", and its reader drops the blanks there. */
+    if (strlen(name) >= STOW_TAG_NAME_MAX || strpbrk(name, "\r\n") || strchr(" \t\v\f", name[0]))
         return STOW_EINVAL;
     pthread_mutex_lock(&tag_lock);
     unsigned id = 1;

@@ -2,7 +2,7 @@
  * allocator/segment.c: growing the pool, giving memory back, and the
  * out-of-memory path.
  *
- * Growth policy (docs/design.md, "Growth"): a small request gets a 2 MiB
+ * Growth policy (docs/design.md, growth policy): a small request gets a 2 MiB
  * segment that later small requests share; a medium one (under 8 MiB) a
  * 32 MiB segment that later medium requests share; a large request gets a
  * segment of exactly its size rounded to the backend granularity. Large
@@ -29,7 +29,7 @@
 /* Medium requests (over 1 MiB, under 8 MiB) share 32 MiB segments: given a
  * segment each, every one strands up to 2 MiB of rounding and split
  * remainders; four or more to a segment, the remainders are shared
- * (docs/design.md, "Growth policy", has the measurements). */
+ * (docs/decisions.md, sizes and segments). */
 #define MEDIUM_SEGMENT_BYTES ((size_t)32 << 20)
 #define MEDIUM_REQUEST_LIMIT_BYTES ((size_t)8 << 20)
 
@@ -318,10 +318,9 @@ void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segme
  * KEEP_WINDOW_OPS pool operations: KEEP_HOT_WINDOWS windows in a row with one
  * such growth per KEEP_OPS_PER_RELEASE operations or more (65,536 operations
  * at least) make the pool keep idle segments from then on. A loop that needs
- * a segment or two beyond the mark over its step otherwise released one and
- * reserved another on every step, each a cudaFree (which synchronizes the
- * device) and a cudaMalloc: MercuryB1/SQAttn as a loop, 224 calls a step at
- * 1.0488 x live; kept, none at 1.0492 (docs/design.md, growth policy). */
+ * a segment or two beyond the mark over its step would otherwise release one
+ * and reserve another on every step, each a cudaFree (which synchronizes the
+ * device) and a cudaMalloc (docs/decisions.md, keep_idle_max). */
 #define KEEP_WINDOW_OPS 8192
 #define KEEP_HOT_WINDOWS 8
 #define KEEP_OPS_PER_RELEASE 1024
@@ -332,9 +331,9 @@ void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segme
  * stays within (1 + keep_idle_max) x the allocated peak, so that what is kept
  * stays bounded whatever the workload does next, and only while as much again
  * stays free below the pool's limit. Kept segments are split by other sizes
- * too, and the blocks placed in them are live: kept close to the limit, they
- * left a loop that fits at 1.021 x live (releasing) failing thousands of
- * requests on that device, the out-of-memory retry notwithstanding. */
+ * too, and the blocks placed in them are live, so the out-of-memory retry
+ * cannot take them back: kept close to the limit, they would make a loop that
+ * fits when releasing fail on that device. */
 static bool keep_idle(stow_pool_t *pool, uint64_t reserved_after)
 {
     stow_idle_keep_t *k = &pool->idle_keep;

@@ -44,22 +44,18 @@
  *    block in it" an exact best fit, lowest address among equal sizes.
  *    x < 2^55 gives at most 16 + 51 * 8 = 424 bins. */
 #define STOW_FREE_BINS 448
-/* A bin is an unsorted list until a scan meets more blocks in it than this.
- * Most bins of the real traces hold one to four blocks when scanned, a few
- * up to 48 (gpt2_train, vit_train), where a longer scan costs more than a
- * treap's descent (docs/benchmarks.md: 16 against 8, 32 and 64). */
+/* A bin is an unsorted list until a scan meets more blocks in it than this:
+ * most bins hold a few blocks, where a scan costs less than a treap's
+ * descent (docs/decisions.md, free index). */
 #define STOW_BIN_LIST_MAX 16
 #define STOW_FREE_BITMAP_WORDS (STOW_FREE_BINS / 64)
 #define STOW_EXACT_LISTS 4096
 #define STOW_EXACT_MAX_BYTES ((size_t)STOW_EXACT_LISTS * STOW_MIN_BLOCK_BYTES)
 #define STOW_EXACT_WORDS (STOW_EXACT_LISTS / 64)
 /* Quick lists (allocator/quick.c) keep blocks of at most 64 KiB, one list per
- * size. Larger kept blocks strand enough of a 2 MiB small segment to change
- * the layout for good: with 1 MiB, resnet50_train replayed back to back still
- * grew its small pool in the fourth and fifth replays (none from the fourth
- * without quick lists, nor with 64 KiB), and vit_train kept 60 MiB more
- * (docs/design.md, quick lists). Larger small-pool blocks go to the mid
- * ring below instead. */
+ * size: larger kept blocks strand enough of a 2 MiB small segment to change
+ * the layout (docs/decisions.md, quick lists). Larger small-pool blocks go to
+ * the mid ring below instead. */
 #define STOW_QUICK_MAX_BYTES ((size_t)64 << 10)
 #define STOW_QUICK_LISTS (STOW_QUICK_MAX_BYTES / STOW_MIN_BLOCK_BYTES)
 /* The mid ring (allocator/quick.c) keeps the last few small-pool blocks of

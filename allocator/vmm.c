@@ -92,8 +92,7 @@ static inline __attribute__((always_inline)) void unused_push(stow_pool_t *pool,
  * block, or to be unmapped). What remains of a run keeps its place on the
  * list; a run cut in two becomes two entries side by side. to_live: they hold
  * a live block from now, and join the seen-live footprint in the same pass
- * over the bitmap words (3 instructions per event fewer on gpt2_train's long
- * run than a second pass, bench/warm_instructions.sh). */
+ * over the bitmap words (cheaper than a second pass). */
 static inline __attribute__((always_inline)) void unused_take(stow_pool_t *pool,
                                                             stow_segment_t *seg, size_t from,
                                                             size_t end, bool to_live)
@@ -412,9 +411,8 @@ static __attribute__((noinline)) stow_status_t back_span_mapping(stow_pool_t *po
     count_edges(seg, first, end, &lo_live, &hi_live);
     unused_take_within(pool, seg, first, end);
     /* More granules to map than the pool can get under its limit: fail
-     * before mapping any (it used to map up to the limit first, then fail,
-     * and the out-of-memory retry did it all again: about 950 map and 480
-     * unmap calls on a 1 GiB device). The count is taken only when the
+     * before mapping any, rather than map up to the limit, fail, and have the
+     * out-of-memory retry do it all again. The count is taken only when the
      * span alone could be too many. */
     uint64_t obtainable = obtainable_handles(pool);
     if (end - first > obtainable && end - first - mapped_in(seg, first, end) > obtainable) {

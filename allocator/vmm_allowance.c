@@ -45,26 +45,19 @@ bool stow__vmm_may_create(const stow_pool_t *pool, uint64_t live_bytes_high_wate
            pool->unused_count == 0;
 }
 
-/* The adaptive allowance (docs/design.md). A pool whose steady state needs
- * more granules over a step than its allowance (a loop whose big blocks land
- * somewhere else each time) remaps on every step for good: about 37 us per
- * granule on an H200, plus a device synchronize per allocation that remaps
- * (h200-costs.md), which can cost a training step tens of milliseconds. So a
- * pool that keeps remapping keeps more: when ADAPT_HOT_WINDOWS windows of
- * ADAPT_WINDOW_OPS pool operations in a row each remap at least once per
- * ADAPT_HOT_OPS_PER_REMAP operations (hot), the slack grows (up to
- * vmm_slack_max), and again after the next such run, as long as each raise cut
- * the remap rate by ADAPT_MIN_GAIN or more; then it stays. The run is long
- * (65,536 operations) so that a pool settling by itself is not raised: a
- * single replay of a held-out trace never raises it. As many windows in a row
- * that each remap at least once per ADAPT_WARM_OPS_PER_REMAP operations, some
- * less than hot (a warm run), raise the slack only to a footprint within
- * ADAPT_WARM_SLACK_FACTOR x vmm_slack, a small raise that ends the remapping,
- * and never settle it. Why warm runs count at all: remapping belongs under
- * memory pressure, not in a loop's steady state; while only hot runs did,
- * vit_train's long run remapped 10 granules a step for good (one remap per
- * about 215 operations), each allocation that remapped synchronizing the
- * device, to keep 0.15 % of its memory (docs/design.md, adaptive allowance). */
+/* The adaptive allowance (docs/design.md, adaptive allowance). A pool whose
+ * steady state needs more granules over a step than its allowance (a loop
+ * whose big blocks land somewhere else each time) remaps on every step for
+ * good. So a pool that keeps remapping keeps more: when ADAPT_HOT_WINDOWS
+ * windows of ADAPT_WINDOW_OPS pool operations in a row each remap at least
+ * once per ADAPT_HOT_OPS_PER_REMAP operations (hot), the slack grows (up to
+ * vmm_slack_max), and again after the next such run, as long as each raise
+ * cut the remap rate by ADAPT_MIN_GAIN or more; then it stays. The run is long
+ * (65,536 operations) so that a pool settling by itself is not raised. As many
+ * windows in a row that each remap at least once per ADAPT_WARM_OPS_PER_REMAP
+ * operations, some less than hot (a warm run), raise the slack only to a
+ * footprint within ADAPT_WARM_SLACK_FACTOR x vmm_slack, and never settle it:
+ * remapping belongs under memory pressure, not in a loop's steady state. */
 #define ADAPT_WINDOW_OPS 8192
 #define ADAPT_HOT_WINDOWS 8
 #define ADAPT_HOT_OPS_PER_REMAP 64
@@ -118,10 +111,9 @@ static double footprint_slack(const stow_pool_t *pool)
 /* The end of a run of hot windows: unless the last raise (if any) failed to
  * cut the remap rate enough (then the slack stays, for good), raise the slack
  * to cover the run's footprint, or by half when the footprint is covered
- * already (the layout itself still moves). Until the thirty-first session
- * every raise was by half: a loop whose footprint lay further above the
- * allowance crept up in raises that each helped too little, and stopped
- * there, remapping on every step (docs/design.md, adaptive allowance). */
+ * already (the layout itself still moves). Raises by half alone would leave a
+ * loop far above its allowance creeping up in raises that each help too
+ * little, then stopping there (docs/decisions.md, vmm_slack_max). */
 static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
 {
     double rate = (double)a->hot_remaps / (double)a->hot_ops;
@@ -145,9 +137,8 @@ static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
  * window before this one that was not hot (this window at least: the seen-live
  * bits restart after every window that is not hot), when that is above the
  * slack and within ADAPT_WARM_SLACK_FACTOR x vmm_slack (and vmm_slack_max);
- * else nothing changes. Rare remaps buy little memory: on the back-to-back mixes of
- * docs/design.md (adaptive allowance), warm raises to footprints up to
- * vmm_slack_max took pools to 1.033-1.038 x live and left them remapping. */
+ * else nothing changes. Rare remaps buy little memory: warm raises up to
+ * vmm_slack_max would hold much more and could leave pools remapping. */
 static void end_warm_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
 {
     double needed = footprint_slack(pool);

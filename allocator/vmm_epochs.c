@@ -1,38 +1,30 @@
 /*
- * allocator/vmm_epochs.c: stream safety of remaps (policy vmm).
+ * allocator/vmm_epochs.c: stream safety of remaps (policy vmm; docs/design.md,
+ * remaps without a synchronize).
  *
  * Unmapping is not stream-ordered: a granule may be unmapped only once no work
  * queued before its blocks were freed can still use it, on whatever stream
- * they lived. Until the thirty-fourth session every allocation that remapped
- * synchronized the device for that, which stalls a training step under
- * memory pressure once per such allocation. Now the pool counts unmap epochs:
- * a granule that becomes unused is tagged with the epoch in force (its run
- * keeps the newest tag). An epoch is closed by recording one event on each
- * stream that freed a block since its own last closure: every block that
- * stops holding granules (freed, flushed from a quick list, completed after
- * record_stream) goes through stow__pool_make_free, which counts it in its
- * stream's free_seq, so a free_seq that moved since the stream's closure
- * (vmm_closed_seq) says so at no cost to the free itself (a mark stored on
- * every free cost about 3 % of a page-mapped pool's host time). Once the
- * events of a closed epoch and of every epoch before it completed, granules
- * tagged with it are safe (unmap_safe_epoch). A synchronize makes every
- * granule unused so far safe at once. A remap then waits only when the
+ * they lived. Rather than synchronize the device at every remap, the pool
+ * counts unmap epochs. A granule that becomes unused is tagged with the epoch
+ * in force (its run keeps the newest tag). An epoch is closed by recording one
+ * event on each stream that freed a block since its own last closure: every
+ * block that stops holding granules goes through stow__pool_make_free, which
+ * counts it in its stream's free_seq, so a free_seq that moved since the
+ * stream's closure (vmm_closed_seq) says so at no cost to the free itself.
+ * Once the events of a closed epoch and of every epoch before it completed,
+ * granules tagged with it are safe (unmap_safe_epoch); a synchronize makes
+ * every granule unused so far safe at once. A remap waits only when the
  * oldest unused granule, the one it takes, is not yet known safe after
- * querying the closed epochs' events (the oldest runs were freed longest
- * ago), and then, on a backend that can (event_synchronize, since the
- * thirty-fifth session), on those events alone, closing the open epoch first
- * when the granule is in it; it synchronizes the device only without one.
+ * querying the closed epochs' events, and then on those events alone
+ * (event_synchronize), closing the open epoch first when the granule is in
+ * it; it synchronizes the device only when it cannot.
  *
  * Epochs are closed only while the pool remaps (for CLOSE_AFTER_REMAP_OPS
- * operations, one adaptive window, after a remap): every CLOSE_EVERY_FREES
- * frees that leave granules unused, one event per stream that freed (157 ns
- * each on an H200, h200-costs.md, against about 37 us per granule remapped),
- * at most STOW_VMM_CLOSURES epochs in flight (the oldest is queried when the
- * ring is full). A pool that stopped remapping stops recording within a
- * window: a steady state makes no backend call (test_replay_traces). On a
- * backend without events nothing is closed: every remap that needs a granule
- * not yet known safe synchronizes.
- * docs/design.md (remaps without a synchronize) compares other settings.
+ * operations after a remap): every CLOSE_EVERY_FREES frees that leave
+ * granules unused, at most STOW_VMM_CLOSURES epochs in flight (the oldest is
+ * queried when the ring is full). So a steady state makes no backend call.
+ * On a backend without events nothing is closed: every remap that needs a
+ * granule not yet known safe synchronizes.
  *
  * Owns the unmap epochs (unmap_epoch, unmap_safe_epoch, the closure ring) and
  * their events; reads the oldest run's tag (pool->run_head, vmm.c) and never
@@ -193,9 +185,9 @@ static bool wait_oldest_closure(stow_pool_t *pool)
  * the closed epochs' events are waited on, oldest first, up to the granule's.
  * Work queued after those events keeps running, on every stream, where a
  * synchronize would wait for all of it: on a GPU whose queue runs ahead of the
- * host, the remap no longer drains the queue. False when it cannot (no such
+ * host, the remap does not drain the queue. False when it cannot (no such
  * method, an event that could not be recorded, a wait that failed): the caller
- * synchronizes, as before. */
+ * synchronizes. */
 static bool wait_for_oldest_unused(stow_pool_t *pool)
 {
     if (!pool->event_synchronize)

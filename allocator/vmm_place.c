@@ -9,9 +9,9 @@
 #include "allocator/vmm_granules.h"
 
 /* What a placement over granules [first, end) of a segment costs: granules
- * to map (each a remap when the pool is at its physical allowance: about
- * 37 us on an H200) and fresh granules (no live block yet: they add to the
- * physical memory live data pins). */
+ * to map (each a remap when the pool is at its physical allowance) and fresh
+ * granules (no live block yet: they add to the physical memory live data
+ * pins). */
 typedef struct span_cost {
     size_t unmapped, fresh;
 } span_cost_t;
@@ -49,11 +49,8 @@ typedef struct placement {
  * granule maps for each. */
 #define STOW_VMM_MAPS_PER_EXTRA_GRANULE 16
 /* Blocks smaller than this many granules (256 MiB on CUDA) stay where best
- * fit puts them. In long training runs, blocks of 32-127 granules that moved
- * to mapped windows filled the rooms of the step's biggest blocks, which then
- * remapped hundreds of granules every step (held-out gpt2_train variants:
- * median 179 map and unmap calls per 1000 events with 32, 13 with 128, at
- * vmm_slack 0.009; docs/design.md). */
+ * fit puts them: moved to mapped windows, medium blocks fill the rooms of a
+ * step's biggest blocks, which then remap every step (docs/decisions.md). */
 #define STOW_VMM_PLACE_MIN_GRANULES 128
 /* Extra granules that moved blocks may hold together, as a fraction of the
  * live peak: at most this, and at most half of vmm_slack. */
@@ -63,13 +60,11 @@ static void consider(placement_t *p, stow_block_t *f, uintptr_t addr)
 {
     span_cost_t c = cost_at(p->pool, f, addr, p->rounded);
     /* Fewest granules to map, then fewest fresh ones, then the lowest
-     * address. A big block whose room lost its lowest granules to remaps
-     * (the oldest unused go first, and a freed block's granules are queued
-     * from the bottom up) used to go where the mapped run starts, a little
-     * higher each training step, and never settle; with the windows that end
-     * where a run ends (consider_block) and this last rule it extends
-     * downwards instead (gpt2_train x0.8: 169 map and unmap calls per 1000
-     * events before, 16.5 settled now; either change alone moved nothing). */
+     * address. A room loses its lowest granules to remaps first (the oldest
+     * unused go first, and a freed block's granules are queued from the
+     * bottom up); with the windows that end where a run ends (consider_block)
+     * and this last rule, a big block extends downwards into it instead of
+     * creeping a little higher each training step. */
     if (c.unmapped > p->cost.unmapped ||
         (c.unmapped == p->cost.unmapped &&
          (c.fresh > p->cost.fresh || (c.fresh == p->cost.fresh && addr >= p->addr))))
@@ -120,7 +115,7 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
     /* Only unused mapped granules make another placement cheaper, and only
      * big blocks move: a remap of one costs milliseconds, while small blocks
      * packed by best fit share granules, which keeps the physical peak down
-     * (docs/design.md has the measurements). */
+     * (docs/decisions.md, big-block placement). */
     if (!pool->unused_count || rounded < STOW_VMM_PLACE_MIN_GRANULES * pool->granularity_bytes)
         return b;
     span_cost_t at_b = cost_at(pool, b, b->addr, rounded);

@@ -2,32 +2,16 @@
  * allocator/vmm_step.c: a layout learned from a loop's step (policy vmm,
  * config vmm_learn_step; docs/design.md, a layout learned from the step).
  *
- * In a loop a page-mapped pool stops remapping only when the granules its
- * step touches fit the allowance, and its online placement does not always
- * lay the step out that tightly. A loop tells its future, though: once its
- * step repeats, each of the step's large blocks can keep one address, the
- * same every step, planned from a step already seen. Such a layout repeats by
- * construction, so once its granules are mapped it makes no backend call.
- *
- * How: from a remap on, each operation's signature is logged (an allocation:
- * its rounded size and stream; a free: how many operations back its block was
- * allocated). At 4,096 logged operations and each time the log doubles, it is
- * searched for a period with which it repeats from its end back over half of
- * it (as bench/long_run.py and bench/step_plan_bound.py find a step). A pool
- * that no longer remaps by then keeps its layout. Otherwise the large blocks
- * of one steady step are laid out on a cycle of one step, or two when a block
- * outlives its step (an input batch made before the last one is freed),
- * largest first, each where it touches the fewest granules not touched yet,
- * around the blocks that stay (weights, optimizer state) at their addresses.
- * The plan is taken only when the granules it touches, with what the other
- * ranges hold, fit the allowance: otherwise it would remap every step too.
- * Placing starts at the phase where the planned blocks hold the fewest bytes.
- * While the operations match the plan, each planned request takes its
- * address, found by walking up from a block below it that is live then. The
- * first operation that does not match drops the plan, and so do three cycles
- * in a row in which some planned address was taken; looking starts again at
- * a later remap, after a back-off that doubles each time. empty_cache drops
- * the plan and the log (the free blocks change hands).
+ * Once a loop's step repeats, each of the step's large blocks can keep one
+ * address, the same every step, planned from a step already seen: such a
+ * layout repeats by construction, so once mapped it makes no backend call.
+ * From a remap on, each operation's signature is logged and searched for a
+ * period (as bench/long_run.py finds a step); the large blocks of one steady
+ * step are then laid out around the blocks that stay, and the plan is taken
+ * only when its granules fit the allowance. While the operations match it,
+ * each planned request takes its address; the first that does not, or three
+ * cycles in a row with a taken address, drop it. empty_cache drops the plan
+ * and the log (the free blocks change hands).
  *
  * Owns pool->step and pool->step_ops; keeps each allocated block's operation
  * number in its free_seq (only free blocks use that field otherwise). Reads
@@ -565,12 +549,9 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
                                             x->addr - seg->base + x->size_bytes, NULL,
                                             ~(uint64_t)0};
         /* Three orders of placement; the layout that touches the fewest
-         * granules is kept (random loops: 4 of 40 above 1.01 x live with the
-         * first order alone, 3 with the three, and 1 remapping instead of 3).
-         * When none fits the allowance, the offline planner's layout is tried
-         * too (plan_above): it costs about as much as the three (vit_train's
-         * step, 1,300 blocks: 55M instructions), and took random loop 12 from
-         * 1.0497 x live, remapping every step, to 1.0089 with no call. */
+         * granules is kept. When none fits the allowance, the offline
+         * planner's layout is tried too (plan_above), which costs about as
+         * much as the three (docs/design.md, a layout learned from the step). */
         int (*const orders[])(const void *, const void *) = {by_size_then_life, by_area,
                                                              by_life_then_size};
         size_t n_obst = n_spans, best_n_spans = 0;
@@ -662,8 +643,8 @@ static void look(stow_pool_t *pool, stow_stream_state_t *ss)
     size_t period = find_period(s);
     if (!period)
         return;
-    /* A loop that no longer remaps has a layout that fits: keep it (a plan
-     * would move every block once, and may hold more granules). */
+    /* A loop that has stopped remapping has a layout that fits: keep it (a
+     * plan would move every block once, and may hold more granules). */
     bool remapping = s->last_remap_op + 2 * period >= pool->step_ops;
     bool taken = remapping && take_plan(pool, ss, period);
     stop_looking(s);
@@ -831,12 +812,11 @@ static bool keep_lowest_above(void *arg, stow_block_t *f)
 
 /* A planned request whose address is taken goes above the plan (every planned
  * block and block that stays), at the lowest free place there. Placed online
- * instead, it lands where later planned blocks go, and they miss in turn: on
- * a cycle of two steps, whose blocks live over a period, a first miss (the
- * input batch against its copy from before the plan) chained from cycle to
- * cycle until the plan was dropped after three. Above the plan a miss costs
- * granules of its own for one life and takes no planned address. NULL: no
- * room there (the caller places it online). */
+ * instead, it would land where later planned blocks go, and they would miss in
+ * turn: on a cycle of two steps, whose blocks live over a period, one miss
+ * chains from cycle to cycle. Above the plan a miss costs granules of its own
+ * for one life and takes no planned address. NULL: no room there (the caller
+ * places it online). */
 static stow_block_t *place_above(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded)
 {
     stow_vmm_step_t *s = &pool->step;

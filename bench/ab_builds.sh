@@ -5,10 +5,10 @@
 #
 # Runs `stowage replay --policy POLICY --policy jemalloc --repeats R --json
 # TRACE` ROUNDS times for each build, A then B in every round, each run from a
-# fresh copy of its binary in a new directory (on this VM a binary run again
-# and again from one file can run a few per cent faster or slower than a
-# byte-for-byte copy elsewhere: docs/benchmarks.md, "What each part of the
-# ceiling costs"). Prints per round POLICY ns/event of A and B, B / A, and each
+# fresh copy of its binary in a new directory (a binary run again and again
+# from one file can run a few per cent faster or slower than a byte-for-byte
+# copy elsewhere: docs/benchmarks.md, comparing builds). Prints per round
+# POLICY ns/event of A and B, B / A, and each
 # run's POLICY / jemalloc; then the median and quartiles of B / A and the
 # median POLICY / jemalloc of each build.
 # Usage: [POLICY=classic] bench/ab_builds.sh BUILD_A BUILD_B TRACE [ROUNDS=10] [REPEATS=7]

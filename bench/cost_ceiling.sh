@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # bench/cost_ceiling.sh: how fast could the classic pool's placement be with
 # its statistics and its lock gone, and what does each of them cost? The
-# ceiling experiment of docs/benchmarks.md.
+# ceiling experiment of docs/benchmarks.md, comparing builds.
 #
 # Builds copies of the committed tree (HEAD) in a scratch directory:
 #   base     as committed;
 #   ceiling  the same with the pool lock and the per-event accounting compiled
 #            out: stow__lock/stow__unlock, stow__acct_alloc, stow__acct_free,
 #            stow__acct_inactive_split and stow__acct_note_fragmentation return
-#            at once, and stow_pool_alloc no longer computes the largest free
+#            at once, and stow_pool_alloc skips computing the largest free
 #            block;
 # and with --breakdown also one build per part of the ceiling:
 #   nolock   the lock only;            noacct   stow__acct_alloc and _free only;

@@ -5,9 +5,9 @@
 
 REPLAY.jsonl holds `build/stowage replay --policy classic --policy vmm --policy pytorch
 --policy pytorch-expandable [--policy ideal-remap] --min-capacity --json` lines. Each row gives,
-per policy, peak reserved / peak live and minimum capacity / peak live; then a summary of issue
-3's and issue 4's held-out goals: the traces where classic's minimum capacity is above the
-pytorch model's, and those where vmm is above 1.01 x live on either figure. With ideal-remap
+per policy, peak reserved / peak live and minimum capacity / peak live; then a summary of the
+held-out goals: the traces where classic's minimum capacity is above the pytorch model's, and
+those where vmm is above 1.01 x live on either figure. With ideal-remap
 lines (the yardstick of ../shared/traces/README.md, replay/ideal_remap.c) a column gives its
 peak / live, and the summary says which of vmm's traces above 1.01 that yardstick keeps within
 1.01, and how vmm's minimum capacity compares with it. Used by bench/mixed_heldout.sh and

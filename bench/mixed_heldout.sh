@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/mixed_heldout.sh: every policy on two workloads sharing one pool
-# (docs/benchmarks.md, goals: held-out traces).
+# (docs/benchmarks.md, held-out traces).
 #
 # bench/mixed_traces.py writes each pair of shared traces as one trace, the two
 # interleaved event by event (CHUNKS=1) or in turns of about 1000 events
@@ -15,8 +15,7 @@
 # Extra arguments go to the replays as settings (--conf ...).
 # Usage: bench/mixed_heldout.sh [--conf KEY:VALUE,...]   (from the repository
 # root, after building; PAIRS=A+B,... restricts the pairs; the default 40
-# traces took 24 s on 2 cores in the fourteenth session; about 20 minutes were
-# noted on the VM of the thirteenth)
+# traces take a few minutes on 2 cores)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

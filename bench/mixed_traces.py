@@ -10,7 +10,7 @@ the same fraction of the shorter one); N = 1 interleaves event by event.
 stream 0: one stream, one set of free lists); separate moves the second
 trace's streams past the first's, so the pool sees two streams. The second
 trace's allocation ids follow the first's. Policies tuned on the shared traces
-are checked on these as on the scaled ones (docs/benchmarks.md, goals).
+are checked on these as on the scaled ones (docs/benchmarks.md, held-out traces).
 
     python3 bench/mixed_traces.py OUT [--src DIR] [--pairs A+B,...]
                                       [--chunks 1,1000] [--streams same,separate]

@@ -10,7 +10,7 @@ and, when present, W.expandable.json (the same workload with expandable_segments
 trace is replayed under the `pytorch` and `pytorch-expandable` models on the simulated device
 (`stowage replay --json`), and their peak reserved bytes are compared with PyTorch's. Prints one
 Markdown row per (workload, mode) and exits 1 when a model is off by more than the tolerance
-(issue 3: within 1%, on traces the models were not tuned on), 2 on bad input (the file and the
+(the models hold within 1% on traces they were not tuned on), 2 on bad input (the file and the
 reason), 0 otherwise.
 """
 import argparse

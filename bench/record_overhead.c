@@ -54,8 +54,7 @@ static uint64_t pass(stow_pool_t *pool, const stow_trace_t *t, void **ptrs)
 int main(int argc, char **argv)
 {
     int repeats = 9, i = 1;
-    /* 10^6 events (32 MB). A power-of-two ring of 2^20 events or more measured
-     * 2.5x slower on this VM, 2^18 and 10^6 not: see docs/report.md. */
+    /* 10^6 events (32 MB): docs/report.md says why not a power of two. */
     size_t ring_events = getenv("RING") ? (size_t)atoll(getenv("RING")) : 1000000;
     if (i + 1 < argc && !strcmp(argv[i], "--repeats")) {
         repeats = atoi(argv[i + 1]);

@@ -13,7 +13,7 @@
 #      same trace) and their median (the goal's reference), the median of
 #      classic / jemalloc-decay (jemalloc with its default decay) and classic /
 #      jemalloc-tcache (jemalloc with a thread cache), for context,
-#      and the median of vmm / classic (issue 4's host-cost goal);
+#      and the median of vmm / classic (the page-mapped pool's host-cost goal);
 #   3. the PyTorch models against the real figures of ../shared/traces/README.md;
 #   4. the goals, met or not.
 # Usage: bench/replay_all.sh [RUNS=3] [REPEATS=7]   (from the repository root,
@@ -118,6 +118,6 @@ print(f"- goal: classic ns/event <= 0.25 x jemalloc ns/event (median ratio) on e
       f"{'met' if ratios_ok else 'MISSED'}")
 print(f"  (context) the same against jemalloc-tcache, jemalloc with a thread cache: "
       f"{'met' if tcache_ok else 'MISSED'}")
-print(f"- goal (issue 4): vmm ns/event <= 1.5 x classic ns/event (median ratio, same runs) on "
+print(f"- goal: vmm ns/event <= 1.5 x classic ns/event (median ratio, same runs) on "
       f"every trace: {'met' if vmm_ok else 'MISSED'}")
 EOF

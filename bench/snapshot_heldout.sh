@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/snapshot_heldout.sh: every policy on the workloads of public PyTorch memory snapshots
-# (docs/benchmarks.md, goals: held-out traces; docs/pytorch_model.md, public snapshots).
+# (docs/benchmarks.md, held-out traces; docs/pytorch_model.md, public snapshots).
 #
 # DIR holds snapshots (python3 bench/fetch_snapshots.py DIR fetches those of
 # bench/snapshots.txt). bench/snapshot_check.py --workloads writes each device trace's requests
@@ -9,7 +9,7 @@
 # and the ideal-remap yardstick, and bench/heldout_table.py prints one Markdown row per workload
 # and the summary of the held-out goals. Extra arguments go to the replays (--conf ...).
 # Usage: bench/snapshot_heldout.sh DIR [--conf KEY:VALUE,...]   (from the repository root,
-# after building; the 40 distinct workloads of bench/snapshots.txt took 17 s on 2 cores)
+# after building; the 40 distinct workloads of bench/snapshots.txt take under a minute on 2 cores)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

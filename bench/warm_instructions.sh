@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/warm_instructions.sh: the host cost of each policy per event, counted in instructions,
-# which unlike time does not move with the VM (docs/benchmarks.md, how the numbers were made).
+# which unlike time does not move with the machine (docs/benchmarks.md, host cost).
 #
 # For each TRACE and each policy of POLICIES, runs `stowage replay --policy P --json --repeats N`
 # under callgrind for N = 1 and N = 3. Each repeat replays the trace twice on the same warm pool

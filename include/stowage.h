@@ -62,147 +62,79 @@ typedef enum {
  * interval 0 and sizes above 64 GiB the last one (PyTorch's convention). */
 #define STOW_ROUNDUP_INTERVALS 16
 
+/* One field per STOWAGE_CONF key. docs/design.md describes what each does;
+ * docs/decisions.md says why each default is what it is. */
 typedef struct stow_config {
     stow_policy_t policy;          /* default STOW_POLICY_CLASSIC; key "policy" */
-    size_t max_split_size_bytes;   /* SIZE_MAX = unlimited (default); key "max_split_size_mb",
-                                      at least 20 MiB. Cached blocks this large are never split,
-                                      and smaller requests never take them. */
+    size_t max_split_size_bytes;   /* SIZE_MAX = unlimited (default), else at least 20 MiB: cached
+                                      blocks this large are never split, and smaller requests never
+                                      take them; key "max_split_size_mb" */
     size_t max_non_split_rounding_bytes; /* 20 MiB: how much larger than the request an
                                             unsplittable block may be; "max_non_split_rounding_mb" */
     unsigned roundup_power2_divisions[STOW_ROUNDUP_INTERVALS]; /* 0 = off (default); each 0 or a
                                             power of two; key "roundup_power2_divisions",
                                             "4" or "[256:1,512:2,>:8]" (interval sizes in MiB) */
-    double garbage_collection_threshold; /* in (0,1); 0 = off (default). When reserved would
-                                            exceed threshold x limit, idle cached segments are
-                                            released first, oldest first. */
-    double memory_fraction;        /* (0,1]; the pool reserves at most this share of the
-                                      device's total memory; 1 by default;
-                                      key "per_process_memory_fraction" */
-    bool release_idle_on_grow;     /* default true: when a new segment would lift reserved
-                                      memory above its all-time high-water mark, release idle
-                                      cached segments (oldest first) so that the mark stays;
-                                      below the mark keep them; key "release_idle_on_grow" */
-    bool scrub_on_free;            /* zero every block when it is freed, before any stream can
-                                      get it again (needs a backend with scrub: CUDA,
-                                      host-backed sim); default false; key "scrub_on_free" */
-    size_t record_events;          /* 0 (default): no recording; else record the pool's events
-                                      into a ring of this many, at most
-                                      STOW_RECORD_EVENTS_MAX (stowage/record.h);
-                                      key "record_events" */
-    double vmm_slack;              /* policy vmm: physical memory the pool may hold beyond the
-                                      high-water mark of live bytes before it remaps unused
-                                      granules instead of taking more, as a fraction of that
-                                      mark (the allowance is rounded down to whole granules);
-                                      default 0.0095; key "vmm_slack" */
-    double vmm_slack_max;          /* policy vmm: the most that slack may grow to. A pool that
-                                      keeps remapping (at least one remap per 64 operations
-                                      over 65,536 operations: a loop whose blocks need more
-                                      granules, over a step, than the allowance) raises its
-                                      slack, up to this, to hold every granule its live
-                                      blocks touched over those operations (by half when
-                                      that is held already), as long as each raise cuts the
-                                      remapping by 5% or more. One that remaps less, but at
-                                      least once per 1,024 operations, raises it only to a
-                                      footprint within 2 x vmm_slack. Counted in
-                                      num_vmm_allowance_raises (docs/design.md, adaptive
-                                      allowance). Default 0.05; at or below vmm_slack: never
-                                      raised; key "vmm_slack_max" */
-    unsigned vmm_small_kb;         /* policy vmm: requests of at most this many KiB (after
-                                      rounding) go to a range of their own per stream, with
-                                      quick lists, so that they neither move the large
-                                      blocks' layout nor cost a best fit per event; 0: every
-                                      request shares one range (small blocks then fill the
-                                      partly used granules of large ones: up to a granule
-                                      less per stream, 1 % of a 200 MiB pool, for more host
-                                      time per small request); at most 1024; default
-                                      STOW_VMM_SMALL_KB_DEFAULT; key "vmm_small_kb"
-                                      (docs/design.md, page-mapped segments, small range) */
-    unsigned quick_depth;          /* policy classic: how many freed small blocks (<= 64 KiB)
-                                      of each size a stream keeps whole, unmerged, for the
-                                      next request of that size; all are merged before the
-                                      pool grows or releases memory; 0 = off; at most
-                                      STOW_QUICK_DEPTH_MAX; default
-                                      STOW_QUICK_DEPTH_DEFAULT; key "quick_depth"
-                                      (docs/design.md, quick lists). Policy vmm: the same
-                                      lists in its small range, at most
-                                      STOW_VMM_QUICK_DEPTH_MAX deep */
-    unsigned quick_mid_slots;      /* policy classic: how many freed small blocks of more than
-                                      64 KiB (up to 1 MiB, of any sizes) a stream keeps whole
-                                      for the next request of their size; the oldest is merged
-                                      when another comes, all before the pool grows or
-                                      releases memory; 0 = off; at most
-                                      STOW_QUICK_MID_SLOTS_MAX (the default); key
-                                      "quick_mid_slots" (docs/design.md, quick lists) */
-    bool reuse_other_streams_on_miss; /* default false: a stream whose request fits none of
-                                      its own free blocks (nor those every stream may use)
-                                      grows the pool; other streams' completed frees become
-                                      usable only when memory is short (the out-of-memory
-                                      retry) or at empty_cache. true: they are cleared
-                                      (an event per stream) before the pool grows; two
-                                      workloads on two streams then reserved 3-17% more
-                                      (docs/design.md, streams); key
-                                      "reuse_other_streams_on_miss" */
-    double keep_idle_max;          /* policy classic, with release_idle_on_grow: a pool whose
-                                      growth kept releasing idle segments (once per 1,024
-                                      operations or more, over 65,536: a loop that needs
-                                      them again every step) keeps them from then on, while
-                                      reserved memory stays within 1 + this times the
-                                      allocated peak; counted in num_idle_keeps. Default
-                                      0.05; 0: always released (docs/design.md, growth
-                                      policy); key "keep_idle_max" */
-    bool vmm_learn_step;           /* policy vmm, default false: a pool that remaps looks for
-                                      the step of a loop (the period of its allocations and
-                                      frees); once the step repeats, it plans one layout of
-                                      the step's large blocks, the same every step, around
-                                      the blocks that stay (weights), and takes it when its
-                                      granules fit the allowance: each large request then
-                                      takes its planned address while the requests match
-                                      the step, and the first that does not drops the plan.
-                                      Counted in num_vmm_step_plans and
-                                      num_vmm_planned_allocations (docs/design.md, a layout
-                                      learned from the step); key "vmm_learn_step" */
-    bool planned_steps;            /* default false: the planned layer (docs/planned.md): the
-                                      steps of each key (stow_pool_step) are recorded,
-                                      planned with the offline planner and served from one
-                                      arena taken from this pool, in O(1), while they match;
-                                      ignored with scrub_on_free; key "planned_steps" */
-    unsigned planned_warmup_steps; /* steps of a key not recorded at first (optimizer state,
-                                      autotuning); a step ended by stow_pool_step(NULL) is
-                                      recorded at once; default 1, at most
-                                      STOW_PLANNED_WARMUP_MAX; key "planned_warmup_steps" */
-    double planned_headroom;       /* the arena is the largest plan x (1 + this), so that a
-                                      plan that grows (larger shapes) fits it without a new
-                                      one; [0, 1], default 0; key "planned_headroom" */
-    bool planned_auto;             /* default false: without markers, the pool finds its loop's
-                                      step by itself (the period of its requests) and plans
-                                      it as planned_steps plans a key; a marker ends it;
-                                      key "planned_auto" (docs/planned.md) */
-    bool planned_async;            /* default true: plans are made on a helper thread while
-                                      the pool serves; false: inline at the step marker that
-                                      completes the recording (deterministic: the replay
-                                      tool and the tests); key "planned_async" */
+    double garbage_collection_threshold; /* in (0,1); 0 = off (default): idle segments are
+                                            released, oldest first, before reserved memory would
+                                            pass threshold x limit */
+    double memory_fraction;        /* (0,1], default 1: the share of the device's memory the pool
+                                      may reserve; key "per_process_memory_fraction" */
+    bool release_idle_on_grow;     /* default true: release idle segments, oldest first, rather
+                                      than lift reserved memory above its high-water mark */
+    bool scrub_on_free;            /* default false: zero every block at free before any stream can
+                                      get it again (the backend needs scrub); key "scrub_on_free" */
+    size_t record_events;          /* 0 (default): no recording; else the size of the pool's event
+                                      ring, at most STOW_RECORD_EVENTS_MAX; key "record_events" */
+    double vmm_slack;              /* policy vmm, default 0.0095: physical memory held beyond the
+                                      live bytes' high-water mark, as a fraction of it, before the
+                                      pool remaps unused granules instead of taking more */
+    double vmm_slack_max;          /* policy vmm, default 0.05: the most a pool that keeps remapping
+                                      raises its slack to (docs/design.md, adaptive allowance); at
+                                      or below vmm_slack: never raised */
+    unsigned vmm_small_kb;         /* policy vmm, default STOW_VMM_SMALL_KB_DEFAULT, at most 1024:
+                                      requests of at most this many KiB get a range of their own
+                                      per stream, with quick lists; 0: one range for all */
+    unsigned quick_depth;          /* freed blocks of at most 64 KiB kept whole per size and stream
+                                      for the next request of that size; 0 = off, at most
+                                      STOW_QUICK_DEPTH_MAX (vmm: STOW_VMM_QUICK_DEPTH_MAX) */
+    unsigned quick_mid_slots;      /* policy classic: freed small blocks over 64 KiB kept whole per
+                                      stream, the oldest merged when another comes; 0 = off, at
+                                      most STOW_QUICK_MID_SLOTS_MAX (the default) */
+    bool reuse_other_streams_on_miss; /* default false: other streams' completed frees are taken
+                                      only when memory is short; true: also before the pool
+                                      grows (one event per stream) */
+    double keep_idle_max;          /* policy classic, default 0.05 (0: always release): once growth
+                                      keeps releasing idle segments, keep them while reserved stays
+                                      within 1 + this of the allocated peak (docs/design.md) */
+    bool vmm_learn_step;           /* policy vmm, default false: a pool that remaps learns its
+                                      loop's step and gives the step's large blocks planned
+                                      addresses (docs/design.md, a layout learned from the step) */
+    bool planned_steps;            /* default false: each key's steps (stow_pool_step) are
+                                      recorded, planned and served from one arena taken from
+                                      this pool (docs/planned.md); off with scrub_on_free */
+    unsigned planned_warmup_steps; /* default 1, at most STOW_PLANNED_WARMUP_MAX: a key's first
+                                      steps not recorded (a step ended by stow_pool_step(NULL)
+                                      is recorded at once) */
+    double planned_headroom;       /* [0, 1], default 0: the arena is the largest plan x (1 +
+                                      this), so that a plan that grows fits without a new one */
+    bool planned_auto;             /* default false: without markers the pool finds its loop's
+                                      step (the period of its requests) and plans it as a key;
+                                      a marker ends it (docs/planned.md) */
+    bool planned_async;            /* default true: plans made on a helper thread; false: inline
+                                      at the marker that completes a recording (deterministic) */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
 #define STOW_QUICK_DEPTH_MAX 255u
-/* Its default: deep enough that a training step's burst of same-size frees
- * stays whole (warm instructions per event 9-11% below a depth of 4 on the
- * training traces), and one at which gpt2_train, resnet50_train and vit_train
- * replayed back to back on one pool make no backend call and no flush from
- * their fourth replay on (docs/design.md, quick lists). */
+/* Its default (docs/decisions.md, quick lists). */
 #define STOW_QUICK_DEPTH_DEFAULT 64u
-/* stow_config_t.vmm_small_kb's default: requests of at most 128 KiB in the
- * small range. On 87 held-out and real traces replayed 8 times on one pool,
- * 10 traces were above 1.01 x live on peak, minimum capacity or the last
- * replay's footprint with one shared range, 5 with this (docs/design.md). */
+/* stow_config_t.vmm_small_kb's default (docs/decisions.md, vmm_small_kb). */
 #define STOW_VMM_SMALL_KB_DEFAULT 128u
 /* The deepest quick list of a page-mapped pool: a kept block holds its
- * granules until it is taken again or merged, and 64 deep (the classic
- * default) kept 2-4 granules more than 16 on the gpt2_generate variants
- * (docs/design.md). */
+ * granules until it is taken again or merged (docs/decisions.md). */
 #define STOW_VMM_QUICK_DEPTH_MAX 16u
 /* The most (and default) stow_config_t.quick_mid_slots: at most 8 MiB kept per
- * stream (docs/design.md, quick lists). */
+ * stream. */
 #define STOW_QUICK_MID_SLOTS_MAX 8u
 
 /* The most warm-up steps a key may have (stow_config_t.planned_warmup_steps). */
@@ -223,9 +155,9 @@ STOW_API void stow_config_default(stow_config_t *config);
  * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
  * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
  * planned_steps (true|false), planned_warmup_steps, planned_headroom,
- * planned_auto (true|false), planned_async (true|false), expandable_segments (True selects policy vmm). An unknown key or a bad value
- * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
- * unchanged.
+ * planned_auto (true|false), planned_async (true|false), expandable_segments (True
+ * selects policy vmm). An unknown key or a bad value returns STOW_EINVAL, writes
+ * "key 'K': reason" into err and leaves *config unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.
  */
 STOW_API stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,

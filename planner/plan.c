@@ -596,7 +596,7 @@ static int search_dfs(search_t *s, const part_t *pt, uint64_t min_off, uint32_t 
 static bool search_rerank(search_t *s, const uint32_t *bufs, size_t nb);
 
 /* Dynamic decomposition (MiniMalloc's "cutlines"): once every buffer crossing a
- * section boundary is placed, the two sides no longer interact, so each side
+ * section boundary is placed, the two sides stop interacting, so each side
  * is solved on its own and a failure on one side never re-searches the other.
  * Called after `b` was placed; returns the result of the remaining search. */
 static int search_split(search_t *s, const part_t *pt, uint32_t b, uint64_t o)

@@ -2,9 +2,9 @@
  * replay/ideal_remap.c: the `ideal-remap` replay policy, the reference that
  * ../shared/traces/README.md calls "a perfect page-granular remapping
  * allocator (physical memory mapped in 2 MiB pages only where live data is,
- * virtual addresses best-fit)". The goal of 1.01 x live for policy vmm (issue
- * 4) was set against its figures, 1.001-1.006 x on the shared traces; this
- * model gives the same figure for any trace, so that a held-out trace can be
+ * virtual addresses best-fit)", at 1.001-1.006 x live on the shared traces.
+ * The page-mapped pool's goal of 1.01 x live is set against it; this model
+ * gives the same figure for any trace, so that a held-out trace can be
  * judged against what its own layout allows.
  *
  * - Addresses: one unbounded virtual range shared by every stream (the

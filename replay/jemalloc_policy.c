@@ -1,51 +1,29 @@
 /*
- * replay/jemalloc_policy.c: the `jemalloc` replay policy: the trace's requests
- * go to jemalloc 5.3 on the host (mallocx/sdallocx), a reference for host cost
- * per event of a mature general-purpose allocator on the same events.
+ * replay/jemalloc_policy.c: the `jemalloc` replay policies: the trace's
+ * requests go to jemalloc 5.3 on the host (mallocx/sdallocx), a reference for
+ * the host cost per event of a mature general-purpose allocator.
  *
- * Each instance creates a private arena (arenas.create) and allocates with
- * MALLOCX_ARENA(i) | MALLOCX_TCACHE_NONE, so the arena's statistics are exact
- * and no thread cache hides blocks. For `jemalloc`, dirty_decay_ms and
- * muzzy_decay_ms are -1 on that arena: freed pages are never purged, so the
- * arena behaves like a cache that never returns memory, as the caching policies
- * do, and its cost per event is its bookkeeping, with no madvise() calls (a
- * device pool makes no system call per event either): the stricter reference.
- * `jemalloc-decay` keeps jemalloc's own decay times (opt.dirty_decay_ms and
- * opt.muzzy_decay_ms: 10 s and 0 s in Debian's 5.3), as jemalloc runs when
- * nobody tunes it; purging then costs it 2-3x more per event on the training
- * traces (docs/benchmarks.md).
- * `jemalloc-tcache` is `jemalloc` with a thread cache, as malloc() runs by
- * default: requests of at most opt.tcache_max (32 KiB in Debian's 5.3) are
- * served from and freed to per-size stacks without touching the arena. The
- * cache is an explicit one (tcache.create, MALLOCX_TCACHE), not the thread's
- * own: the thread's cache is shared by every arena, so the blocks this policy
- * frees into it could be handed to the CLI's own malloc() calls and then die
- * with the arena. jemalloc 5.3 never trims an explicit cache (its incremental
- * GC is a thread event that works on the thread's own cache), which can only
- * make it faster. Blocks it holds count as active. Both variants are chosen by
- * name only (not in --policy all). The cache is destroyed (flushed back) and
- * then the arena (arena.<i>.destroy) with whatever is still live.
+ * Each instance creates a private arena and allocates with MALLOCX_ARENA(i) |
+ * MALLOCX_TCACHE_NONE, so the arena's statistics are exact.
+ * - `jemalloc`: dirty_decay_ms and muzzy_decay_ms are -1, so freed pages are
+ *   never purged: a cache that never returns memory, as the device pools, with
+ *   no madvise() per event. The stricter reference.
+ * - `jemalloc-decay` (by name only): jemalloc's own decay times, as it runs
+ *   when nobody tunes it.
+ * - `jemalloc-tcache` (by name only): `jemalloc` with an explicit thread cache
+ *   (tcache.create), as malloc() runs by default. Not the thread's own cache,
+ *   which every arena shares: blocks freed into it could go to the CLI's own
+ *   malloc() calls and then die with the arena.
+ * Destroy flushes the cache, then destroys the arena with what is still live.
  *
- * Memory: jemalloc really reserves host virtual memory for the trace's sizes
- * (13.6 GB live at gpt2_train's peak), but it never touches the pages of large
- * allocations (no junk/zero fill in the Debian build), so resident memory stays
- * at the metadata and the small-size slabs (docs/benchmarks.md has the measured
- * maximum RSS).
- *
- * "Reserved" for this policy is the arena's active pages,
- * stats.arenas.<i>.pactive x arenas.page: the bytes of pages jemalloc has handed
- * out, size-class rounding and partly used small slabs included. The statistics
- * are refreshed by writing "epoch", which costs tens of microseconds, far too
- * slow per event, and timed passes never read them. In the measured pass the
- * engine calls sample() after every allocation and before every free: it keeps
- * usable = sum of nallocx() of live requests (cheap), and since active = usable
- * + slack with slack >= 0 (partly used slabs, the cache-oblivious page of large
- * extents), it reads pactive only when usable is within a margin of its running
- * peak; the margin is max(16 MiB, 2 x the largest slack seen at a read). The
- * peak is exact whenever the slack at the true peak is below the margin (the
- * slack seen is a few MiB on the shared traces, docs/benchmarks.md).
- * There is no device: --capacity and --min-capacity do not apply, and backend
- * calls are not defined.
+ * "Reserved" is the arena's active pages, stats.arenas.<i>.pactive x
+ * arenas.page. Reading it needs an "epoch" refresh (tens of microseconds), so
+ * timed passes never read it. In the measured pass sample() keeps usable = the
+ * sum of nallocx() of live requests, and since active = usable + slack with
+ * slack >= 0, it reads pactive only when usable is within a margin of its
+ * running peak: max(16 MiB, 2 x the largest slack seen at a read). The peak is
+ * exact whenever the slack at the true peak is below the margin. There is no
+ * device: --capacity and --min-capacity do not apply.
  */
 #include <jemalloc/jemalloc.h>
 #include <stdio.h>

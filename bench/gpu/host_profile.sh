@@ -2,9 +2,8 @@
 # bench/gpu/host_profile.sh DIR: where the page-mapped pool's host time goes on this machine's
 # CPU, against the classic pool's, with no GPU involved (the simulated device).
 #
-# Why: the same replay_cuda program gave vmm / classic 1.2-1.5 x on the CPU machine and
-# 1.7-2.1 x on the first H200's host, whose CPU was not recorded (the second's gave 1.29-1.40 on
-# the long runs: docs/design.md, "On an H200"), and the GPU machine has no perf.
+# Why: host time is the machine's as much as the code's (docs/benchmarks.md, GPU runs), and the
+# GPU machine has no perf.
 # It runs the CLI that bench/gpu/prepare.sh built on the CPU machine with -g
 # (.gpu-carry/prof/stowage, with the libraries it loads), so that both machines run the same
 # instructions:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/gpu/prepare.sh: run on the CPU machine before a GPU session. Copies the
+# bench/gpu/prepare.sh: run on the CPU machine before a GPU run. Copies the
 # traces bench/gpu/run.sh replays into .gpu-carry/ (git-ignored), which the
 # device call must name in `carry`:
 #     bench/gpu/prepare.sh && run(command="bash bench/gpu/run.sh", carry=[".gpu-carry"])
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-# STOWAGE_TRACES, this script's older name for STOW_TRACES_DIR, still works.
+# STOWAGE_TRACES is taken as another name for STOW_TRACES_DIR.
 STOW_TRACES_DIR=${STOW_TRACES_DIR:-${STOWAGE_TRACES:-}}
 . "$root/bench/shared_traces.sh"
 dst="$root/.gpu-carry/traces"

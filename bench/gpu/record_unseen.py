@@ -11,8 +11,8 @@ usage: python3 bench/gpu/record_unseen.py WORKLOAD CONFIG OUTDIR
               writes OUTDIR/WORKLOAD.expandable.json
 Each JSON holds the workload, config, torch version and PyTorch's own max_memory_reserved and
 max_memory_allocated. bench/model_check.py then replays every WORKLOAD.rep under the `pytorch` and
-`pytorch-expandable` models and compares their peak reserved bytes with these (issue 3: the
-models must hold within 1% on traces they were not tuned on); bench/snapshot_check.py compares
+`pytorch-expandable` models and compares their peak reserved bytes with these (the models
+must hold within 1% on traces they were not tuned on); bench/snapshot_check.py compares
 the `pytorch` model with each WORKLOAD.pickle.gz call by call.
 
 The five shared traces (../shared/traces) are GPT-2 small training at batch 8 x 1024, ResNet-50

@@ -22,11 +22,18 @@
 #                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
 #                trace and max reserved) and again with expandable_segments (max reserved), into
 #                $OUT/unseen; compared on the CPU machine with
-#                `python3 bench/model_check.py DIR/unseen` (issue 3: models within 1%) and,
+#                `python3 bench/model_check.py DIR/unseen` (the models within 1%) and,
 #                cudaMalloc by cudaMalloc, `python3 bench/snapshot_check.py DIR/unseen/*.pickle.gz`
 #   7 hostprof   bench/gpu/host_profile.sh: vmm against classic on this machine's CPU alone (the
 #                simulated device; the CLI built with -g by prepare.sh) and sampled profiles of
 #                both, resolved on the CPU machine with bench/gpu/profile_report.py
+#   8 routes     bench/gpu/torch_routes.py: the MemPool route (a region under
+#                stowage.torch.mem_pool(), a CUDA graph captured into it and replayed,
+#                torch.compile(mode="reduce-overhead") outside and inside it, Stowage's snapshot
+#                beside PyTorch's and drawn by torch.cuda._memory_viz, out of memory) and the
+#                global swap (training steps, its snapshot drawn, what CUDA graphs,
+#                reduce-overhead and torch.cuda.memory._snapshot do, out of memory); the pages
+#                and pickles in results/routes; the table (routes_report.py) printed last
 # The table printed last summarises results/*.json. Everything is packed at the end into
 # $OUT/gpu_results.tar.gz (logs/, results/, unseen/): the device tool brings back at most 8
 # files from $OUT; status.txt stays beside it.
@@ -46,8 +53,8 @@ STATUS="$OUT/status.txt"
 # The whole run must end inside one device call (600 s at most) with time left to pack the
 # results: a part gets at most what is left of BUDGET_S, and none starts with under 20 s left.
 BUDGET_S="${BUDGET_S:-540}"
-# PARTS: which of the seven parts run (say "6" alone for the unseen workloads in a second call).
-PARTS="${PARTS:-1 2 3 4 5 6 7}"
+# PARTS: which of the eight parts run (say "6" alone for the unseen workloads in a second call).
+PARTS="${PARTS:-1 2 3 4 5 6 7 8}"
 SECTION=0
 part() { # part NAME TIMEOUT_S CMD...
     local name="$1" t="$2"; shift 2
@@ -74,7 +81,7 @@ part() { # part NAME TIMEOUT_S CMD...
     "$PY" -c 'import torch,sys; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
     for m in transformers timm torchvision; do "$PY" -c "import $m; print('$m', $m.__version__)" 2>&1 | tail -1; done
     gcc --version | head -1; cmake --version | head -1
-    # The host: its ns/event are compared with this VM's (docs/design.md, on an H200).
+    # The host: its ns/event are compared with the CPU machine's (docs/benchmarks.md, GPU runs).
     grep -m1 "model name" /proc/cpuinfo; echo "cpus $(nproc)"
     echo "transparent hugepages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1)"
     pkg-config --modversion criterion jemalloc 2>&1 | tr '\n' ' '; echo
@@ -200,6 +207,11 @@ done
 SECTION=7
 part host_profile 120 bash bench/gpu/host_profile.sh "$OUT/results/host_profile"
 
+# ---- 8 the PyTorch routes: MemPool (with CUDA graphs, reduce-overhead) and the global swap ----
+SECTION=8
+part routes_mempool 200 "$PY" bench/gpu/torch_routes.py --route mempool --out "$OUT/results/routes"
+part routes_global 150 "$PY" bench/gpu/torch_routes.py --route global --out "$OUT/results/routes"
+
 echo
 echo "== summary ($(( $(date +%s) - T0 ))s total; logs in $OUT/logs)"
 cat "$STATUS"
@@ -208,6 +220,7 @@ echo "unseen workloads: bring $OUT/gpu_results.tar.gz back, unpack it and run"
 echo "    python3 bench/model_check.py unseen"
 echo "    python3 bench/snapshot_check.py unseen/*.pickle.gz"
 tail -n 8 "$OUT/logs/host_profile.log" 2>/dev/null
+case " $PARTS " in *" 8 "*) "$PY" bench/gpu/routes_report.py "$OUT/results/routes" ;; esac
 tar -C "$OUT" -czf "$OUT/gpu_results.tar.gz" logs results unseen &&
     rm -rf "$OUT/logs" "$OUT/results" "$OUT/unseen"
 ls -la "$OUT"

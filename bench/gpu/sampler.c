@@ -1,8 +1,7 @@
 /*
  * bench/gpu/sampler.c: a sampling profiler to preload, for machines without
- * perf (the GPU machine has none; docs/design.md, "On an H200", says why it
- * was needed: the page-mapped pool's host time against the classic pool's
- * is 1.2-1.5 x on the CPU machine and 1.7-2.1 x there).
+ * perf (the GPU machine has none), so that where the host time goes can be
+ * compared across machines (docs/benchmarks.md, GPU runs).
  *
  *   gcc -O2 -fPIC -shared bench/gpu/sampler.c -o sampler.so -lrt
  *   STOW_SAMPLER_OUT=prof.txt STOW_SAMPLER_HZ=20000 LD_PRELOAD=./sampler.so PROGRAM...

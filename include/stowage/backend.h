@@ -50,20 +50,17 @@ struct stow_backend {
      * STOW_OK with *out != NULL, or STOW_ENOMEM (device full), or STOW_EBACKEND. */
     stow_status_t (*reserve)(void *ctx, size_t size_bytes, stow_stream_t stream, void **out);
     /* pre: (ptr, size_bytes) is exactly a pair that reserve returned, not yet released.
-     * Work queued before the blocks in it were freed may still use the range: release
-     * must wait for it (cuMemFree does), since a classic pool does not synchronize
-     * first. */
+     * Work queued before its blocks were freed may still use the range: release must
+     * wait for it (cuMemFree does); a classic pool does not synchronize first. */
     stow_status_t (*release)(void *ctx, void *ptr, size_t size_bytes);
     /* Free and total device bytes as the device sees them. */
     stow_status_t (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
     /* Waits until all work queued on all streams has completed. */
     stow_status_t (*synchronize)(void *ctx);
 
-    /* Stream ordering. All three NULL: the backend has a single stream (its work
-     * runs in order, maybe after the call that queued it) and every free is
-     * reusable at once by any stream; page-mapped pools still synchronize before
-     * they unmap. Some but not all of them: stow_pool_create refuses the backend
-     * (STOW_EINVAL). */
+    /* Stream ordering: all three or none (stow_pool_create refuses a backend with
+     * some: STOW_EINVAL). None: a single stream, whose work runs in order, and every
+     * free is reusable at once by any stream. */
     /* Records a new event after the work queued so far on `stream`. */
     stow_status_t (*event_record)(void *ctx, stow_stream_t stream, stow_event_t *out);
     /* *done = whether all work before the event has completed. Never blocks. */
@@ -71,29 +68,26 @@ struct stow_backend {
     /* Returns the event to the backend (pooled there). */
     stow_status_t (*event_destroy)(void *ctx, stow_event_t event);
 
-    /* Page mapping (CUDA virtual memory management). All NULL when unsupported.
-     * va_reserve: a virtual range of size_bytes (multiple of granularity), no
-     * physical memory behind it. phys_create: a physical handle of size_bytes,
-     * counted against the device capacity (STOW_ENOMEM when full). map: maps the
-     * whole handle at va and grants access. unmap: unmaps [va, va+size_bytes); it
-     * need not wait for queued work: before it unmaps, the pool knows from events
-     * (or a synchronize) that no queued work still uses the range. */
+    /* Page mapping (CUDA virtual memory management): all NULL when unsupported. */
+    /* A virtual range of size_bytes (a multiple of the granularity), nothing behind it. */
     stow_status_t (*va_reserve)(void *ctx, size_t size_bytes, void **out);
     stow_status_t (*va_release)(void *ctx, void *va, size_t size_bytes);
+    /* A physical handle of size_bytes, counted against the capacity (STOW_ENOMEM when full). */
     stow_status_t (*phys_create)(void *ctx, size_t size_bytes, stow_phys_t *out);
     stow_status_t (*phys_release)(void *ctx, stow_phys_t handle, size_t size_bytes);
+    /* Maps the whole handle at va and grants access. */
     stow_status_t (*map)(void *ctx, void *va, size_t size_bytes, stow_phys_t handle);
+    /* Unmaps [va, va+size_bytes) without waiting: the pool knows from events (or a
+     * synchronize) that no queued work still uses the range. */
     stow_status_t (*unmap)(void *ctx, void *va, size_t size_bytes);
 
     /* Optional (NULL: scrub_on_free unavailable). Zeroes [ptr, ptr+size_bytes),
      * ordered after the work queued on `stream` and before later work there. */
     stow_status_t (*scrub)(void *ctx, void *ptr, size_t size_bytes, stow_stream_t stream);
 
-    /* Optional, ABI 2 (NULL: a page-mapped pool synchronizes the device instead;
-     * ignored without the three event methods). Blocks until all work queued
-     * before `event` (from event_record) has completed, and no longer: work
-     * queued after it on its stream or on others keeps running
-     * (cuEventSynchronize). The event stays the pool's, to destroy. */
+    /* Optional, ABI 2 (NULL: page-mapped pools synchronize instead): blocks until the work
+     * queued before `event` completed, while later work keeps running (cuEventSynchronize).
+     * Ignored without the event methods; the event stays the pool's, to destroy. */
     stow_status_t (*event_synchronize)(void *ctx, stow_event_t event);
 };
 

@@ -31,7 +31,8 @@ extern "C" {
  * Sets the calling thread's current tag (NULL or "" = untagged) and returns its
  * id through *id_out (optional). Names are interned process-wide; at most
  * STOW_TAG_MAX - 1 distinct names (then STOW_EBUSY); a name of
- * STOW_TAG_NAME_MAX bytes or more is STOW_EINVAL.
+ * STOW_TAG_NAME_MAX bytes or more, with a line break or starting with a blank
+ * is STOW_EINVAL (TRACE.tags holds it as written, one a line: docs/report.md).
  * Thread safety: safe; the current tag is per thread.
  */
 STOW_API stow_status_t stow_tag_set(const char *name, unsigned *id_out);

@@ -14,8 +14,8 @@ extern "C" {
 
 /* Marks the public API: the library is built with hidden visibility, so only
  * these functions are exported from libstowage.so. Internal calls then bind
- * inside the library and can be inlined (docs/benchmarks.md), and a Python
- * process that loads it sees no stow__ internals. */
+ * inside the library and can be inlined, and a Python process that loads it
+ * sees no stow__ internals. */
 #if defined(__GNUC__)
 #define STOW_API __attribute__((visibility("default")))
 #else

@@ -1,8 +1,10 @@
 /*
  * stowage/torch.h: entry points for PyTorch's CUDAPluggableAllocator
- * (python/csrc/torch_entry.c; docs/torch.md).
+ * (python/csrc/torch_entry.c; docs/torch.md), for two routes: the global swap
+ * (every CUDA tensor through Stowage) and the MemPool route (below: Stowage
+ * behind a torch.cuda.MemPool, PyTorch's allocator in charge).
  *
- * python/stowage/torch.py installs them with
+ * For the global swap python/stowage/torch.py installs them with
  *     torch.cuda.memory.CUDAPluggableAllocator(libstowage.so,
  *                                              "stow_torch_malloc", "stow_torch_free")
  * and wires the optional hooks (set_reset_fn = stow_torch_empty_cache,
@@ -70,10 +72,9 @@ STOW_API void stow_torch_record_stream(void *ptr, stow_stream_t stream);
 /* memory_fraction_fn (torch.cuda.set_per_process_memory_fraction). The
  * fraction (0, 1] is stored for the device and applied when its pool is
  * created; it overrides per_process_memory_fraction from STOWAGE_CONF. Once
- * the pool exists, the limit can only change if the library has
- * stow_pool_set_memory_fraction (not in this version): otherwise the call is
- * logged once and takes effect only after stow_torch_shutdown. Out-of-range
- * values are logged and ignored. */
+ * the pool exists it applies at once (stow_pool_set_memory_fraction: reserved
+ * memory is kept, new reservations respect it). Out-of-range values are logged
+ * and ignored. */
 STOW_API void stow_torch_memory_fraction(double fraction, int device);
 
 /* ---- for the Python package (ctypes) and tests ---- */
@@ -126,11 +127,76 @@ STOW_API const char *stow_torch_backend_name(void);
 
 /*
  * DESTRUCTOR of all state: destroys every pool (live blocks included) and
- * backend, and forgets stored fractions and logged-once flags. Only for tests
- * and process exit: a pointer handed to PyTorch must not be used afterwards.
+ * backend, closes every MemPool slot, and forgets stored fractions and
+ * logged-once flags. Only for tests and process exit: a pointer handed to
+ * PyTorch must not be used afterwards.
  * Thread safety: no other call may run concurrently.
  */
 STOW_API void stow_torch_shutdown(void);
+
+/* ---- the MemPool route ----
+ *
+ * torch.cuda.MemPool(CUDAPluggableAllocator(libstowage.so,
+ * "stow_torch_mempool_malloc_K", "stow_torch_mempool_free_K").allocator())
+ * keeps PyTorch's caching allocator in charge: inside
+ * torch.cuda.use_mem_pool(pool), or while a CUDA graph captures into the pool,
+ * it asks these entry points for whole segments (2 MiB, 20 MiB, or large
+ * requests rounded to 2 MiB) and gives them back only to return them to the
+ * device. PyTorch names no pool in these calls, so each open slot K has its own
+ * exported pair, and its own pools (one per device, created at the device's
+ * first segment) with its own configuration.
+ *
+ * A slot's pools differ from the global swap's in two ways: a segment given
+ * back is returned to the device at once (stow_empty_cache, which waits for
+ * the device as cudaFree does; not while the stream captures a graph), and
+ * they never release memory while they grow (release_idle_on_grow is off): a
+ * capture may ask for segments, and nothing may be freed then. PyTorch keeps
+ * its own statistics, snapshot and out-of-memory error for these segments;
+ * the slot's pools count them as Stowage sees them.
+ */
+#define STOW_TORCH_MAX_MEMPOOLS 8
+
+/* Opens a free slot: *slot_out gets K in [0, STOW_TORCH_MAX_MEMPOOLS). conf is
+ * its STOWAGE_CONF text (NULL: the STOWAGE_CONF of the environment when each
+ * pool is created), checked now.
+ * Errors: STOW_EINVAL (bad conf, its reason in why; NULL slot_out), STOW_EBUSY
+ * (every slot open), STOW_EHOSTMEM. */
+STOW_API stow_status_t stow_torch_mempool_open(const char *conf, int *slot_out, char *why,
+                                               size_t why_len);
+
+/* DESTRUCTOR of slot's pools and backends, when none holds a live or pending
+ * block; the slot can then be opened again. Call it once PyTorch has stopped
+ * allocating from the slot (its MemPool is gone); no entry point of the slot
+ * may run concurrently.
+ * Errors: STOW_EINVAL (not open), STOW_EBUSY (blocks live: nothing changed). */
+STOW_API stow_status_t stow_torch_mempool_close(int slot);
+
+/* The slot's pool for device, or NULL (none created yet, or bad arguments).
+ * Ownership: borrowed; valid until the slot is closed. */
+STOW_API stow_pool_t *stow_torch_mempool_pool(int slot, int device);
+
+/* stow_torch_stats_json and stow_torch_last_error for a slot's pool. */
+STOW_API size_t stow_torch_mempool_stats_json(int slot, int device, char *buf, size_t buf_len);
+STOW_API size_t stow_torch_mempool_last_error(int slot, int device, char *buf, size_t buf_len);
+
+/* alloc_fn and free_fn of slot K, as stow_torch_malloc and stow_torch_free but
+ * on the slot's pools. A closed slot refuses allocations (NULL, logged once). */
+STOW_API void *stow_torch_mempool_malloc_0(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_0(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_mempool_malloc_1(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_1(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_mempool_malloc_2(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_2(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_mempool_malloc_3(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_3(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_mempool_malloc_4(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_4(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_mempool_malloc_5(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_5(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_mempool_malloc_6(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_6(void *ptr, ssize_t size, int device, stow_stream_t stream);
+STOW_API void *stow_torch_mempool_malloc_7(ssize_t size, int device, stow_stream_t stream);
+STOW_API void stow_torch_mempool_free_7(void *ptr, ssize_t size, int device, stow_stream_t stream);
 
 #ifdef __cplusplus
 }

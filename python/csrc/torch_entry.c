@@ -3,9 +3,12 @@
  * (stowage/torch.h).
  *
  * Owns the per-device pools behind the C-ABI hooks PyTorch calls, their lazy
- * creation and the once-per-device diagnostics. It must not add policy: every
- * allocation decision is the pool's. The hot path (malloc/free on an existing
- * pool) is one atomic load plus the pool call.
+ * creation and the once-per-device diagnostics, for both routes: the global
+ * swap (one set of pools, slots[]) and the MemPool route (a set of pools per
+ * open MemPool slot, mempools[], each with its own configuration and its own
+ * pair of exported entry points, since PyTorch names no pool in its calls).
+ * It must not add policy: every allocation decision is the pool's. The hot
+ * path (malloc/free on an existing pool) is one atomic load plus the pool call.
  */
 #include "stowage/torch.h"
 
@@ -19,6 +22,7 @@
 
 #include "stowage/cuda.h"
 #include "stowage/record.h"
+#include "stowage/snapshot.h"
 
 #define TORCH_MSG_LEN 1024
 #define STOW_LIKELY_(x) __builtin_expect(!!(x), 1)
@@ -39,6 +43,15 @@ typedef struct torch_slot {
 
 static torch_slot_t slots[STOW_TORCH_MAX_DEVICES];
 static pthread_mutex_t torch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The pools behind one torch.cuda.MemPool (stow_torch_mempool_open). */
+typedef struct torch_mempool {
+    atomic_bool open;            /* written under torch_lock */
+    char *conf;                  /* its STOWAGE_CONF text; NULL: the environment's */
+    atomic_bool logged_closed;
+    torch_slot_t dev[STOW_TORCH_MAX_DEVICES];
+} torch_mempool_t;
+static torch_mempool_t mempools[STOW_TORCH_MAX_MEMPOOLS];
 static atomic_bool logged_bad_device;
 static atomic_bool logged_foreign_record;
 
@@ -119,16 +132,30 @@ static void backend_destroy(torch_slot_t *s)
     s->backend = NULL;
 }
 
+/* The configuration of a new pool: the MemPool's text (validated when it was
+ * opened), else STOWAGE_CONF. A MemPool's pool never releases memory while it
+ * grows: PyTorch asks it for segments while capturing CUDA graphs, when
+ * nothing may be freed, and it holds no idle segment anyway (mempool_free). */
+static void pool_config(stow_config_t *cfg, const torch_mempool_t *mp)
+{
+    stow_config_default(cfg);
+    char err[256] = "";
+    stow_status_t st = mp && mp->conf ? stow_config_parse(cfg, mp->conf, err, sizeof err)
+                                      : stow_config_from_env(cfg, err, sizeof err);
+    if (st != STOW_OK) {
+        torch_log("STOWAGE_CONF: %s; using the defaults", err);
+        stow_config_default(cfg);
+    }
+    if (mp)
+        cfg->release_idle_on_grow = false;
+}
+
 /* Creates the device's pool. torch_lock held. */
-static stow_status_t pool_create_locked(torch_slot_t *s, int device, char *why, size_t why_len)
+static stow_status_t pool_create_locked(torch_slot_t *s, int device, const torch_mempool_t *mp,
+                                        char *why, size_t why_len)
 {
     stow_config_t cfg;
-    stow_config_default(&cfg);
-    char err[256] = "";
-    if (stow_config_from_env(&cfg, err, sizeof err) != STOW_OK) {
-        torch_log("STOWAGE_CONF: %s; using the defaults", err);
-        stow_config_default(&cfg);
-    }
+    pool_config(&cfg, mp);
     if (s->fraction > 0.0)
         cfg.memory_fraction = s->fraction;
     if (!s->backend) {
@@ -152,7 +179,7 @@ static stow_status_t pool_create_locked(torch_slot_t *s, int device, char *why, 
 }
 
 /* The device's pool, created on first use; NULL (logged once) on failure. */
-static stow_pool_t *pool_get(torch_slot_t *s, int device)
+static stow_pool_t *pool_get(torch_slot_t *s, int device, const torch_mempool_t *mp)
 {
     stow_pool_t *pool = atomic_load_explicit(&s->pool, memory_order_acquire);
     if (STOW_LIKELY_(pool != NULL))
@@ -162,7 +189,7 @@ static stow_pool_t *pool_get(torch_slot_t *s, int device)
     pool = atomic_load_explicit(&s->pool, memory_order_acquire);
     stow_status_t st = STOW_OK;
     if (!pool) {
-        st = pool_create_locked(s, device, why, sizeof why);
+        st = pool_create_locked(s, device, mp, why, sizeof why);
         if (st == STOW_OK)
             pool = atomic_load_explicit(&s->pool, memory_order_relaxed);
         else
@@ -177,18 +204,11 @@ static stow_pool_t *pool_get(torch_slot_t *s, int device)
 
 /* ---- the PyTorch hooks ---- */
 
-void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream)
+/* An allocation from s's pool, with the diagnostics of a failure. */
+static void *slot_alloc(torch_slot_t *s, int device, const torch_mempool_t *mp, ssize_t size,
+                        stow_stream_t stream)
 {
-    if (size <= 0)
-        return NULL;
-    torch_slot_t *s = slot_of(device);
-    if (!s) {
-        if (first_time(&logged_bad_device))
-            torch_log("device %d is out of range (at most %d devices)", device,
-                      STOW_TORCH_MAX_DEVICES);
-        return NULL;
-    }
-    stow_pool_t *pool = pool_get(s, device);
+    stow_pool_t *pool = pool_get(s, device, mp);
     if (!pool)
         return NULL;
     void *ptr = NULL;
@@ -220,23 +240,48 @@ void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream)
     return NULL;
 }
 
-void stow_torch_free(void *ptr, ssize_t size, int device, stow_stream_t stream)
+static torch_slot_t *slot_or_log(torch_slot_t *table, int device)
 {
-    (void)size;
-    (void)stream;
-    if (!ptr)
-        return;
-    torch_slot_t *s = slot_of(device);
+    if (device >= 0 && device < STOW_TORCH_MAX_DEVICES)
+        return &table[device];
+    if (first_time(&logged_bad_device))
+        torch_log("device %d is out of range (at most %d devices)", device,
+                  STOW_TORCH_MAX_DEVICES);
+    return NULL;
+}
+
+void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream)
+{
+    if (size <= 0)
+        return NULL;
+    torch_slot_t *s = slot_or_log(slots, device);
+    return s ? slot_alloc(s, device, NULL, size, stream) : NULL;
+}
+
+/* A free into s's pool (NULL pool: never created), with the diagnostics of a
+ * failure; returns the pool when the free succeeded. */
+static stow_pool_t *slot_free(torch_slot_t *s, void *ptr, int device)
+{
     stow_pool_t *pool = s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
     stow_status_t st = pool ? stow_pool_free(pool, ptr) : STOW_ENOTOWNED;
     if (STOW_LIKELY_(st == STOW_OK))
-        return;
+        return pool;
     if (st == STOW_ENOTOWNED) {
         if (s ? first_time(&s->logged_foreign) : first_time(&logged_bad_device))
             torch_log("free of %p on device %d: not allocated by Stowage; ignored", ptr, device);
     } else if (s && first_time(&s->logged_error)) {
         torch_log("free of %p on device %d failed: %s", ptr, device, stow_strerror(st));
     }
+    return NULL;
+}
+
+void stow_torch_free(void *ptr, ssize_t size, int device, stow_stream_t stream)
+{
+    (void)size;
+    (void)stream;
+    if (!ptr)
+        return;
+    (void)slot_free(slot_of(device), ptr, device);
 }
 
 void stow_torch_empty_cache(void)
@@ -312,7 +357,7 @@ stow_status_t stow_torch_pool_init(int device, char *why, size_t why_len)
             snprintf(why, why_len, "device %d out of range", device);
         return STOW_EINVAL;
     }
-    if (pool_get(s, device))
+    if (pool_get(s, device, NULL))
         return STOW_OK;
     pthread_mutex_lock(&torch_lock);
     if (why && why_len)
@@ -343,19 +388,24 @@ stow_status_t stow_torch_step(int device, const char *key)
     return pool ? stow_pool_step(pool, key) : STOW_OK;
 }
 
-size_t stow_torch_stats_json(int device, char *buf, size_t buf_len)
+/* stow_stats_json of pool, or of all-zero stats when pool is NULL. */
+static size_t pool_stats_json(stow_pool_t *pool, char *buf, size_t buf_len)
 {
     stow_stats_t st;
     memset(&st, 0, sizeof st);
     st.size = (uint32_t)sizeof st;
     st.version = STOW_STATS_VERSION;
-    stow_pool_t *pool = stow_torch_pool(device);
     if (pool && stow_pool_stats(pool, &st) != STOW_OK) {
         memset(&st, 0, sizeof st);
         st.size = (uint32_t)sizeof st;
         st.version = STOW_STATS_VERSION;
     }
     return stow_stats_json(&st, buf, buf_len);
+}
+
+size_t stow_torch_stats_json(int device, char *buf, size_t buf_len)
+{
+    return pool_stats_json(stow_torch_pool(device), buf, buf_len);
 }
 
 size_t stow_torch_summary(int device, char *buf, size_t buf_len)
@@ -382,9 +432,9 @@ void stow_torch_reset_accumulated(int device)
         stow_stats_reset_accumulated(pool);
 }
 
-size_t stow_torch_last_error(int device, char *buf, size_t buf_len)
+/* The slot's last error (snprintf semantics); s may be NULL. */
+static size_t slot_last_error(torch_slot_t *s, char *buf, size_t buf_len)
 {
-    torch_slot_t *s = slot_of(device);
     if (!s) {
         if (buf && buf_len)
             buf[0] = '\0';
@@ -398,24 +448,216 @@ size_t stow_torch_last_error(int device, char *buf, size_t buf_len)
     return n;
 }
 
+size_t stow_torch_last_error(int device, char *buf, size_t buf_len)
+{
+    return slot_last_error(slot_of(device), buf, buf_len);
+}
+
+/* Destroys s's pool (live blocks included) and backend, and forgets the rest.
+ * torch_lock held. */
+static void slot_reset_locked(torch_slot_t *s)
+{
+    stow_pool_t *pool = atomic_exchange(&s->pool, NULL);
+    if (pool)
+        stow_pool_destroy_force(pool);
+    backend_destroy(s);
+    s->fraction = 0.0;
+    s->last_error[0] = '\0';
+    atomic_store(&s->logged_create, false);
+    atomic_store(&s->logged_oom, false);
+    atomic_store(&s->logged_error, false);
+    atomic_store(&s->logged_foreign, false);
+    atomic_store(&s->logged_fraction, false);
+}
+
+/* Closes a MemPool slot and everything in it. torch_lock held. */
+static void mempool_reset_locked(torch_mempool_t *mp)
+{
+    for (int d = 0; d < STOW_TORCH_MAX_DEVICES; d++)
+        slot_reset_locked(&mp->dev[d]);
+    free(mp->conf);
+    mp->conf = NULL;
+    atomic_store(&mp->logged_closed, false);
+    atomic_store(&mp->open, false);
+}
+
 void stow_torch_shutdown(void)
 {
     pthread_mutex_lock(&torch_lock);
-    for (int d = 0; d < STOW_TORCH_MAX_DEVICES; d++) {
-        torch_slot_t *s = &slots[d];
-        stow_pool_t *pool = atomic_exchange(&s->pool, NULL);
-        if (pool)
-            stow_pool_destroy_force(pool);
-        backend_destroy(s);
-        s->fraction = 0.0;
-        s->last_error[0] = '\0';
-        atomic_store(&s->logged_create, false);
-        atomic_store(&s->logged_oom, false);
-        atomic_store(&s->logged_error, false);
-        atomic_store(&s->logged_foreign, false);
-        atomic_store(&s->logged_fraction, false);
-    }
+    for (int d = 0; d < STOW_TORCH_MAX_DEVICES; d++)
+        slot_reset_locked(&slots[d]);
+    for (int k = 0; k < STOW_TORCH_MAX_MEMPOOLS; k++)
+        mempool_reset_locked(&mempools[k]);
     atomic_store(&logged_bad_device, false);
     atomic_store(&logged_foreign_record, false);
     pthread_mutex_unlock(&torch_lock);
 }
+
+/* ---- the MemPool route ---- */
+
+stow_status_t stow_torch_mempool_open(const char *conf, int *slot_out, char *why, size_t why_len)
+{
+    if (why && why_len)
+        why[0] = '\0';
+    if (!slot_out)
+        return STOW_EINVAL;
+    if (conf) {
+        stow_config_t cfg;
+        stow_config_default(&cfg);
+        char err[256] = "";
+        if (stow_config_parse(&cfg, conf, err, sizeof err) != STOW_OK) {
+            if (why && why_len)
+                snprintf(why, why_len, "%s", err);
+            return STOW_EINVAL;
+        }
+    }
+    char *copy = conf ? strdup(conf) : NULL;
+    if (conf && !copy)
+        return STOW_EHOSTMEM;
+    pthread_mutex_lock(&torch_lock);
+    int k = 0;
+    while (k < STOW_TORCH_MAX_MEMPOOLS && atomic_load(&mempools[k].open))
+        k++;
+    if (k < STOW_TORCH_MAX_MEMPOOLS) {
+        mempools[k].conf = copy;
+        atomic_store(&mempools[k].open, true);
+    }
+    pthread_mutex_unlock(&torch_lock);
+    if (k == STOW_TORCH_MAX_MEMPOOLS) {
+        free(copy);
+        if (why && why_len)
+            snprintf(why, why_len, "all %d MemPool slots are open (close one first)",
+                     STOW_TORCH_MAX_MEMPOOLS);
+        return STOW_EBUSY;
+    }
+    *slot_out = k;
+    return STOW_OK;
+}
+
+/* Whether any of the slot's pools still has a live or pending block. torch_lock held. */
+static bool mempool_busy_locked(torch_mempool_t *mp)
+{
+    for (int d = 0; d < STOW_TORCH_MAX_DEVICES; d++) {
+        stow_pool_t *pool = atomic_load(&mp->dev[d].pool);
+        stow_stats_t st;
+        memset(&st, 0, sizeof st);
+        st.size = (uint32_t)sizeof st;
+        st.version = STOW_STATS_VERSION;
+        if (pool && (stow_pool_stats(pool, &st) != STOW_OK ||
+                     st.active_bytes[STOW_POOL_ALL].current != 0))
+            return true;
+    }
+    return false;
+}
+
+stow_status_t stow_torch_mempool_close(int slot)
+{
+    if (slot < 0 || slot >= STOW_TORCH_MAX_MEMPOOLS)
+        return STOW_EINVAL;
+    torch_mempool_t *mp = &mempools[slot];
+    pthread_mutex_lock(&torch_lock);
+    stow_status_t st = STOW_OK;
+    if (!atomic_load(&mp->open))
+        st = STOW_EINVAL;
+    else if (mempool_busy_locked(mp))
+        st = STOW_EBUSY;
+    else
+        mempool_reset_locked(mp);
+    pthread_mutex_unlock(&torch_lock);
+    return st;
+}
+
+static torch_slot_t *mempool_slot(int slot, int device)
+{
+    if (slot < 0 || slot >= STOW_TORCH_MAX_MEMPOOLS || device < 0 ||
+        device >= STOW_TORCH_MAX_DEVICES)
+        return NULL;
+    return &mempools[slot].dev[device];
+}
+
+stow_pool_t *stow_torch_mempool_pool(int slot, int device)
+{
+    torch_slot_t *s = mempool_slot(slot, device);
+    return s ? atomic_load_explicit(&s->pool, memory_order_acquire) : NULL;
+}
+
+size_t stow_torch_mempool_stats_json(int slot, int device, char *buf, size_t buf_len)
+{
+    return pool_stats_json(stow_torch_mempool_pool(slot, device), buf, buf_len);
+}
+
+size_t stow_torch_mempool_last_error(int slot, int device, char *buf, size_t buf_len)
+{
+    return slot_last_error(mempool_slot(slot, device), buf, buf_len);
+}
+
+static void *mempool_malloc(int k, ssize_t size, int device, stow_stream_t stream)
+{
+    if (size <= 0)
+        return NULL;
+    torch_mempool_t *mp = &mempools[k];
+    if (!atomic_load_explicit(&mp->open, memory_order_acquire)) {
+        if (first_time(&mp->logged_closed))
+            torch_log("MemPool slot %d: allocation after it was closed; refused", k);
+        return NULL;
+    }
+    torch_slot_t *s = slot_or_log(mp->dev, device);
+    return s ? slot_alloc(s, device, mp, size, stream) : NULL;
+}
+
+/* Whether `stream` is capturing a CUDA graph (CUDA backend only; unknown: no). */
+static bool capturing(const torch_slot_t *s, stow_stream_t stream)
+{
+    typedef int (*is_capturing_fn)(void *stream, int *status);
+    static _Atomic(is_capturing_fn) fn;
+    static atomic_bool looked;
+    if (s->backend_is_sim)
+        return false;
+    if (!atomic_load_explicit(&looked, memory_order_acquire)) {
+        void *sym = stow_cuda_driver_symbol("cuStreamIsCapturing");
+        is_capturing_fn f = NULL;
+        memcpy(&f, &sym, sizeof sym); /* object -> function pointer, as POSIX allows */
+        atomic_store(&fn, f);
+        atomic_store_explicit(&looked, true, memory_order_release);
+    }
+    is_capturing_fn f = atomic_load(&fn);
+    int status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+    return f && f(stream, &status) == 0 && status != 0;
+}
+
+/* PyTorch gives a MemPool's segment back only to return it to the device
+ * (empty_cache, its out-of-memory retry, the pool's end): so does Stowage, at
+ * once, as cudaFree would, and waiting for the device as cudaFree does. Not
+ * while the stream captures a graph, where a synchronize is not allowed. */
+static void mempool_free(int k, void *ptr, int device, stow_stream_t stream)
+{
+    if (!ptr)
+        return;
+    torch_slot_t *s = mempool_slot(k, device);
+    stow_pool_t *pool = slot_free(s, ptr, device);
+    if (!pool || capturing(s, stream))
+        return;
+    stow_status_t st = stow_empty_cache(pool);
+    if (st != STOW_OK && first_time(&s->logged_error))
+        torch_log("MemPool slot %d: returning memory on device %d failed: %s", k, device,
+                  stow_strerror(st));
+}
+
+#define STOW_MEMPOOL_ENTRIES_(k)                                                              \
+    void *stow_torch_mempool_malloc_##k(ssize_t size, int device, stow_stream_t stream)        \
+    {                                                                                          \
+        return mempool_malloc(k, size, device, stream);                                        \
+    }                                                                                          \
+    void stow_torch_mempool_free_##k(void *ptr, ssize_t size, int device, stow_stream_t stream) \
+    {                                                                                          \
+        (void)size;                                                                            \
+        mempool_free(k, ptr, device, stream);                                                  \
+    }
+STOW_MEMPOOL_ENTRIES_(0)
+STOW_MEMPOOL_ENTRIES_(1)
+STOW_MEMPOOL_ENTRIES_(2)
+STOW_MEMPOOL_ENTRIES_(3)
+STOW_MEMPOOL_ENTRIES_(4)
+STOW_MEMPOOL_ENTRIES_(5)
+STOW_MEMPOOL_ENTRIES_(6)
+STOW_MEMPOOL_ENTRIES_(7)

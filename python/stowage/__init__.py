@@ -147,7 +147,8 @@ def record(events=1000000, device=None):
 def set_tag(name):
     """Tags every allocation the calling thread makes from now on (e.g.
     "weights", "activations", "optimizer", "kv_cache"); None clears it. The
-    pool keeps allocated bytes per tag, and dump_trace writes PATH.tags."""
+    pool keeps allocated bytes per tag, and dump_trace writes PATH.tags. A name
+    of 32 bytes or more, with a line break or a leading blank is a ValueError."""
     import ctypes
     fn = _lib.load().stow_tag_set
     fn.restype = ctypes.c_int

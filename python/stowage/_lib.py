@@ -1,10 +1,14 @@
 """Locating and binding libstowage.so with ctypes (no build step, no torch).
 
 The library is searched, in order, at:
-  1. $STOWAGE_LIB (a path to the .so);
-  2. libstowage.so inside this package directory (a copy shipped with it);
-  3. <repo>/build/libstowage.so, i.e. python/stowage/../../build (a source checkout);
-  4. the system loader path (ctypes.util.find_library("stowage")).
+  1. $STOWAGE_LIB (a path to the .so), when set: an explicit choice overrides the rest;
+  2. libstowage.so inside this package directory, which `pip install ./python`
+     puts there (python/pyproject.toml), so an installed package needs no
+     environment variable;
+  3. <checkout>/build/libstowage.so when the package is a source checkout's
+     python/stowage (the checkout's CMakeLists.txt is two levels up);
+  4. the system loader path (ctypes.util.find_library("stowage")), e.g. after
+     `cmake --install`.
 """
 
 import ctypes
@@ -28,7 +32,9 @@ def _candidates():
         yield env
         return
     yield os.path.join(_HERE, "libstowage.so")
-    yield os.path.normpath(os.path.join(_HERE, "..", "..", "build", "libstowage.so"))
+    checkout = os.path.normpath(os.path.join(_HERE, "..", ".."))
+    if os.path.isfile(os.path.join(checkout, "CMakeLists.txt")):
+        yield os.path.join(checkout, "build", "libstowage.so")
     found = ctypes.util.find_library("stowage")
     if found:
         yield found
@@ -98,8 +104,8 @@ def load():
             _lib = lib
             return _lib
         raise LibraryNotFound(
-            "libstowage.so not found; build it (cmake --build build --target stowage) or set "
-            "STOWAGE_LIB. Tried: " + "; ".join(tried or ["nothing"]))
+            "libstowage.so not found; install the package (pip install ./python), build it "
+            "(cmake --build build --target stowage) or set STOWAGE_LIB. Tried: " + "; ".join(tried or ["nothing"]))
 
 
 def path():

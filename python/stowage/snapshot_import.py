@@ -21,13 +21,19 @@ Mapping (docs/report.md, "Importers"):
   skipped (counted); 'oom', 'segment_*' and 'snapshot' entries are counted
   and left out.
 - When entries carry 'frames', OUT.rep.tags gets '<id> <file>:<line> <name>'
-  of the first frame outside torch (read by `stowage report` and `diff`).
+  of the frame that stowage/stack_tags.py picks (the user's code first; read by
+  `stowage report` and `diff`).
 """
 
 import argparse
 import io
+import os
 import pickle
 import sys
+
+if not __package__:  # run as a script: the stowage package beside it, not an installed one
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from stowage.stack_tags import stack_tag  # noqa: E402
 
 
 class RefusingUnpickler(pickle.Unpickler):
@@ -59,19 +65,6 @@ def load_snapshot(data):
 
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _tag(frames):
-    if not isinstance(frames, (list, tuple)):
-        return None
-    for fr in frames:
-        if not isinstance(fr, dict):
-            continue
-        fn = str(fr.get("filename", ""))
-        if "/torch/" in fn or fn.startswith("??"):
-            continue
-        return "%s:%s %s" % (fn, fr.get("line", "?"), fr.get("name", "?"))
-    return None
 
 
 def convert(entries):
@@ -119,7 +112,7 @@ def convert(entries):
             stream = streams.setdefault(stream_key, len(streams))
             live[addr] = next_id
             events.append(("a", next_id, size, stream))
-            t = _tag(e.get("frames"))
+            t, _ = stack_tag(e.get("frames"))
             if t:
                 tags[next_id] = t
             next_id += 1
@@ -198,9 +191,7 @@ def main(argv=None):
     if tags:
         with open(args.output + ".tags", "w") as f:
             for i in sorted(tags):
-                # One line each, as the tag reader wants (no NUL either).
-                text = tags[i].replace("\r", " ").replace("\n", " ").replace("\0", " ")
-                f.write("%d %s\n" % (i, text))
+                f.write("%d %s\n" % (i, tags[i]))  # one line each (stack_tag)
     print("wrote %s: device %d, %d allocations, %d frees, %d frees of earlier "
           "allocations skipped, %d allocations of 0 bytes and %d other entries left out%s"
           % (args.output, dev, counts["alloc"], counts["free"], counts["unknown_free"],

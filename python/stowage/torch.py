@@ -1,13 +1,25 @@
-"""Installing Stowage as PyTorch's CUDA allocator (docs/torch.md).
+"""Stowage under PyTorch, by two routes (docs/torch.md).
+
+The global swap: Stowage serves every CUDA tensor.
 
     import stowage.torch
     stowage.torch.enable("max_split_size_mb:256")   # before the first CUDA tensor
     ...
     print(stowage.torch.memory_summary())
 
-Only enable() imports torch. The statistics functions are re-exported from the
-stowage package: with a pluggable allocator, torch.cuda.memory_stats() and
-friends raise, so use these instead.
+The MemPool route: PyTorch's allocator stays in charge and takes whole
+segments from Stowage inside a scope (and for CUDA graphs captured into it).
+
+    pool = stowage.torch.mem_pool("policy:vmm")
+    with torch.cuda.use_mem_pool(pool):
+        ...
+
+Only enable(), mem_pool() and explain_oom import torch. The statistics
+functions are re-exported from the stowage package: under the global swap
+torch.cuda.memory_stats() and friends raise, so use these instead.
+memory_snapshot() and dump_snapshot() give what torch.cuda.memory._snapshot()
+gives, for Stowage's pools; oom_report() and explain_oom() explain an
+out-of-memory.
 """
 
 import ctypes
@@ -91,6 +103,224 @@ def enable(conf=None):
                       "to no-ops" % ", ".join(missing), RuntimeWarning, stacklevel=2)
     _installed = plug
     return plug
+
+
+# ---- the MemPool route: Stowage behind a torch.cuda.MemPool (docs/torch.md) ----
+
+_mem_pool_plugs = {}       # slot -> CUDAPluggableAllocator, kept while the slot is open
+_mem_pool_slots = {}       # id(MemPool) -> slot, while the MemPool lives
+_mem_pool_closing = set()  # slots whose MemPool died while Stowage still held segments
+
+
+def _bind_mem_pool(lib):
+    c = ctypes
+    lib.stow_torch_mempool_open.restype = c.c_int
+    lib.stow_torch_mempool_open.argtypes = [c.c_char_p, c.POINTER(c.c_int), c.c_char_p,
+                                            c.c_size_t]
+    lib.stow_torch_mempool_close.restype = c.c_int
+    lib.stow_torch_mempool_close.argtypes = [c.c_int]
+    lib.stow_torch_mempool_pool.restype = c.c_void_p
+    lib.stow_torch_mempool_pool.argtypes = [c.c_int, c.c_int]
+    for name in ("stow_torch_mempool_stats_json", "stow_torch_mempool_last_error"):
+        getattr(lib, name).restype = c.c_size_t
+        getattr(lib, name).argtypes = [c.c_int, c.c_int, c.c_char_p, c.c_size_t]
+    return lib
+
+
+def _close_slot(slot):
+    """Closes a slot whose MemPool is gone, or keeps it for a later try while
+    Stowage still holds its segments (PyTorch returns them at empty_cache)."""
+    st = _bind_mem_pool(_lib.load()).stow_torch_mempool_close(slot)
+    if st == 0:
+        _mem_pool_closing.discard(slot)
+        _mem_pool_plugs.pop(slot, None)
+    else:
+        _mem_pool_closing.add(slot)
+
+
+def _retry_closing():
+    for slot in list(_mem_pool_closing):
+        _close_slot(slot)
+
+
+def mem_pool(conf=None):
+    """A torch.cuda.MemPool whose segments come from Stowage (the MemPool route).
+
+        pool = stowage.torch.mem_pool("policy:vmm")
+        with torch.cuda.use_mem_pool(pool):
+            kv = torch.empty(...)                 # PyTorch's allocator, Stowage's memory
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool.id):   # a graph's memory from it too
+            ...
+
+    PyTorch's caching allocator stays in charge: it serves the tensors and asks
+    Stowage only for whole segments, so torch.cuda.memory_stats,
+    torch.cuda.memory._snapshot(), pool.snapshot() and torch.OutOfMemoryError
+    work as usual; stowage.torch.mem_pool_stats(pool) and memory_snapshot(pool=pool)
+    show the segments as Stowage holds them. conf: this pool's STOWAGE_CONF text
+    (None: the environment's STOWAGE_CONF). Works before or after CUDA is
+    initialised, but not with enable() (the global swap), which replaces the
+    allocator a MemPool needs. At most STOW_TORCH_MAX_MEMPOOLS (8) are open at
+    once; a pool's slot closes once the MemPool is gone and Stowage holds none
+    of its segments. Raises ValueError (bad conf), RuntimeError (enable() in
+    effect, the simulated backend, or every slot open), ImportError (no torch).
+    """
+    if _installed is not None:
+        raise RuntimeError(
+            "stowage.torch.mem_pool: Stowage is already PyTorch's allocator (enable()); a "
+            "torch.cuda.MemPool needs PyTorch's own caching allocator in charge. Use one route.")
+    lib = _bind_mem_pool(_lib.load())
+    if backend_name() != "cuda":
+        raise RuntimeError("stowage.torch.mem_pool: STOWAGE_BACKEND=%s is not GPU memory"
+                           % backend_name())
+    import torch  # only here: importing stowage must not import torch
+    import weakref
+
+    _retry_closing()
+    slot, why = ctypes.c_int(-1), ctypes.create_string_buffer(512)
+    st = lib.stow_torch_mempool_open(None if conf is None else conf.encode(),
+                                     ctypes.byref(slot), why, len(why))
+    if st != 0:
+        text = why.value.decode("utf-8", "replace") or _lib.strerror(st)
+        if st == 1:  # STOW_EINVAL: the configuration
+            raise ValueError("invalid Stowage configuration %r: %s" % (conf, text))
+        raise RuntimeError("stowage.torch.mem_pool: %s" % text)
+    k = slot.value
+    try:
+        plug = torch.cuda.memory.CUDAPluggableAllocator(
+            _lib.path(), "stow_torch_mempool_malloc_%d" % k, "stow_torch_mempool_free_%d" % k)
+        pool = torch.cuda.MemPool(plug.allocator())
+    except Exception:
+        lib.stow_torch_mempool_close(k)
+        raise
+    # The allocator outlives the MemPool: PyTorch may give segments back after it.
+    _mem_pool_plugs[k] = plug
+    _mem_pool_slots[id(pool)] = k
+    try:
+        weakref.finalize(pool, _mem_pool_gone, id(pool), k)
+    except TypeError:
+        pass  # a MemPool without weak references: its slot stays open until exit
+    return pool
+
+
+def _mem_pool_gone(pool_id, slot):
+    _mem_pool_slots.pop(pool_id, None)
+    _close_slot(slot)
+
+
+def mem_pool_slot(pool):
+    """The Stowage slot serving a MemPool that mem_pool() returned; ValueError otherwise."""
+    slot = _mem_pool_slots.get(id(pool))
+    if slot is None:
+        raise ValueError("not a MemPool of stowage.torch.mem_pool()")
+    return slot
+
+
+def mem_pool_stats(pool, device=None):
+    """stowage.memory_stats() of the Stowage pool behind a MemPool on device:
+    the segments PyTorch asked for, as Stowage holds them."""
+    import json
+    from . import _device_index
+    lib = _bind_mem_pool(_lib.load())
+    return json.loads(_lib.call_text(lib.stow_torch_mempool_stats_json, mem_pool_slot(pool),
+                                     _device_index(device)))
+
+
+# ---- snapshots PyTorch's memory tools open (stowage/snapshot.py) ----
+
+def memory_snapshot(device=None, pool=None):
+    """The structure torch.cuda.memory._snapshot() returns, for Stowage's pools:
+    the global swap's (enable()), or with pool=MemPool the Stowage pools behind a
+    mem_pool(). One device, or every device with a pool (device=None). Recorded
+    events fill 'device_traces' when recording is on (stowage.record(N), or
+    record_events:N in STOWAGE_CONF). pytorch.org/memory_viz and
+    torch.cuda._memory_viz read it (dump_snapshot writes the file)."""
+    from . import snapshot
+    if pool is None:
+        return snapshot.memory_snapshot(device)
+    lib = _bind_mem_pool(_lib.load())
+    slot = mem_pool_slot(pool)
+    devices = range(64) if device is None else [device]
+    pools = {d: lib.stow_torch_mempool_pool(slot, d) for d in devices}
+    pools = {d: p for d, p in pools.items() if p}
+    return snapshot.pools_snapshot(pools, pool_id=tuple(getattr(pool, "id", (0, slot + 1))))
+
+
+def dump_snapshot(path, device=None, pool=None):
+    """Pickles memory_snapshot(device, pool) to path, as
+    torch.cuda.memory._dump_snapshot does; returns path."""
+    from . import snapshot
+    return snapshot.dump_snapshot(path, memory_snapshot(device, pool))
+
+
+# ---- out of memory: PyTorch's error with Stowage's explanation ----
+
+def oom_report(device=None, pool=None):
+    """Stowage's explanation of the device's last out-of-memory: the pool's
+    message (requested, reserved, allocated, cached, largest free block, limit)
+    and where the reserved bytes went at their peak. "" when it had none. With
+    pool=MemPool: the Stowage pool behind it."""
+    from . import _device_index
+    d = _device_index(device)
+    if pool is None:
+        from . import last_error as _last_error
+        text, stats = _last_error(d), memory_stats(d)
+    else:
+        lib = _bind_mem_pool(_lib.load())
+        text = _lib.call_text(lib.stow_torch_mempool_last_error, mem_pool_slot(pool), d)
+        stats = mem_pool_stats(pool, d)
+    if not text:
+        return ""
+    w = {k[len("waste_at_peak."):]: v for k, v in stats.items() if k.startswith("waste_at_peak.")}
+    causes = ["%s %d" % (k[:-len("_bytes")].replace("_", " "), v) for k, v in sorted(w.items())
+              if k.endswith("_bytes") and k not in ("reserved_bytes", "requested_bytes") and v]
+    return ("%s\nStowage at its reserved peak: %d bytes reserved for %d requested; the rest "
+            "went to %s. OOMs %d, retries %d (stowage.memory_summary() has the whole table)."
+            % (text, w.get("reserved_bytes", 0), w.get("requested_bytes", 0),
+               ", ".join(causes) or "nothing", stats.get("num_ooms", 0),
+               stats.get("num_alloc_retries", 0)))
+
+
+class explain_oom:
+    """Adds Stowage's explanation (oom_report) to PyTorch's out-of-memory error.
+
+        with stowage.torch.explain_oom():
+            loss = model(batch).sum()
+
+    When Stowage counted an out-of-memory inside the block, a
+    torch.OutOfMemoryError raised there is raised again with oom_report() at
+    the end of its message (one that PyTorch's own limits caused is left as it
+    is). Under the global swap PyTorch does not check the pointer Stowage
+    returns, so an out-of-memory there gives a tensor with a null pointer (and
+    later a CUDA error) instead of the exception: then the block's end raises
+    torch.OutOfMemoryError with the report, chained to any error the null
+    pointer caused (docs/torch.md: do not go on using CUDA in that process).
+    """
+
+    def __init__(self, device=None, pool=None):
+        self.device, self.pool = device, pool
+
+    def _ooms(self):
+        if self.pool is None:
+            return int(memory_stats(self.device).get("num_ooms", 0))
+        return int(mem_pool_stats(self.pool, self.device).get("num_ooms", 0))
+
+    def __enter__(self):
+        self._before = self._ooms()
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        import torch
+        counted = self._ooms() > self._before
+        pytorch_oom = isinstance(exc, torch.OutOfMemoryError)
+        # Only an out-of-memory Stowage counted inside the block: PyTorch's own
+        # limits raise their error as it is.
+        if not counted or not (exc is None or isinstance(exc, RuntimeError)):
+            return False
+        report = oom_report(self.device, self.pool)
+        head = str(exc) if pytorch_oom else (
+            "Stowage could not allocate on this device (PyTorch received a null pointer)")
+        raise torch.OutOfMemoryError("%s\n%s" % (head, report)) from exc
 
 
 # ---- step markers and planned steps (docs/planned.md) ----

@@ -7,9 +7,9 @@
  *
  * `stowage replay` runs users' traces: sizes up to 2^62 bytes, several
  * streams, a device of 2 MiB. fuzz_trace checks the parser; this
- * target checks what runs the parsed trace, which until now only unit tests
- * and the shared traces did (a 2^62-byte request crashed the expandable model
- * in the seventeenth session).
+ * target checks what runs the parsed trace, which unit tests and the shared
+ * traces alone reach only in part (a 2^62-byte request, for one:
+ * corpus/models/regress_2e62_*).
  *
  * Input: byte 0 picks the device capacity, byte 1 the settings (a --conf
  * string from the table below), the rest is the trace: its text when byte 1's

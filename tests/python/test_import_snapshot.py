@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 
 from script_runner import run_on_file  # noqa: E402
+from test_stack_tags import ALLOCATOR, ENGINE, INTERPRETER, MODEL  # noqa: E402
 
 from stowage import snapshot_import as imp  # noqa: E402
 
@@ -67,6 +68,26 @@ class ImportSnapshot(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(text, "3 4\na 0 512 0\na 1 1024 1\nf 0\na 2 256 0\n")
         self.assertEqual(tags, "0 train.py:42 step\n")
+
+    def test_tags_of_both_stack_shapes(self):
+        # stacks="python" and stacks="all" (C++ frames first) name the same user line; the
+        # autograd engine's thread names its node; no usable frame is '<unknown>'; no frames,
+        # no tag (stowage/stack_tags.py).
+        s = snapshot([
+            entry("alloc", 0x1000, 512, frames=MODEL),
+            entry("alloc", 0x2000, 1024, frames=ALLOCATOR + INTERPRETER + MODEL),
+            entry("alloc", 0x3000, 2048, frames=ALLOCATOR + ENGINE),
+            entry("alloc", 0x4000, 4096, frames=ALLOCATOR + INTERPRETER),
+            entry("alloc", 0x5000, 8192),
+        ])
+        p, text, tags = self.run_script(pickle.dumps(s))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(text.splitlines()[0], "5 5")
+        self.assertEqual(tags, "0 /home/u/proj/model.py:54 forward\n"
+                               "1 /home/u/proj/model.py:54 forward\n"
+                               "2 ??:0 torch::autograd::generated::BmmBackward0::apply("
+                               "std::vector<at::Tensor, std::allocator<at::Tensor> >&&)\n"
+                               "3 <unknown>\n")
 
     def test_free_requested_when_completed_absent(self):
         s = snapshot([entry("alloc", 16, 100), entry("free_requested", 16, 100),
@@ -198,6 +219,16 @@ class SnapshotFuzz(unittest.TestCase):
             with open(out, "rb") as f:
                 st, msg = self.parse(f.read())
             self.assertEqual(st, 0, (case, msg))
+        if os.path.exists(out + ".tags"):
+            # '<id> <tag>' a line, as the tag reader wants: no NUL, no blank opening the tag
+            with open(out + ".tags", "rb") as f:
+                lines = f.read().split(b"\n")
+            self.assertEqual(lines[-1], b"", case)
+            for line in lines[:-1]:
+                ident, _, tag = line.partition(b" ")
+                self.assertTrue(ident.isdigit() and tag and tag[:1] not in b" \t\v\f\r"
+                                and b"\0" not in tag, (case, line))
+            os.remove(out + ".tags")
 
     def random_entry(self, rng):
         e = {"action": rng.choice(self.ACTIONS)}
@@ -205,8 +236,11 @@ class SnapshotFuzz(unittest.TestCase):
             if rng.random() < 0.9:
                 e[key] = rng.choice(self.WEIRD) if rng.random() < 0.3 else rng.randrange(4) * 512
         if rng.random() < 0.3:
+            weird_frame = {k: rng.choice(self.WEIRD) for k in ("filename", "line", "name")
+                           if rng.random() < 0.8}
             e["frames"] = rng.choice([[], [{"filename": "a.py", "line": 3, "name": "f"}],
-                                      [rng.choice(self.WEIRD)], rng.choice(self.WEIRD)])
+                                      [rng.choice(self.WEIRD)], rng.choice(self.WEIRD),
+                                      [weird_frame, {"filename": "b.py", "line": 1}]])
         return e
 
     def test_random_entries(self):

@@ -184,6 +184,8 @@ class StatsTest(Base):
         stowage.record(0)
         with self.assertRaises(ValueError):
             stowage.set_tag("x" * 100)
+        with self.assertRaises(ValueError):  # the tags file holds one tag a line
+            stowage.set_tag("two\nlines")
 
     def test_step_markers_and_planned_blocks(self):
         import stowage.torch as st

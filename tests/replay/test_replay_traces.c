@@ -152,7 +152,7 @@ static void check_beats_pytorch(const char *name, unsigned check_every, uint64_t
     cr_assert(f.peak_reserved >= f.peak_live);
 }
 
-/* Page-mapped policy: reserved at the peak within 1% of peak live (issue 4's
+/* Page-mapped policy: reserved at the peak within 1% of peak live (its
  * goal), reached without raising the allowance (vmm_allowance.c: a single
  * replay never raises it; the slack it would add is not part of that 1%).
  * The structural check walks every granule, so it runs every 50th event;
@@ -252,8 +252,8 @@ Test(replay, steady_state_makes_no_backend_calls)
     steady_state_makes_no_backend_calls(STOW_POLICY_CLASSIC);
 }
 
-/* ResNet-50: no map or unmap call once the loop repeats (docs/design.md gives
- * the figures of every trace; some repeat with remapping). */
+/* ResNet-50: no map or unmap call once the loop repeats (docs/benchmarks.md
+ * has every trace's figures; some repeat with remapping). */
 Test(replay_vmm, steady_state_makes_no_backend_calls)
 {
     steady_state_makes_no_backend_calls(STOW_POLICY_VMM);

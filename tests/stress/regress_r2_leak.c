@@ -1,8 +1,8 @@
 /*
- * tests/stress/regress_r2_leak.c: library bug R2 (docs/reliability.md): alloc,
- * stow_record_stream on another stream, free, destroy leaks the block's
- * stream-use list (48 B). Fails under LeakSanitizer at exit (tests/check/asan.sh)
- * and under valgrind; a plain build cannot see it.
+ * tests/stress/regress_r2_leak.c: alloc, stow_record_stream on another
+ * stream, free, destroy must not leak the block's stream-use list (48 B;
+ * docs/reliability.md, regression inputs). A leak fails under LeakSanitizer at
+ * exit (tests/check/asan.sh) and under valgrind; a plain build cannot see it.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -31,7 +31,7 @@
  * FAKE_CUDA_LAG ticks later; every cuEventQuery / cuStreamQuery is one tick.
  * So events recorded after queued work answer CUDA_ERROR_NOT_READY a few times
  * before they complete, and the pool's deferred-free path is exercised. The
- * granules such work touches stay busy until then: a cuMemUnmap of a busy
+ * granules such work touches stay busy meanwhile: a cuMemUnmap of a busy
  * granule, which on a GPU succeeds and leaves the queued work writing into
  * whatever is mapped there next (unmapping is not stream-ordered), succeeds
  * here too but counts as a violation.

@@ -175,9 +175,9 @@ const unsigned char ts_loop4_program[] = {
     4, 1, 3, 3, 4, 2, 3, 3, 1, 1, 2, 2, 6, 6, 0, 0, 0, 3, 5, 2, 4, 4, 5, 3};
 
 /* Seed 33: its step touches about 1.032 x its live peak in granules, so a
- * raise by half (1.0143) left it remapping about 110 granules a step, and
- * helped too little for another: the pool stopped raising there, for good,
- * until raises covered the footprint (thirty-first session). */
+ * raise by half (1.0143) leaves it remapping about 110 granules a step and
+ * helps too little for another: the adaptive allowance must raise it to its
+ * footprint instead. */
 const unsigned ts_loop33_weights_mib[] = {40, 40, 40, 24, 24, 64};
 const size_t ts_loop33_slot_kib[] = {4608,  6656,   134656, 206336, 4608,
                                          263680, 42496, 205312, 133632, 308736};

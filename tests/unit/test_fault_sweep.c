@@ -282,12 +282,12 @@ Test(fault_sweep, random_faults_every_kind, .timeout = 600)
 }
 
 /* ---- Regressions for library bugs found by the fuzzers (docs/reliability.md,
- * "Findings"). ---- */
+ * regression inputs). ---- */
 #include <sys/resource.h>
 
-/* R1: roundup_power2_divisions rounding wraps above 2^63: alloc returned
- * STOW_OK with a 0-byte block and stow_pool_check failed ("bad size 0"). */
-Test(fault_sweep_regress, r1_rounding_near_size_max)
+/* roundup_power2_divisions rounding must not wrap above 2^63: a wrapped size
+ * would give STOW_OK with a 0-byte block. */
+Test(fault_sweep_regress, rounding_near_size_max)
 {
     stow_backend_t *sim = ts_sim(0, false, false);
     stow_config_t c;
@@ -309,8 +309,9 @@ Test(fault_sweep_regress, r1_rounding_near_size_max)
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
 
-/* R3: the header alone makes stow_trace_parse allocate 64 GiB + 128 GiB. */
-Test(fault_sweep_regress, r3_trace_header_does_not_drive_allocation)
+/* The header alone must not make stow_trace_parse allocate: trusted, this one
+ * would ask for 64 GiB + 128 GiB. */
+Test(fault_sweep_regress, trace_header_does_not_drive_allocation)
 {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     /* A relapse would try to allocate 192 GiB: make that fail fast instead.

@@ -106,7 +106,7 @@ Test(ideal_remap, best_fit_smallest_then_lowest_address)
     cr_assert_eq(alloc_at(m, 1), 2 * MIB + MIB / 2);
     cr_assert_eq(alloc_at(m, 511), 2 * MIB + MIB / 2 + 512);
     cr_assert_eq(alloc_at(m, 513), 2 * MIB + MIB / 2 + 1024);
-    cr_assert_eq(alloc_at(m, MIB / 2), 6 * MIB); /* no longer fits the 0.5 MiB hole */
+    cr_assert_eq(alloc_at(m, MIB / 2), 6 * MIB); /* the 0.5 MiB hole is too small now */
     model()->destroy(m);
 }
 

@@ -68,8 +68,8 @@ Test(rmm_import, converts_with_dense_ids)
 
 /* RMM logs 0-byte allocations, with a null pointer when the resource returns
  * none: they hold no memory and the .rep format has none (the trace parser
- * refuses size 0), so they and their frees are left out and counted. Found by
- * fuzz_rmm: the importer used to write "a 0 0 0", which no tool could read. */
+ * refuses size 0), so they and their frees are left out and counted, never
+ * written as "a 0 0 0", which no tool could read. */
 Test(rmm_import, zero_byte_allocations_are_left_out_and_counted)
 {
     const char csv[] = "Thread,Time,Action,Pointer,Size,Stream\n"

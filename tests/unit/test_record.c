@@ -60,6 +60,15 @@ Test(tags, interned_per_process_and_current_per_thread)
     memset(longname, 'x', sizeof longname - 1);
     longname[sizeof longname - 1] = 0;
     cr_assert_eq(stow_tag_set(longname, NULL), STOW_EINVAL);
+    /* A name the tags file cannot hold as written: refused, the current tag kept. */
+    const char *bad[] = {"two\nlines", "cr\r", " lead", "\ttab"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        unsigned untouched = 77;
+        cr_assert_eq(stow_tag_set(bad[i], &untouched), STOW_EINVAL, "%zu", i);
+        cr_assert_eq(untouched, 77);
+        cr_assert_str_eq(stow_tag_current(), "weights");
+    }
+    cr_assert_eq(stow_tag_set("inner blank ok", NULL), STOW_OK);
     cr_assert_eq(stow_tag_set(NULL, &a), STOW_OK);
     cr_assert_eq(a, 0);
     cr_assert_str_eq(stow_tag_current(), "");

@@ -285,9 +285,9 @@ Test(report, tags_file)
     unlink(path);
 }
 
-/* The parser behind the file: lines of any length (the file reader used to
- * split lines at 4095 bytes and read the rest as a line of its own), CRLF,
- * a later line replacing an earlier tag, and the lines it refuses. */
+/* The parser behind the file: lines of any length (none is split at 4095
+ * bytes and its rest read as a line of its own), CRLF, a later line replacing
+ * an earlier tag, and the lines it refuses. */
 Test(report, tags_parse)
 {
     size_t long_len = 10000;

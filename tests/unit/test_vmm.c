@@ -429,9 +429,9 @@ Test(vmm, inactive_split_bytes_are_memory_beside_live_data)
     finish();
 }
 
-/* Each range kind books its own memory beside live data: until the
- * thirty-eighth session the whole figure went to large_pool, which then read
- * more non-releasable memory than it reserved. 100 blocks of 10 KiB in the
+/* Each range kind books its own memory beside live data: booked whole under
+ * large_pool, the figure could read more non-releasable memory than that kind
+ * reserved. 100 blocks of 10 KiB in the
  * small range: 1000 KiB of its 2 MiB granule live; a 3 MiB block in the
  * large range leaves 1 MiB of its second granule beside it. */
 Test(vmm, inactive_split_bytes_are_booked_per_range_kind)
@@ -589,9 +589,8 @@ Test(vmm, unused_granules_are_remapped_instead_of_growing)
  * granules of other rooms: 8 MiB device, four 2 MiB blocks a b d e fill it;
  * a and d freed leave two 1-granule rooms, so a 4 MiB request goes above e
  * and its 2 granules are a's and d's, unmapped and mapped again, with no new
- * handle. (Until the thirty-eighth session this test reached the capacity
- * through an out-of-memory retry, which gives the granules back to the device
- * and so never remapped: a pool without remapping passed it.) */
+ * handle. No out-of-memory retry may be needed to get there: a retry gives the
+ * granules back to the device, and a pool without remapping would pass. */
 Test(vmm, device_capacity_is_reached_by_remapping)
 {
     make_vmm(8 * MIB, false);
@@ -1697,8 +1696,7 @@ Test(vmm, a_request_beyond_the_limit_maps_nothing)
  * pool holds what it held before. */
 /* A request larger than the pool may ever hold fails before any range is
  * built or retry made, and says so: counted as an out-of-memory error, with
- * a message that claims no retry (it said "retried" until the thirty-eighth
- * session). */
+ * a message that claims no retry. */
 Test(vmm, a_request_above_the_limit_is_an_explained_oom_without_a_retry)
 {
     make_vmm(64 * MIB, false);
@@ -1734,8 +1732,8 @@ Test(vmm, a_request_the_device_refuses_midway_leaves_what_the_pool_held)
     stow_sim_counters(sim, &c);
     cr_assert_eq(c.reserved_bytes, 40 * MIB + before.reserved_bytes[STOW_POOL_ALL].current);
     /* It held them for a moment: the peak, and the waste breakdown taken at
-     * it (until the thirty-eighth session the breakdown stayed at 4 MiB, and
-     * the next request took it at 6). */
+     * it, on the failure path (not left at 4 MiB for the next request to take
+     * at 6). */
     const stow_waste_t *w = &after.waste_at_peak;
     cr_assert_eq(after.reserved_bytes[STOW_POOL_ALL].peak, 24 * MIB, "a's 2 granules and 10 more");
     cr_assert_eq(w->reserved_bytes, 24 * MIB);
