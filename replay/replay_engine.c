@@ -20,6 +20,8 @@
 const stow_replay_policy_t *const stow__replay_policies[] = {
     &stow__replay_policy_classic,
     &stow__replay_policy_vmm,
+    &stow__replay_policy_classic_planned,
+    &stow__replay_policy_vmm_planned,
     &stow__replay_policy_pytorch,
     &stow__replay_policy_pytorch_expandable,
     &stow__replay_policy_naive,

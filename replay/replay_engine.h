@@ -95,10 +95,15 @@ typedef struct stow_replay_policy {
      * before the event it precedes, in every pass. NULL: markers are
      * ignored (every model but Stowage's own pools). */
     void (*step)(void *ctx, const char *key);
+    /* `--policy all` runs it only on a trace with step markers (a planned
+     * pool plans nothing without them). */
+    bool markers_only;
 } stow_replay_policy_t;
 
 extern const stow_replay_policy_t stow__replay_policy_classic;    /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_vmm;        /* replay_policies.c */
+extern const stow_replay_policy_t stow__replay_policy_classic_planned; /* replay_policies.c */
+extern const stow_replay_policy_t stow__replay_policy_vmm_planned; /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch;    /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch_expandable;
 extern const stow_replay_policy_t stow__replay_policy_naive;      /* naive.c */
