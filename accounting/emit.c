@@ -170,6 +170,18 @@ size_t stow_stats_summary(const stow_stats_t *s, char *buf, size_t buf_len)
     if (s->num_sync_all_streams || s->num_event_waits)
         put_row(&o, "Device synchronizes %" PRIu64 ", event waits %" PRIu64,
                 s->num_sync_all_streams, s->num_event_waits);
+    /* The planned layer (docs/planned.md): what its arena served. */
+    if (s->num_plans || s->arena_bytes || s->num_planned_hits) {
+        put_row(&o, "Planned steps: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                    " re-alignments, %" PRIu64 " to the pool",
+                s->num_planned_hits, s->num_planned_misses, s->num_planned_realignments,
+                s->num_planned_fallbacks);
+        put_row(&o, "  plans %" PRIu64 " (dropped %" PRIu64 ", %.3f ms planning), arena %s"
+                    ", peak use %s",
+                s->num_plans, s->num_plans_dropped, (double)s->planning_ns / 1e6,
+                human_bytes(s->arena_bytes, t1, sizeof t1),
+                human_bytes(s->arena_peak_bytes, t2, sizeof t2));
+    }
     put_rule(&o, '-');
     put_row(&o, "%-24s | %12s | %12s | %12s | %12s", "Request size class", "Requests",
             "Cache hits", "Misses", "Live (peak)");
@@ -217,6 +229,8 @@ size_t stow_stats_json(const stow_stats_t *s, char *buf, size_t buf_len)
         s->fragmentation_peak);
     put(&o, ", \"capacity_bytes\": %" PRIu64 ", \"limit_bytes\": %" PRIu64, s->capacity_bytes,
         s->limit_bytes);
+    put(&o, ", \"arena_bytes\": %" PRIu64 ", \"arena_peak_bytes\": %" PRIu64, s->arena_bytes,
+        s->arena_peak_bytes);
     const stow_waste_t *w = &s->waste_at_peak;
     put(&o,
         ", \"waste_at_peak.reserved_bytes\": %" PRIu64

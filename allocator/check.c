@@ -24,7 +24,7 @@ typedef struct tally {
     uint64_t allocated[STOW_POOL_KINDS], requested[STOW_POOL_KINDS], active[STOW_POOL_KINDS];
     uint64_t allocations[STOW_POOL_KINDS], active_count[STOW_POOL_KINDS];
     uint64_t split_bytes[STOW_POOL_KINDS], split_count[STOW_POOL_KINDS];
-    uint64_t free_blocks, live_blocks, pending_bytes, idle_bytes, quick_blocks;
+    uint64_t free_blocks, live_blocks, pending_bytes, idle_bytes, quick_blocks, arena_blocks;
 } tally_t;
 
 static void add2(uint64_t *arr, unsigned kind, uint64_t v)
@@ -62,6 +62,18 @@ static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg,
             }
             if (stow__ptr_map_get(&pool->live, b->addr) == b)
                 return violation(why, len, "free block %#" PRIxPTR " is in the live map",
+                                 b->addr);
+        } else if (b->state == BLOCK_ARENA) {
+            /* The planned layer's arena: live for its segment, in no book of
+             * its own; its busy slots are counted by planned_check.c. */
+            live++;
+            t->arena_blocks++;
+            if (!pool->planned || pool->planned_base != b->addr ||
+                pool->planned_bytes != b->size_bytes)
+                return violation(why, len, "arena block %#" PRIxPTR " is not the planned arena",
+                                 b->addr);
+            if (stow__ptr_map_get(&pool->live, b->addr) == b)
+                return violation(why, len, "arena block %#" PRIxPTR " is in the live map",
                                  b->addr);
         } else if (b->state == BLOCK_QUICK) {
             t->quick_blocks++;
@@ -195,6 +207,21 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
             t.split_bytes[k] = phys.beside_live_bytes[k];
         }
     }
+    /* The planned arena's busy slots are allocations of the large pool kind. */
+    stow_planned_books_t planned;
+    if ((st = stow__planned_check(pool, &planned, why, len)) != STOW_OK)
+        return st;
+    if (t.arena_blocks != (pool->planned_bytes ? 1u : 0u))
+        return violation(why, len, "%" PRIu64 " arena blocks for an arena of %zu bytes",
+                         t.arena_blocks, pool->planned_bytes);
+    for (unsigned k = STOW_POOL_ALL; k <= STOW_POOL_LARGE; k += STOW_POOL_LARGE) {
+        t.allocated[k] += planned.allocated_bytes;
+        t.requested[k] += planned.requested_bytes;
+        t.allocations[k] += planned.allocations;
+        t.active[k] += planned.allocated_bytes + planned.pending_bytes;
+        t.active_count[k] += planned.allocations + planned.pending_blocks;
+    }
+    t.pending_bytes += planned.pending_bytes;
     for (unsigned k = 0; k < STOW_POOL_KINDS; k++) {
         if ((st = compare("reserved_bytes", k, s->reserved_bytes[k].current, t.reserved[k], why,
                           len)) ||

@@ -156,7 +156,8 @@ typedef enum {
     STOW_REC_SEGMENT_RELEASE,
     STOW_REC_MAP,
     STOW_REC_UNMAP,
-    STOW_REC_OOM
+    STOW_REC_OOM,
+    STOW_REC_STEP     /* a step marker: addr = 1 + the key's index in keys[], 0 = step end */
 } stow_rec_kind_t;
 
 typedef struct stow_rec_event {
@@ -176,11 +177,16 @@ typedef struct stow_recorder {
     size_t next;              /* slot the next event goes to: count % capacity */
     uint64_t last_ticks;      /* the clock at the last sampled event */
     uint64_t start_ticks, start_ns;
+    char **keys;              /* the step keys recorded, in order of first use (record.c) */
+    uint32_t key_count, key_capacity;
 } stow_recorder_t;
 
 extern _Thread_local unsigned char stow__current_tag;
 uint64_t stow__record_clock(void);
 void stow__record_free(stow_pool_t *pool);
+/* Records a step marker (key NULL: the step ends) when recording; a key that
+ * cannot be kept for lack of host memory is left out. Lock held. */
+void stow__record_step(stow_pool_t *pool, const char *key);
 
 /* ---- pool.c: the pool struct is shared by pool.c, segment.c, stream.c, check.c ---- */
 /* The adaptive allowance of a page-mapped pool (vmm_allowance.c): remaps
@@ -312,6 +318,9 @@ struct stow_pool {
     unsigned quick_mid_slots;        /* slots of each stream's mid ring used; 0: none (quick.c) */
     bool quick_on;                   /* either of the two: one load on every free, not two */
     uint64_t quick_blocks;           /* QUICK blocks of every stream */
+    struct stow_planned *planned;    /* the planned layer (planned_steps), or NULL */
+    uintptr_t planned_base;          /* its arena: [base, base + bytes); 0 bytes: none */
+    size_t planned_bytes;
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];
@@ -615,6 +624,59 @@ bool stow__stream_clear_others(stow_pool_t *pool, stow_stream_state_t *except);
 /* After a device synchronize: everything free is clear for every stream. */
 void stow__stream_clear_all_synchronized(stow_pool_t *pool);
 stow_status_t stow__stream_add_use(stow_pool_t *pool, stow_block_t *b, stow_stream_t stream);
+
+/* ---- planned_serve.c: the planned layer (planned_steps; allocator/planned.h) ---- */
+stow_status_t stow__planned_create(stow_pool_t *pool);
+void stow__planned_destroy(stow_pool_t *pool);
+/* A step marker (key NULL: the step in progress ends). */
+void stow__planned_step(stow_pool_t *pool, const char *key);
+/* Serves the request from its planned slot (true, *out set), or leaves it to
+ * the pool (false). */
+bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
+                         size_t requested, void **out);
+/* The pool served a request (the step's count and its recording). */
+void stow__planned_pool_alloc(stow_pool_t *pool, stow_stream_state_t *ss, uintptr_t addr,
+                              size_t rounded);
+/* The pool freed the block at addr (recordings follow lives). */
+void stow__planned_pool_free(stow_pool_t *pool, uintptr_t addr);
+/* A free of an address in the arena: STOW_OK, or STOW_ENOTOWNED (counted). */
+stow_status_t stow__planned_free(stow_pool_t *pool, uintptr_t addr);
+bool stow__planned_block_size(stow_pool_t *pool, uintptr_t addr, size_t *block_bytes,
+                              size_t *requested_bytes);
+stow_status_t stow__planned_record_stream(stow_pool_t *pool, uintptr_t addr,
+                                          stow_stream_t stream);
+/* After a synchronize (empty_cache, the out-of-memory retry): slots waiting for
+ * events are free; the arena goes back to the pool when no slot is busy. */
+void stow__planned_release(stow_pool_t *pool);
+/* Bytes of the arena's busy slots now. */
+size_t stow__planned_live_bytes(const stow_pool_t *pool);
+/* Whether addr lies in the arena (0 bytes when there is none: never). */
+static inline bool stow__planned_owns(const stow_pool_t *pool, uintptr_t addr)
+{
+    return addr - pool->planned_base < pool->planned_bytes;
+}
+
+/* ---- planned_check.c ---- */
+/* The planned layer's invariants (allocator/planned.h), and what its busy
+ * slots add to the books (large pool kind). */
+typedef struct stow_planned_books {
+    uint64_t allocated_bytes, requested_bytes, allocations, pending_bytes, pending_blocks;
+} stow_planned_books_t;
+stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books, char *why,
+                                  size_t why_len);
+
+/* ---- pool.c: the arena's block ---- */
+/* A block of `bytes` (a multiple of 512) for the planned layer's arena, found,
+ * grown and backed as an allocation on ss is, handed to no user: ARENA, in no
+ * book but reserved memory. Errors as stow_pool_alloc's (nothing changes). */
+stow_status_t stow__pool_take_arena(stow_pool_t *pool, stow_stream_state_t *ss, size_t bytes,
+                                    stow_block_t **out);
+/* Gives the arena's block back, freed on `owner` (the shared lists after a
+ * synchronize). */
+void stow__pool_release_arena(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner);
+/* A plan took over the steps the pool served: its idle memory goes back to
+ * the device (empty_cache's release, once). */
+void stow__pool_trim_for_plan(stow_pool_t *pool);
 
 /* ---- check.c ---- */
 /* Walks every structure and checks the invariants of types.h and the books.

@@ -34,6 +34,8 @@ void stow_config_default(stow_config_t *config)
     config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
     config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
     config->keep_idle_max = 0.05;
+    config->planned_warmup_steps = 1;
+    config->planned_async = true;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)
@@ -67,6 +69,11 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'vmm_slack_max': must be in [0, 1]");
     if (!(c->keep_idle_max >= 0.0 && c->keep_idle_max <= 1.0))
         return fail(err, err_len, "key 'keep_idle_max': must be in [0, 1]");
+    if (!(c->planned_headroom >= 0.0 && c->planned_headroom <= 1.0))
+        return fail(err, err_len, "key 'planned_headroom': must be in [0, 1]");
+    if (c->planned_warmup_steps > STOW_PLANNED_WARMUP_MAX)
+        return fail(err, err_len, "key 'planned_warmup_steps': at most %u",
+                    STOW_PLANNED_WARMUP_MAX);
     if (c->vmm_small_kb > STOW_SMALL_REQUEST_KB)
         return fail(err, err_len, "key 'vmm_small_kb': at most %u", STOW_SMALL_REQUEST_KB);
     if (c->vmm_handle_mb > STOW_VMM_HANDLE_MB_MAX)
@@ -268,15 +275,19 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         return STOW_OK;
     }
     if (!strcmp(key, "vmm_slack") || !strcmp(key, "vmm_slack_max") ||
-        !strcmp(key, "keep_idle_max")) {
+        !strcmp(key, "keep_idle_max") || !strcmp(key, "planned_headroom")) {
         double f;
         if (!parse_double(v, &f) || !(f >= 0.0 && f <= 1.0))
             return fail(err, err_len, "key '%s': '%s' is not a number in [0, 1]", key, v);
         *(!strcmp(key, "vmm_slack")       ? &c->vmm_slack
           : !strcmp(key, "vmm_slack_max") ? &c->vmm_slack_max
-                                          : &c->keep_idle_max) = f;
+          : !strcmp(key, "keep_idle_max") ? &c->keep_idle_max
+                                          : &c->planned_headroom) = f;
         return STOW_OK;
     }
+    if (!strcmp(key, "planned_warmup_steps"))
+        return parse_count(key, v, STOW_PLANNED_WARMUP_MAX, &c->planned_warmup_steps, err,
+                           err_len);
     if (!strcmp(key, "quick_depth"))
         return parse_count(key, v, STOW_QUICK_DEPTH_MAX, &c->quick_depth, err, err_len);
     if (!strcmp(key, "vmm_small_kb")) {
@@ -298,10 +309,14 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
     if (!strcmp(key, "quick_mid_slots"))
         return parse_count(key, v, STOW_QUICK_MID_SLOTS_MAX, &c->quick_mid_slots, err, err_len);
     if (!strcmp(key, "release_idle_on_grow") || !strcmp(key, "reuse_other_streams_on_miss") ||
-        !strcmp(key, "vmm_learn_step")) {
+        !strcmp(key, "vmm_learn_step") || !strcmp(key, "planned_steps") ||
+        !strcmp(key, "planned_async") || !strcmp(key, "planned_auto")) {
         bool *flag = !strcmp(key, "release_idle_on_grow")          ? &c->release_idle_on_grow
                      : !strcmp(key, "reuse_other_streams_on_miss") ? &c->reuse_other_streams_on_miss
-                                                                   : &c->vmm_learn_step;
+                     : !strcmp(key, "vmm_learn_step")              ? &c->vmm_learn_step
+                     : !strcmp(key, "planned_steps")               ? &c->planned_steps
+                     : !strcmp(key, "planned_auto")                ? &c->planned_auto
+                                                                   : &c->planned_async;
         if (!parse_bool(v, flag))
             return fail(err, err_len, "key '%s': '%s' is not true or false", key, v);
         return STOW_OK;

@@ -169,6 +169,7 @@ stow_status_t stow__backend_status(stow_pool_t *pool, stow_status_t st)
 
 static void pool_free_memory(stow_pool_t *pool)
 {
+    stow__planned_destroy(pool);
     stow__record_free(pool);
     free(pool->free_handles);
     stow__vmm_drop_closures(pool, true);
@@ -250,7 +251,9 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     }
     pool->any->is_any = true;
     atomic_init(&pool->lock.state, 0);
-    if (cfg.record_events && stow_record_start(pool, cfg.record_events) != STOW_OK) {
+    if ((cfg.record_events && stow_record_start(pool, cfg.record_events) != STOW_OK) ||
+        ((cfg.planned_steps || cfg.planned_auto) && !cfg.scrub_on_free &&
+         stow__planned_create(pool) != STOW_OK)) {
         pool_free_memory(pool);
         return STOW_EHOSTMEM;
     }
@@ -545,6 +548,13 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     if (STOW_UNLIKELY(pool->pending != NULL))
         stow__stream_process_pending(pool);
     stow_stream_state_t *ss = stow__stream_get(pool, stream);
+    /* The planned step first (planned_serve.c): its slot, in O(1). */
+    if (STOW_UNLIKELY(pool->planned != NULL) && STOW_LIKELY(ss != NULL) &&
+        stow__planned_alloc(pool, ss, rounded, size_bytes, out)) {
+        stow_assert_expensive(pool);
+        stow__unlock(&pool->lock);
+        return STOW_OK;
+    }
     if (kind == STOW_POOL_SMALL && STOW_LIKELY(ss != NULL)) {
         /* A kept block is still in the live map and needs no new record. */
         stow_block_t *q = stow__quick_pop(pool, ss, rounded);
@@ -557,6 +567,8 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
             hand_out(pool, q, ss, size_bytes, true);
             if (pool->learn_step)
                 stow__vmm_step_note_alloc(pool, q, ss, rounded);
+            if (STOW_UNLIKELY(pool->planned != NULL))
+                stow__planned_pool_alloc(pool, ss, q->addr, rounded);
             *out = (void *)q->addr;
             stow_assert_expensive(pool);
             stow__unlock(&pool->lock);
@@ -614,6 +626,8 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     }
     if (pool->learn_step)
         stow__vmm_step_note_alloc(pool, b, ss, rounded);
+    if (STOW_UNLIKELY(pool->planned != NULL))
+        stow__planned_pool_alloc(pool, ss, b->addr, rounded);
     uint64_t largest = stow__pool_largest_free(pool);
     stow__acct_note_fragmentation(&pool->acct, largest);
     if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))
@@ -624,6 +638,68 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     return STOW_OK;
 }
 
+/* ---- the planned layer's arena (planned_serve.c) ---- */
+
+stow_status_t stow__pool_take_arena(stow_pool_t *pool, stow_stream_state_t *ss, size_t bytes,
+                                    stow_block_t **out)
+{
+    unsigned kind = pool_kind_for(pool, bytes);
+    if (stow__block_reserve(&pool->blocks, 3) != STOW_OK)
+        return STOW_EHOSTMEM;
+    stow_block_t *b = find_fit(pool, ss, kind, bytes);
+    bool cached = b != NULL;
+    stow_status_t st = STOW_OK;
+    if (!b && (st = alloc_slow(pool, ss, kind, bytes, bytes, &b, &cached)) != STOW_OK)
+        return st;
+    if (pool->vmm && cached)
+        b = stow__vmm_place(pool, ss, bytes, b);
+    bool split = false;
+    if (pool->vmm &&
+        (st = vmm_back_or_retry(pool, ss, kind, bytes, bytes, &b, &split)) != STOW_OK) {
+        pool->placed_extra = 0;
+        return st;
+    }
+    if (!pool->vmm)
+        split = should_split(pool, b, bytes);
+    index_remove(pool, b);
+    if (split)
+        split_block(pool, b, bytes);
+    stow_segment_t *seg = b->segment;
+    if (seg->live_blocks++ == 0 && !seg->granules)
+        pool->acct.idle_segment_bytes -= seg->size_bytes;
+    b->state = BLOCK_ARENA;
+    b->owner = ss;
+    b->requested_bytes = 0;
+    if (pool->vmm) {
+        b->extra_granules = (uint32_t)pool->placed_extra;
+        pool->extra_granules_live += pool->placed_extra;
+        pool->placed_extra = 0;
+    }
+    uint64_t largest = stow__pool_largest_free(pool);
+    stow__acct_note_fragmentation(&pool->acct, largest);
+    if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))
+        stow__acct_note_waste_if_peak(&pool->acct, largest);
+    *out = b;
+    return STOW_OK;
+}
+
+void stow__pool_release_arena(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *owner)
+{
+    stow_assert_internal(b->state == BLOCK_ARENA);
+    stow__pool_make_free(pool, b, owner);
+    stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+}
+
+void stow__pool_trim_for_plan(stow_pool_t *pool)
+{
+    if (!stow__segment_sync_for_release(pool))
+        return;
+    if (pool->vmm)
+        stow__vmm_release_unused(pool);
+    stow__segment_release_idle(pool, true, 0);
+    stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+}
+
 /* ---- free ---- */
 
 stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
@@ -631,6 +707,15 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
     if (STOW_UNLIKELY(!pool || !ptr))
         return STOW_EINVAL;
     stow__lock(&pool->lock);
+    if (STOW_UNLIKELY(stow__planned_owns(pool, (uintptr_t)ptr))) {
+        /* A slot of the planned arena (planned_serve.c): O(1). */
+        stow_status_t pst = stow__planned_free(pool, (uintptr_t)ptr);
+        if (pst == STOW_OK)
+            stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+        stow_assert_expensive(pool);
+        stow__unlock(&pool->lock);
+        return pst;
+    }
     stow_ptr_slot_t *slot = stow__ptr_map_find(&pool->live, (uintptr_t)ptr);
     stow_block_t *b = slot ? slot->value : NULL;
     if (STOW_UNLIKELY(!b || b->state != BLOCK_ALLOCATED)) {
@@ -651,6 +736,8 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
         stow__ptr_map_remove_slot(&pool->live, slot);
         stow__pool_make_free(pool, b, b->owner);
     }
+    if (STOW_UNLIKELY(pool->planned != NULL))
+        stow__planned_pool_free(pool, (uintptr_t)ptr);
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
     stow_assert_expensive(pool);
     stow__unlock(&pool->lock);
@@ -662,6 +749,11 @@ stow_status_t stow_record_stream(stow_pool_t *pool, void *ptr, stow_stream_t str
     if (!pool || !ptr)
         return STOW_EINVAL;
     stow__lock(&pool->lock);
+    if (stow__planned_owns(pool, (uintptr_t)ptr)) {
+        stow_status_t pst = stow__planned_record_stream(pool, (uintptr_t)ptr, stream);
+        stow__unlock(&pool->lock);
+        return pst;
+    }
     stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
     stow_status_t st;
     if (!b || b->state != BLOCK_ALLOCATED)
@@ -683,10 +775,14 @@ stow_status_t stow_empty_cache(stow_pool_t *pool)
     /* First, so that the blocks merge under the streams they were freed on,
      * before those move to `any` together. */
     stow__quick_flush(pool);
-    if (!stow__segment_sync_for_release(pool))
+    if (!stow__segment_sync_for_release(pool)) {
         st = STOW_EBACKEND; /* nothing unmapped: queued work may still use it */
-    else if (pool->vmm)
-        stow__vmm_release_unused(pool);
+    } else {
+        if (pool->planned)
+            stow__planned_release(pool); /* the arena, when no slot is busy */
+        if (pool->vmm)
+            stow__vmm_release_unused(pool);
+    }
     if (pool->learn_step)
         stow__vmm_step_forget(pool);
     stow__segment_release_idle(pool, true, 0);
@@ -701,6 +797,11 @@ stow_status_t stow_pool_block_size(stow_pool_t *pool, const void *ptr, size_t *b
     if (!pool || !ptr)
         return STOW_EINVAL;
     stow__lock(&pool->lock);
+    if (stow__planned_owns(pool, (uintptr_t)ptr)) {
+        bool busy = stow__planned_block_size(pool, (uintptr_t)ptr, block_bytes, requested_bytes);
+        stow__unlock(&pool->lock);
+        return busy ? STOW_OK : STOW_ENOTOWNED;
+    }
     stow_block_t *b = stow__ptr_map_get(&pool->live, (uintptr_t)ptr);
     stow_status_t st = (b && b->state == BLOCK_ALLOCATED) ? STOW_OK : STOW_ENOTOWNED;
     if (st == STOW_OK) {
@@ -762,6 +863,7 @@ void stow_stats_reset_peak(stow_pool_t *pool)
         return;
     stow__lock(&pool->lock);
     stow__acct_reset_peak(&pool->acct, stow__pool_largest_free(pool));
+    pool->acct.s.arena_peak_bytes = pool->planned ? stow__planned_live_bytes(pool) : 0;
     for (unsigned i = 0; i < STOW_TAG_MAX; i++)
         pool->tag_stats[i].allocated_bytes_peak = pool->tag_stats[i].allocated_bytes;
     stow__unlock(&pool->lock);

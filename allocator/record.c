@@ -95,6 +95,46 @@ static uint64_t wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void recorder_free(stow_recorder_t *rec)
+{
+    if (!rec)
+        return;
+    for (uint32_t i = 0; i < rec->key_count; i++)
+        free(rec->keys[i]);
+    free(rec->keys);
+    free(rec->events);
+    free(rec);
+}
+
+void stow__record_step(stow_pool_t *pool, const char *key)
+{
+    stow_recorder_t *r = pool->rec;
+    if (!r)
+        return;
+    uint32_t i = 0;
+    if (key) {
+        /* Markers come once a step and keys are few: a linear search. */
+        while (i < r->key_count && strcmp(r->keys[i], key))
+            i++;
+        if (i == r->key_count) {
+            if (r->key_count == r->key_capacity) {
+                uint32_t cap = r->key_capacity ? 2 * r->key_capacity : 8;
+                char **grown = realloc(r->keys, cap * sizeof *grown);
+                if (!grown)
+                    return;
+                r->keys = grown;
+                r->key_capacity = cap;
+            }
+            char *copy = strdup(key);
+            if (!copy)
+                return;
+            r->keys[r->key_count++] = copy;
+        }
+        i++;
+    }
+    stow__record(pool, STOW_REC_STEP, i, 0, 0, 0);
+}
+
 stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events)
 {
     if (!pool || capacity_events > STOW_RECORD_EVENTS_MAX)
@@ -121,10 +161,7 @@ stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events)
     stow_recorder_t *old = pool->rec;
     pool->rec = rec;
     stow__unlock(&pool->lock);
-    if (old) {
-        free(old->events);
-        free(old);
-    }
+    recorder_free(old);
     return STOW_OK;
 }
 
@@ -147,11 +184,8 @@ void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t *kept)
 
 void stow__record_free(stow_pool_t *pool)
 {
-    if (pool->rec) {
-        free(pool->rec->events);
-        free(pool->rec);
-        pool->rec = NULL;
-    }
+    recorder_free(pool->rec);
+    pool->rec = NULL;
 }
 
 /* ---- dump ---- */
@@ -160,11 +194,12 @@ static const char *const kind_names[] = {
     [STOW_REC_ALLOC] = "alloc",       [STOW_REC_FREE] = "free",
     [STOW_REC_SEGMENT_RESERVE] = "segment_reserve", [STOW_REC_SEGMENT_RELEASE] = "segment_release",
     [STOW_REC_MAP] = "map",           [STOW_REC_UNMAP] = "unmap",
-    [STOW_REC_OOM] = "oom",
+    [STOW_REC_OOM] = "oom",           [STOW_REC_STEP] = "step",
 };
 
 static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, size_t n,
-                                double ns_per_tick, uint64_t start_ticks)
+                                double ns_per_tick, uint64_t start_ticks, char *const *keys,
+                                uint32_t key_count)
 {
     /* Ids: one per allocation whose event is kept, in order; frees find
      * theirs by address. Pass 1 counts, pass 2 writes. */
@@ -227,7 +262,11 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
             }
             else if (e->kind == STOW_REC_FREE && id_of[i] != UINT32_MAX)
                 fprintf(f, "f %u\n", id_of[i]);
-            else if (e->kind != STOW_REC_FREE)
+            else if (e->kind == STOW_REC_STEP && e->addr == 0)
+                fprintf(f, "e\n");
+            else if (e->kind == STOW_REC_STEP && e->addr <= key_count)
+                fprintf(f, "m %s\n", keys[e->addr - 1]);
+            else if (e->kind != STOW_REC_FREE && e->kind != STOW_REC_STEP)
                 fprintf(f, "# %s %#llx %llu t=%.0f\n", kind_names[e->kind],
                         (unsigned long long)e->addr, (unsigned long long)e->size,
                         (double)(e->ticks - start_ticks) * ns_per_tick);
@@ -294,11 +333,26 @@ stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path)
     for (size_t i = 0; i < n; i++)
         copy[i] = rec->events[(first + i) % rec->capacity];
     uint64_t t0 = rec->start_ticks, ns0 = rec->start_ns;
+    /* The keys too: once unlocked, stow_record_start may free them. */
+    uint32_t key_count = 0;
+    char **keys = rec->key_count ? calloc(rec->key_count, sizeof *keys) : NULL;
+    bool keys_ok = !rec->key_count || keys;
+    for (uint32_t i = 0; keys && i < rec->key_count; i++, key_count++)
+        if (!(keys[i] = strdup(rec->keys[i]))) {
+            keys_ok = false;
+            break;
+        }
     stow__unlock(&pool->lock);
-    interpolate_ticks(copy, n);
-    uint64_t t1 = stow__record_clock(), ns1 = wall_ns();
-    double ns_per_tick = t1 > t0 ? (double)(ns1 - ns0) / (double)(t1 - t0) : 1.0;
-    stow_status_t st = write_dump(path, copy, n, ns_per_tick, t0);
+    stow_status_t st = keys_ok ? STOW_OK : STOW_EHOSTMEM;
+    if (st == STOW_OK) {
+        interpolate_ticks(copy, n);
+        uint64_t t1 = stow__record_clock(), ns1 = wall_ns();
+        double ns_per_tick = t1 > t0 ? (double)(ns1 - ns0) / (double)(t1 - t0) : 1.0;
+        st = write_dump(path, copy, n, ns_per_tick, t0, keys, key_count);
+    }
+    for (uint32_t i = 0; i < key_count; i++)
+        free(keys[i]);
+    free(keys);
     free(copy);
     return st;
 }

@@ -267,8 +267,14 @@ void stow__segment_release_cache_for_retry(stow_pool_t *pool)
     /* Unused granules may still be under queued work until a synchronize
      * succeeded: unmapped anyway, their next owner's data could be overwritten
      * by the last one's kernels (found by fuzz_api's device-work oracle). */
-    if (stow__segment_sync_for_release(pool) && pool->vmm)
-        stow__vmm_release_unused(pool);
+    if (stow__segment_sync_for_release(pool)) {
+        /* The planned arena first, when no slot is busy: its memory may be
+         * what the request needs, and its layout is taken again later. */
+        if (pool->planned)
+            stow__planned_release(pool);
+        if (pool->vmm)
+            stow__vmm_release_unused(pool);
+    }
     stow__segment_release_idle(pool, true, 0);
 }
 

@@ -152,6 +152,7 @@ static uint32_t public_kind(uint8_t kind)
     case STOW_REC_MAP: return STOW_EVENT_MAP;
     case STOW_REC_UNMAP: return STOW_EVENT_UNMAP;
     case STOW_REC_OOM: return STOW_EVENT_OOM;
+    case STOW_REC_STEP: return STOW_EVENT_STEP;
     }
     return STOW_EVENT_OOM;
 }

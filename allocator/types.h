@@ -6,12 +6,13 @@
  * exactly one free index), ALLOCATED (in the live map), PENDING (freed by the
  * user, in the live map, waiting for events on the streams it was used on) or
  * QUICK (freed by the user, on exactly one quick list or mid ring slot,
- * allocator/quick.c).
+ * allocator/quick.c) or ARENA (the planned layer's arena, allocator/planned.h:
+ * live for its segment, in no index and not in the live map).
  *
  * Invariants (checked by stow__pool_check, STOW_DEBUG >= 3, and by the tests):
  *   sum(block sizes of a segment) == segment size; blocks are contiguous
  *   no two adjacent FREE blocks have the same owner (they would have merged)
- *   segment->live_blocks == number of its ALLOCATED + PENDING blocks
+ *   segment->live_blocks == number of its ALLOCATED + PENDING + ARENA blocks
  *   allocated_bytes + pending_bytes + free-index bytes + quick bytes == reserved_bytes
  *   a QUICK block is a small-pool block, on its size's quick list when of at
  *   most STOW_QUICK_MAX_BYTES, else in a slot of its owner's mid ring
@@ -73,7 +74,8 @@ typedef enum {
     BLOCK_FREE = 0,
     BLOCK_ALLOCATED = 1,
     BLOCK_PENDING = 2,
-    BLOCK_QUICK = 3
+    BLOCK_QUICK = 3,
+    BLOCK_ARENA = 4
 } stow_block_state_t;
 
 /* Streams named by stow_record_stream, and the events recorded on them at free. */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allocator/period.h"
 #include "allocator/vmm_granules.h"
 #include "stowage/plan.h"
 
@@ -32,21 +33,20 @@
 #define STEP_BACKOFF_FIRST ((uint64_t)1 << 16) /* operations before looking again */
 #define STEP_BACKOFF_MAX ((uint64_t)1 << 26)
 #define STEP_MISSED_CYCLES_MAX 3         /* cycles in a row with misses drop a plan */
-#define SIG_SIZE_MASK (((uint64_t)1 << 48) - 2)
 
 static uint64_t alloc_sig(size_t rounded, const stow_stream_state_t *ss)
 {
-    return ((uint64_t)rounded & SIG_SIZE_MASK) | 1u | ((uint64_t)ss->index << 48);
+    return stow__sig_alloc(rounded, ss->index);
 }
 
 static bool is_alloc(uint64_t sig)
 {
-    return sig & 1u;
+    return stow__sig_is_alloc(sig);
 }
 
 static size_t sig_bytes(uint64_t sig)
 {
-    return (size_t)(sig & SIG_SIZE_MASK);
+    return stow__sig_bytes(sig);
 }
 
 static void stop_looking(stow_vmm_step_t *s)
@@ -115,19 +115,8 @@ void stow__vmm_step_note_remap(stow_pool_t *pool)
 
 /* ---- the period ---- */
 
-/* How many operations, back from the log's end, repeat with period p. */
-static size_t periodic_tail(const uint64_t *sigs, size_t n, size_t p)
-{
-    size_t i = n;
-    while (i > p && sigs[i - 1] == sigs[i - 1 - p])
-        i--;
-    return n - i;
-}
-
-/* The smallest distance between two allocations of the largest size that the
- * log's second half allocates (with the first or the last of them) with which
- * the log repeats from its end back over three periods and half the log; 0:
- * none. */
+/* The period: the distances between allocations of the largest size that the
+ * log's second half allocates (allocator/period.c); 0: none. */
 static size_t find_period(const stow_vmm_step_t *s)
 {
     size_t n = s->log_count;
@@ -135,30 +124,7 @@ static size_t find_period(const stow_vmm_step_t *s)
     for (size_t i = n / 2; i < n; i++)
         if (is_alloc(s->log_sigs[i]) && sig_bytes(s->log_sigs[i]) > sig_bytes(biggest))
             biggest = s->log_sigs[i];
-    if (!biggest)
-        return 0;
-    size_t first = SIZE_MAX, last = 0;
-    for (size_t i = 0; i < n; i++)
-        if (s->log_sigs[i] == biggest) {
-            if (first == SIZE_MAX)
-                first = i;
-            last = i;
-        }
-    size_t best = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s->log_sigs[i] != biggest)
-            continue;
-        size_t candidates[2] = {i - first, last - i};
-        for (int c = 0; c < 2; c++) {
-            size_t p = candidates[c];
-            if (p < STEP_MIN_PERIOD || p > n / 3 || (best && p >= best))
-                continue;
-            size_t tail = periodic_tail(s->log_sigs, n, p);
-            if (tail >= 3 * p && tail >= n / 2)
-                best = p;
-        }
-    }
-    return best;
+    return biggest ? stow__period_find(s->log_sigs, n, biggest, STEP_MIN_PERIOD) : 0;
 }
 
 /* ---- the plan: cyclic first fit around the blocks that stay ---- */
@@ -739,7 +705,7 @@ void stow__vmm_step_note_free(stow_pool_t *pool, stow_block_t *b)
     if (s->looking && b->free_seq >= s->log_first_op && b->free_seq - s->log_first_op < s->log_count)
         s->log_lives[b->free_seq - s->log_first_op] =
             distance < UINT32_MAX ? (uint32_t)distance : 0;
-    note(pool, b->owner, distance << 1);
+    note(pool, b->owner, stow__sig_free(distance));
 }
 
 typedef struct containing {

@@ -18,10 +18,18 @@ least MIN_PERIOD events); the step repeated is the last P events of that
 stretch. A trace without such a stretch (shapes that change every step, as
 in resnet_multiscale_train or gpt2_generate) is reported and skipped.
 
-    python3 bench/long_run.py OUT TRACE... [--steps 12]
+    python3 bench/long_run.py OUT TRACE... [--steps 12] [--markers KEY]
 
 Writes OUT/<name>_long.rep and prints, per trace, the period, where the
 repeated step starts and the number of events written.
+
+With --markers KEY, a step marker `m KEY` (docs/trace_format.md) comes before
+each step of the periodic stretch and of the copies, as a training loop that
+calls stowage.torch.step(KEY) at the top of each iteration would record it.
+Where the loop's iteration begins is not in the trace; the marker goes at the
+phase of the step where the fewest bytes of the step's own allocations are
+live (the earliest such phase), which is where an iteration boundary lies: the
+previous step's activations freed, the next ones not made yet.
 """
 import argparse
 import os
@@ -51,8 +59,8 @@ def load(path):
             if len(header) != 2 or not all(x.isdigit() for x in header):
                 sys.exit(f"{path}:1: expected 'IDS EVENTS' (whole numbers)")
             continue
-        if not fields:
-            continue
+        if not fields or fields[0] in ("m", "e"):
+            continue  # step markers: not events (a marked trace is read as unmarked)
         numbers = fields[1:]
         if not all(x.isdigit() for x in numbers) or \
                 (fields[0], len(fields)) not in (("a", 4), ("f", 2)):
@@ -118,6 +126,35 @@ def find_step(sig):
     return (best[2], best[1]) if best else None
 
 
+def least_loaded_phase(sig, period, end):
+    """The phase of the step [end - period, end) before which the fewest bytes
+    of the step's own allocations are live (the earliest on a tie). An
+    allocation's life comes from the step before, [end - 2 period, end -
+    period), whose frees all lie in the trace (find_step's stretch holds two
+    steps at least); one that lives a whole period or more is live at every
+    phase and changes nothing."""
+    s0 = end - 2 * period
+    life = {}
+    for j in range(s0, len(sig)):
+        if sig[j][0] == "f" and s0 <= j - sig[j][1] < s0 + period:
+            life[j - sig[j][1]] = sig[j][1]
+    load = [0] * (period + 1)  # difference array over phases
+    for a in range(s0, s0 + period):
+        if sig[a][0] != "a" or a not in life or life[a] >= period:
+            continue
+        start, stop = a - s0, a - s0 + life[a]  # live before phases (start, stop]
+        for lo, hi in ((start + 1, min(stop, period - 1)), (0, stop - period)):
+            if lo <= hi:
+                load[lo] += sig[a][1]
+                load[hi + 1] -= sig[a][1]
+    best, live = (None, 0), 0
+    for q in range(period):
+        live += load[q]
+        if best[0] is None or live < best[0]:
+            best = (live, q)
+    return best[1]
+
+
 def extend(sig, period, end, steps):
     """Events [0, end) and then [end - period, end) `steps` more times, ids
     renumbered densely in order of allocation. A free names the allocation
@@ -139,14 +176,24 @@ def extend(sig, period, end, steps):
     return out
 
 
+def valid_key(key):
+    """The step-key rule of stowage/step_key.h."""
+    ok = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/-")
+    return 1 <= len(key) <= 64 and all(c in ok for c in key)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--markers", metavar="KEY",
+                    help="write a step marker 'm KEY' before each step")
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("--steps: at least 1")
+    if args.markers is not None and not valid_key(args.markers):
+        sys.exit("--markers: a key is 1-64 characters of [A-Za-z0-9_.:/-]")
     os.makedirs(args.out, exist_ok=True)
     for path in args.traces:
         name = os.path.basename(path)
@@ -159,10 +206,19 @@ def main():
         period, end = found
         out = extend(sig, period, end, args.steps)
         ids = sum(1 for e in out if e[0] == "a")
+        marks = set()
+        if args.markers is not None:
+            length, _ = longest_periodic(sig, period)
+            first = end - period + least_loaded_phase(sig, period, end)
+            while first - period >= end - length - period:
+                first -= period
+            marks = set(range(first, len(out), period))
         dst = os.path.join(args.out, name[:-4] + "_long.rep" if name.endswith(".rep") else name)
         with open(dst, "w") as f:
             f.write(f"{ids} {len(out)}\n")
-            for kind, ident, size, stream in out:
+            for i, (kind, ident, size, stream) in enumerate(out):
+                if i in marks:
+                    f.write(f"m {args.markers}\n")
                 f.write(f"a {ident} {size} {stream}\n" if kind == "a" else f"f {ident}\n")
         print(f"{name}: step of {period} events, repeated from event {end - period + 1}; "
               f"{args.steps} more steps, {len(out)} events -> {dst}")

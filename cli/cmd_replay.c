@@ -117,6 +117,9 @@ int stow__cli_replay(int argc, char **argv)
         stow_replay_result_t res[STOW_REPLAY_MAX_POLICIES];
         bool ok[STOW_REPLAY_MAX_POLICIES];
         for (unsigned k = 0; k < o.policy_count; k++) {
+            ok[k] = false;
+            if (o.all && o.policies[k]->markers_only && t->marker_count == 0)
+                continue; /* no row: nothing to plan */
             stow_status_t st =
                 stow__replay_run(o.policies[k], t, &config, o.capacity_bytes, 0, o.min_capacity,
                                  tty ? progress_tty : NULL, NULL, &res[k]);

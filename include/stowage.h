@@ -24,6 +24,7 @@
 #include "stowage/backend.h"
 #include "stowage/stats.h"
 #include "stowage/status.h"
+#include "stowage/step_key.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,6 +112,19 @@ typedef struct stow_config {
     unsigned vmm_handle_mb;        /* policy vmm, default STOW_VMM_HANDLE_MB_DEFAULT, at most
                                       STOW_VMM_HANDLE_MB_MAX: the largest physical handle in MiB;
                                       2 or less: a handle per granule (docs/decisions.md) */
+    bool planned_steps;            /* default false: each key's steps (stow_pool_step) are
+                                      recorded, planned and served from one arena taken from
+                                      this pool (docs/planned.md); off with scrub_on_free */
+    unsigned planned_warmup_steps; /* default 1, at most STOW_PLANNED_WARMUP_MAX: a key's first
+                                      steps not recorded (a step ended by stow_pool_step(NULL)
+                                      is recorded at once) */
+    double planned_headroom;       /* [0, 1], default 0: the arena is the largest plan x (1 +
+                                      this), so that a plan that grows fits without a new one */
+    bool planned_auto;             /* default false: without markers the pool finds its loop's
+                                      step (the period of its requests) and plans it as a key;
+                                      a marker ends it (docs/planned.md) */
+    bool planned_async;            /* default true: plans made on a helper thread; false: inline
+                                      at the marker that completes a recording (deterministic) */
 } stow_config_t;
 
 /* The longest quick list (stow_config_t.quick_depth). */
@@ -129,6 +143,9 @@ typedef struct stow_config {
  * stream. */
 #define STOW_QUICK_MID_SLOTS_MAX 8u
 
+/* The most warm-up steps a key may have (stow_config_t.planned_warmup_steps). */
+#define STOW_PLANNED_WARMUP_MAX 1000u
+
 /* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */
 #define STOW_RECORD_EVENTS_MAX ((size_t)1 << 24)
 
@@ -143,9 +160,10 @@ STOW_API void stow_config_default(stow_config_t *config);
  * record_events,
  * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
  * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
- * vmm_handle_mb, expandable_segments (True selects policy vmm). An unknown key or a bad value
- * returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
- * unchanged.
+ * vmm_handle_mb, planned_steps (true|false), planned_warmup_steps, planned_headroom,
+ * planned_auto (true|false), planned_async (true|false), expandable_segments (True
+ * selects policy vmm). An unknown key or a bad value returns STOW_EINVAL, writes
+ * "key 'K': reason" into err and leaves *config unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.
  */
 STOW_API stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,
@@ -206,6 +224,24 @@ STOW_API STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t 
  * Thread safety: safe. Errors: STOW_ENOTOWNED, STOW_EINVAL (NULL), STOW_EBACKEND.
  */
 STOW_API stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr);
+
+/*
+ * Says where a step of the program begins: a step with this key begins now,
+ * and the step in progress (if any) ends. NULL ends the step in progress
+ * without beginning another (around an inference call: a step whose end is
+ * known). A key names what repeats (stowage/step_key.h: 1 to
+ * STOW_STEP_KEY_MAX characters of [A-Za-z0-9_.:/-]); steps with the same key
+ * are expected to make the same requests in the same order.
+ * Markers are recorded with the pool's events (stowage/record.h: 'm KEY' and
+ * 'e' lines of a trace). With planned_steps on, a key's steps are recorded,
+ * planned, and served from a planned arena (docs/planned.md); without it, a
+ * marker changes no allocation.
+ * A step is the pool's, not a thread's: markers from several threads
+ * interleave into one sequence of steps.
+ * Thread safety: safe. Errors: STOW_EINVAL (NULL pool, a key that breaks the
+ * rule; nothing changes).
+ */
+STOW_API stow_status_t stow_pool_step(stow_pool_t *pool, const char *key);
 
 /*
  * Marks `stream` as a user of the live block at `ptr`: after the free, the

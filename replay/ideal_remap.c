@@ -356,5 +356,5 @@ static void ir_report(void *ctx, stow_replay_report_t *out)
 const stow_replay_policy_t stow__replay_policy_ideal_remap = {
     "ideal-remap",
     "reference: best-fit addresses, 2 MiB pages only under live data (not in all)", true,
-    ir_create, ir_alloc, ir_free, NULL, ir_report, ir_destroy, true,
+    ir_create, ir_alloc, ir_free, NULL, ir_report, ir_destroy, true, NULL, false,
 };

@@ -204,17 +204,17 @@ static void je_report(void *ctx, stow_replay_report_t *out)
 
 const stow_replay_policy_t stow__replay_policy_jemalloc = {
     "jemalloc", "jemalloc 5.3 mallocx/sdallocx on the host, private arena (reference cost)", false,
-    je_create, je_alloc, je_free, je_sample, je_report, je_destroy, false,
+    je_create, je_alloc, je_free, je_sample, je_report, je_destroy, false, NULL, false,
 };
 
 const stow_replay_policy_t stow__replay_policy_jemalloc_decay = {
     "jemalloc-decay",
     "jemalloc as above with its default decay: freed pages purged (not in all)",
-    false, je_create_decay, je_alloc, je_free, je_sample, je_report, je_destroy, true,
+    false, je_create_decay, je_alloc, je_free, je_sample, je_report, je_destroy, true, NULL, false,
 };
 
 const stow_replay_policy_t stow__replay_policy_jemalloc_tcache = {
     "jemalloc-tcache",
     "jemalloc as above with a thread cache, as malloc() runs (not in all)",
-    false, je_create_tcache, je_alloc, je_free, je_sample, je_report, je_destroy, true,
+    false, je_create_tcache, je_alloc, je_free, je_sample, je_report, je_destroy, true, NULL, false,
 };

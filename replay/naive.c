@@ -91,5 +91,5 @@ static void naive_report(void *ctx, stow_replay_report_t *out)
 
 const stow_replay_policy_t stow__replay_policy_naive = {
     "naive", "one 2 MiB-granular backend reservation per request (cudaMalloc per tensor)", true,
-    naive_create, naive_alloc, naive_free, NULL, naive_report, naive_destroy, false,
+    naive_create, naive_alloc, naive_free, NULL, naive_report, naive_destroy, false, NULL, false,
 };

@@ -15,9 +15,13 @@
 #include <string.h>
 #include <time.h>
 
+#define STOW_UNLIKELY_(x) __builtin_expect(!!(x), 0)
+
 const stow_replay_policy_t *const stow__replay_policies[] = {
     &stow__replay_policy_classic,
     &stow__replay_policy_vmm,
+    &stow__replay_policy_classic_planned,
+    &stow__replay_policy_vmm_planned,
     &stow__replay_policy_pytorch,
     &stow__replay_policy_pytorch_expandable,
     &stow__replay_policy_naive,
@@ -237,14 +241,28 @@ static stow_status_t state_init(replay_state_t *s, const stow_trace_t *t)
     return STOW_OK;
 }
 
+/* The key of marker m (NULL for a step end). */
+static const char *marker_key(const stow_trace_t *t, size_t m)
+{
+    uint32_t k = t->markers[m].key;
+    return k == STOW_TRACE_STEP_END ? NULL : t->keys[k];
+}
+
 /* One pass over the trace. Failed allocations are not live, so their frees are
- * skipped. Returns the number of failed allocations (stops at the first if
- * stop_on_oom). */
+ * skipped. Step markers go to the policy before the event they precede (and
+ * those after the last event at the end). Returns the number of failed
+ * allocations (stops at the first if stop_on_oom). */
 static uint64_t pass(const stow_replay_policy_t *p, void *ctx, const stow_trace_t *t,
                      replay_state_t *s, bool sample, bool stop_on_oom)
 {
     uint64_t ooms = 0;
+    size_t m = 0, markers = p->step ? t->marker_count : 0;
+    size_t next_marker = markers ? t->markers[0].before_event : SIZE_MAX;
     for (size_t i = 0; i < t->event_count; i++) {
+        while (STOW_UNLIKELY_(i == next_marker)) {
+            p->step(ctx, marker_key(t, m));
+            next_marker = ++m < markers ? t->markers[m].before_event : SIZE_MAX;
+        }
         const stow_trace_event_t *e = &t->events[i];
         if (e->kind == STOW_TRACE_ALLOC) {
             bool ok = p->alloc(ctx, e->size_bytes, e->stream, &s->handles[e->id]) == STOW_OK;
@@ -263,6 +281,8 @@ static uint64_t pass(const stow_replay_policy_t *p, void *ctx, const stow_trace_
             s->live[e->id] = 0;
         }
     }
+    for (; m < markers; m++)
+        p->step(ctx, marker_key(t, m));
     return ooms;
 }
 
@@ -592,12 +612,21 @@ void stow__replay_print_json(FILE *f, const char *trace_path, const stow_replay_
                 ", \"idle_cached_bytes\": %" PRIu64 ", \"pending_bytes\": %" PRIu64
                 "}, \"num_alloc_retries\": %" PRIu64 ", \"sync_calls\": %" PRIu64
                 ", \"event_records\": %" PRIu64 ", \"event_waits\": %" PRIu64
-                ", \"step_plans\": %" PRIu64 ", \"planned_allocations\": %" PRIu64,
+                ", \"step_plans\": %" PRIu64 ", \"planned_allocations\": %" PRIu64
+                ", \"planned_hits\": %" PRIu64 ", \"planned_misses\": %" PRIu64
+                ", \"planned_realignments\": %" PRIu64 ", \"planned_fallbacks\": %" PRIu64
+                ", \"plans\": %" PRIu64 ", \"plans_dropped\": %" PRIu64
+                ", \"planning_ms\": %.3f, \"arena_bytes\": %" PRIu64
+                ", \"arena_peak_bytes\": %" PRIu64,
                 w->requested_bytes, w->rounding_bytes, w->split_remainder_bytes,
                 w->idle_cached_bytes, w->pending_bytes, r->stats.num_alloc_retries,
                 r->stats.num_sync_all_streams, r->stats.num_event_records,
                 r->stats.num_event_waits, r->stats.num_vmm_step_plans,
-                r->stats.num_vmm_planned_allocations);
+                r->stats.num_vmm_planned_allocations, r->stats.num_planned_hits,
+                r->stats.num_planned_misses, r->stats.num_planned_realignments,
+                r->stats.num_planned_fallbacks, r->stats.num_plans, r->stats.num_plans_dropped,
+                (double)r->stats.planning_ns / 1e6, r->stats.arena_bytes,
+                r->stats.arena_peak_bytes);
     }
     fprintf(f, "}\n");
 }
@@ -638,6 +667,12 @@ void stow__replay_print_text(FILE *f, const char *trace_path, const stow_replay_
     if (r->has_stats && r->stats.num_vmm_step_plans)
         fprintf(f, "  learned step           %" PRIu64 " plans, %" PRIu64 " planned allocations\n",
                 r->stats.num_vmm_step_plans, r->stats.num_vmm_planned_allocations);
+    if (r->has_stats && (r->stats.num_plans || r->stats.num_planned_fallbacks))
+        fprintf(f,
+                "  planned steps          %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " to the pool; %" PRIu64 " plans, arena %" PRIu64 " bytes\n",
+                r->stats.num_planned_hits, r->stats.num_planned_misses,
+                r->stats.num_planned_fallbacks, r->stats.num_plans, r->stats.arena_bytes);
     if (r->has_modelled_time)
         fprintf(f, "  modelled backend time  %.3f ms  (H200 cost per call, stowage/sim.h)\n",
                 (double)r->modelled_backend_ns / 1e6);

@@ -91,10 +91,19 @@ typedef struct stow_replay_policy {
      * reference that the side-by-side table already has, or a reference
      * that is no allocator: ideal-remap). */
     bool not_in_all;
+    /* Optional: a step marker of the trace ('m KEY', or 'e' with key NULL),
+     * before the event it precedes, in every pass. NULL: markers are
+     * ignored (every model but Stowage's own pools). */
+    void (*step)(void *ctx, const char *key);
+    /* `--policy all` runs it only on a trace with step markers (a planned
+     * pool plans nothing without them). */
+    bool markers_only;
 } stow_replay_policy_t;
 
 extern const stow_replay_policy_t stow__replay_policy_classic;    /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_vmm;        /* replay_policies.c */
+extern const stow_replay_policy_t stow__replay_policy_classic_planned; /* replay_policies.c */
+extern const stow_replay_policy_t stow__replay_policy_vmm_planned; /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch;    /* replay_policies.c */
 extern const stow_replay_policy_t stow__replay_policy_pytorch_expandable;
 /* The PyTorch model behind an instance of either pytorch policy (for tests). */

@@ -31,7 +31,7 @@ static void classic_destroy(void *ctx)
 }
 
 static stow_status_t pool_create_with(const stow_replay_setup_t *setup, stow_policy_t policy,
-                                      void **out)
+                                      bool planned, void **out)
 {
     classic_t *c = calloc(1, sizeof *c);
     if (!c)
@@ -41,6 +41,10 @@ static stow_status_t pool_create_with(const stow_replay_setup_t *setup, stow_pol
     sc.capacity_bytes = setup->capacity_bytes;
     stow_config_t config = *setup->config;
     config.policy = policy;
+    config.planned_steps |= planned;
+    /* Plans are made inline, at the marker that completes a key's recording:
+     * a replay gives the same figures on every run (docs/planned.md). */
+    config.planned_async = false;
     stow_status_t st = stow_sim_create(&sc, &c->sim);
     if (st == STOW_OK)
         st = stow_pool_create(&config, c->sim, &c->pool);
@@ -54,12 +58,22 @@ static stow_status_t pool_create_with(const stow_replay_setup_t *setup, stow_pol
 
 static stow_status_t classic_create(const stow_replay_setup_t *setup, void **out)
 {
-    return pool_create_with(setup, STOW_POLICY_CLASSIC, out);
+    return pool_create_with(setup, STOW_POLICY_CLASSIC, false, out);
 }
 
 static stow_status_t vmm_create(const stow_replay_setup_t *setup, void **out)
 {
-    return pool_create_with(setup, STOW_POLICY_VMM, out);
+    return pool_create_with(setup, STOW_POLICY_VMM, false, out);
+}
+
+static stow_status_t classic_planned_create(const stow_replay_setup_t *setup, void **out)
+{
+    return pool_create_with(setup, STOW_POLICY_CLASSIC, true, out);
+}
+
+static stow_status_t vmm_planned_create(const stow_replay_setup_t *setup, void **out)
+{
+    return pool_create_with(setup, STOW_POLICY_VMM, true, out);
 }
 
 static stow_stream_t classic_stream(uint32_t index)
@@ -86,6 +100,12 @@ static void classic_free(void *ctx, uint64_t handle, uint64_t size_bytes)
     (void)stow_pool_free(c->pool, (void *)(uintptr_t)handle);
 }
 
+static void classic_step(void *ctx, const char *key)
+{
+    classic_t *c = ctx;
+    (void)stow_pool_step(c->pool, key); /* keys were checked by the trace reader */
+}
+
 static void classic_report(void *ctx, stow_replay_report_t *out)
 {
     classic_t *c = ctx;
@@ -107,11 +127,27 @@ static void classic_report(void *ctx, stow_replay_report_t *out)
 const stow_replay_policy_t stow__replay_policy_classic = {
     "classic", "the Stowage caching pool on the simulated device", true,
     classic_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy, false,
+    classic_step, false,
 };
 
 const stow_replay_policy_t stow__replay_policy_vmm = {
     "vmm", "Stowage with page-mapped segments (physical memory only under live data)", true,
     vmm_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy, false,
+    classic_step, false,
+};
+
+/* classic and vmm with planned_steps:true (docs/planned.md): in `--policy
+ * all`, rows for traces with step markers. */
+const stow_replay_policy_t stow__replay_policy_classic_planned = {
+    "classic-planned", "classic with planned_steps:true (the trace's step markers planned)", true,
+    classic_planned_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy,
+    false, classic_step, true,
+};
+
+const stow_replay_policy_t stow__replay_policy_vmm_planned = {
+    "vmm-planned", "vmm with planned_steps:true (the trace's step markers planned)", true,
+    vmm_planned_create, classic_alloc, classic_free, NULL, classic_report, classic_destroy,
+    false, classic_step, true,
 };
 
 /* ---- pytorch, pytorch-expandable ---- */
@@ -232,10 +268,10 @@ static void ptm_report(void *ctx, stow_replay_report_t *out)
 
 const stow_replay_policy_t stow__replay_policy_pytorch = {
     "pytorch", "model of PyTorch's CUDACachingAllocator (native segments)", true,
-    ptm_create_native, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false,
+    ptm_create_native, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false, NULL, false,
 };
 
 const stow_replay_policy_t stow__replay_policy_pytorch_expandable = {
     "pytorch-expandable", "the same model with expandable_segments:True", true,
-    ptm_create_expandable, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false,
+    ptm_create_expandable, ptm_alloc, ptm_free, NULL, ptm_report, ptm_destroy, false, NULL, false,
 };

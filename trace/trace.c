@@ -128,6 +128,129 @@ static stow_status_t parse_header(parser_t *p, uint64_t *ids, uint64_t *events)
     return STOW_OK;
 }
 
+/* The trace's markers and keys as they are read (moved into the trace at the
+ * end). Keys are interned through an open-addressing table of their indexes,
+ * so that a trace with many distinct keys (shape buckets) stays linear. */
+typedef struct marker_list {
+    stow_trace_marker_t *v;
+    size_t count, capacity;
+    char **keys;
+    uint32_t key_count;
+    uint32_t *slots;   /* 1 + key index, 0 = empty; slot_count is a power of two */
+    size_t slot_count; /* at least twice key_count */
+} marker_list_t;
+
+static void marker_list_free(marker_list_t *m)
+{
+    for (uint32_t i = 0; i < m->key_count; i++)
+        free(m->keys[i]);
+    free(m->keys);
+    free(m->slots);
+    free(m->v);
+}
+
+static size_t key_hash(const char *key, size_t len)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* Doubles the key arrays and rebuilds the table; false without host memory. */
+static bool keys_grow(marker_list_t *m)
+{
+    size_t n = m->slot_count ? 2 * m->slot_count : 16;
+    uint32_t *slots = calloc(n, sizeof *slots);
+    char **keys = slots ? realloc(m->keys, (n / 2) * sizeof *keys) : NULL;
+    if (!keys) {
+        free(slots);
+        return false;
+    }
+    m->keys = keys;
+    for (uint32_t i = 0; i < m->key_count; i++) {
+        size_t j = key_hash(keys[i], strlen(keys[i])) & (n - 1);
+        while (slots[j])
+            j = (j + 1) & (n - 1);
+        slots[j] = i + 1;
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->slot_count = n;
+    return true;
+}
+
+/* The index of key[0 .. len) among the keys, added when new; UINT32_MAX
+ * without host memory. */
+static uint32_t intern_key(marker_list_t *m, const char *key, size_t len)
+{
+    if (2 * ((size_t)m->key_count + 1) > m->slot_count && !keys_grow(m))
+        return UINT32_MAX;
+    size_t j = key_hash(key, len) & (m->slot_count - 1);
+    for (; m->slots[j]; j = (j + 1) & (m->slot_count - 1)) {
+        const char *k = m->keys[m->slots[j] - 1];
+        if (!strncmp(k, key, len) && k[len] == '\0')
+            return m->slots[j] - 1;
+    }
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return UINT32_MAX;
+    memcpy(copy, key, len);
+    copy[len] = '\0';
+    m->keys[m->key_count] = copy;
+    m->slots[j] = m->key_count + 1;
+    return m->key_count++;
+}
+
+/* 'm KEY' or 'e' (b at the letter). */
+static stow_status_t parse_marker(parser_t *p, const char *b, const char *e, size_t before_event,
+                                  marker_list_t *m)
+{
+    char kind = *b++;
+    uint32_t key = STOW_TRACE_STEP_END;
+    if (kind == 'e') {
+        if (!at_line_end(b, e))
+            return parse_error(p, "a step end must be 'e' alone");
+    } else {
+        if (b >= e || !is_blank(*b))
+            return parse_error(p, "a step marker must be 'm <key>'");
+        skip_blanks(&b, e);
+        const char *k = b;
+        while (b < e && !is_blank(*b))
+            b++;
+        size_t len = (size_t)(b - k);
+        if (len == 0)
+            return parse_error(p, "a step marker must be 'm <key>'");
+        if (!at_line_end(b, e))
+            return parse_error(p, "a step marker has one key and nothing after it");
+        if (len > STOW_STEP_KEY_MAX)
+            return parse_error(p, "step key of %zu characters (at most %d)", len,
+                               STOW_STEP_KEY_MAX);
+        if (!stow_step_key_valid(k, len))
+            return parse_error(p, "step key '%.*s': only letters, digits and _.:/- are allowed",
+                               (int)len, k);
+        key = intern_key(m, k, len);
+        if (key == UINT32_MAX)
+            return STOW_EHOSTMEM;
+    }
+    if (m->count == m->capacity) {
+        size_t cap = m->capacity ? 2 * m->capacity : 64;
+        stow_trace_marker_t *grown = realloc(m->v, cap * sizeof *grown);
+        if (!grown)
+            return STOW_EHOSTMEM;
+        m->v = grown;
+        m->capacity = cap;
+    }
+    m->v[m->count++] = (stow_trace_marker_t){before_event, key};
+    return STOW_OK;
+}
+
+static bool is_marker(const char *b, const char *e)
+{
+    skip_blanks(&b, e);
+    return b < e && (*b == 'm' || *b == 'e');
+}
+
 typedef struct id_table {
     id_state_t *v;
     size_t capacity; /* entries allocated; ids below it are valid indexes */
@@ -237,10 +360,18 @@ stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_l
     t->stream_count = 1;
 
     uint64_t live_bytes = 0;
+    marker_list_t markers = {NULL, 0, 0, NULL, 0, NULL, 0};
     const char *b, *e;
     while (next_line(&p, &b, &e)) {
         if (is_skippable(b, e))
             continue;
+        if (is_marker(b, e)) {
+            skip_blanks(&b, e);
+            st = parse_marker(&p, b, e, t->event_count, &markers);
+            if (st != STOW_OK)
+                break;
+            continue;
+        }
         if (t->event_count == event_count) {
             st = parse_error(&p, "more events than the header's %llu",
                              (unsigned long long)event_count);
@@ -260,9 +391,15 @@ stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_l
                          (unsigned long long)event_count, t->event_count);
     free(ids.v);
     if (st != STOW_OK) {
+        marker_list_free(&markers);
         stow_trace_free(t);
         return st;
     }
+    t->markers = markers.v;
+    t->marker_count = markers.count;
+    t->keys = markers.keys;
+    t->key_count = markers.key_count;
+    free(markers.slots);
     *out = t;
     return STOW_OK;
 }
@@ -314,6 +451,10 @@ void stow_trace_free(stow_trace_t *trace)
 {
     if (!trace)
         return;
+    for (uint32_t i = 0; i < trace->key_count; i++)
+        free(trace->keys[i]);
+    free(trace->keys);
+    free(trace->markers);
     free(trace->events);
     free(trace->path);
     free(trace);

@@ -30,11 +30,19 @@ import time
 
 AUTOCAST = dict(device_type="cuda", dtype=None)  # dtype set once torch is imported
 HISTORY_ENTRIES = 4_000_000
+# Step markers (docs/trace_format.md): (microseconds since the epoch, key) at the top of each
+# training iteration, the clock PyTorch's device trace stamps its events with (time_us).
+STEP_MARKS = []
+
+
+def mark_step(key):
+    STEP_MARKS.append((time.time_ns() // 1000, key))
 
 
 def _train(model, batches, steps, optimizer):
     import torch
     for step in range(steps):
+        mark_step("train")
         x, y = batches(step)
         with torch.autocast(**AUTOCAST):
             loss = model(x, y)
@@ -121,17 +129,22 @@ WORKLOADS = {f.__name__: f for f in (gpt2_medium_train, gpt2_short_train, bert_t
                                      gpt2_generate_batches)}
 
 
-def write_rep(events, path):
+def write_rep(events, path, marks=()):
     """PyTorch's device trace as a replay file: 'a ID SIZE STREAM' and 'f ID', dense ids.
 
     An allocation is live from its 'alloc' event to its 'free_completed' one (PyTorch frees a
     block for reuse there; 'free_requested' only starts waiting for other streams). Blocks
-    still live at the end are left live, as the replay expects. Returns the counts and the peak
-    of the live bytes.
+    still live at the end are left live, as the replay expects. marks: (time_us, key) step
+    markers, in time order; each becomes 'm KEY' before the first event stamped at or after it
+    (events without a time_us stamp get no marker). Returns the counts and the peak of the live
+    bytes.
     """
     ids, sizes, streams, lines = {}, {}, {}, []
     live = peak = 0
+    marks = list(marks)
     for e in events:
+        while marks and "time_us" in e and e["time_us"] >= marks[0][0]:
+            lines.append(f"m {marks.pop(0)[1]}")
         action = e.get("action")
         if action == "alloc":
             i = len(sizes)
@@ -145,10 +158,11 @@ def write_rep(events, path):
             i = ids.pop(e["addr"])
             lines.append(f"f {i}")
             live -= sizes[i]
+    events_written = sum(1 for line in lines if line[0] in "af")
     with open(path, "w") as f:
-        f.write(f"{len(sizes)} {len(lines)}\n")
+        f.write(f"{len(sizes)} {events_written}\n")
         f.write("\n".join(lines) + "\n")
-    return dict(events=len(lines), allocations=len(sizes), streams=len(streams),
+    return dict(events=events_written, allocations=len(sizes), streams=len(streams),
                 trace_peak_live_bytes=peak)
 
 
@@ -205,7 +219,7 @@ def main(argv):
         torch.cuda.memory._record_memory_history(enabled=None)
         traces = snapshot.get("device_traces") or [[]]
         result.update(write_rep(traces[torch.cuda.current_device()],
-                                os.path.join(outdir, f"{name}.rep")))
+                                os.path.join(outdir, f"{name}.rep"), STEP_MARKS))
         # The history ring holds max_entries events: a full ring lost the first ones.
         result["history_full"] = len(traces[torch.cuda.current_device()]) >= HISTORY_ENTRIES
         try:  # the trace and the peaks above matter more: keep them if this fails

@@ -18,7 +18,9 @@
 #                whole device, with another stream's queue behind it)
 #   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, TRAIN_STEPS (30) steps each with
 #                PyTorch native, native expandable_segments, Stowage classic, vmm, and vmm with
-#                vmm_learn_step (TRAIN_MODELS, TRAIN_MODES, TRAIN_ROUNDS: below)
+#                vmm_learn_step, and classic and vmm with planned_steps and stowage.torch.step()
+#                (TRAIN_MODELS, TRAIN_MODES, TRAIN_ROUNDS: below); infer_planned.py: ResNet-50
+#                inference under stowage.torch.planned against native (outputs, step time)
 #   6 unseen     bench/gpu/record_unseen.py: workloads the PyTorch models were never tuned on
 #                (UNSEEN, default below), each recorded with PyTorch's default allocator (its
 #                trace and max reserved) and again with expandable_segments (max reserved), into
@@ -201,12 +203,20 @@ for k in $(seq "$rounds"); do
     suffix=""
     [ "$rounds" -gt 1 ] && suffix="_r$k"
     for model in ${TRAIN_MODELS:-gpt2 resnet50}; do
-        for mode in ${TRAIN_MODES:-native expandable stowage stowage_vmm stowage_vmm_learn}; do
+        for mode in ${TRAIN_MODES:-native expandable stowage stowage_vmm stowage_vmm_learn \
+                     stowage_planned stowage_vmm_planned}; do
             part "train_${model}_${mode}$suffix" 110 "$PY" bench/gpu/train.py --model "$model" \
                 --mode "$mode" --steps "${TRAIN_STEPS:-30}" \
                 --out "$OUT/results/train_${model}_${mode}$suffix.json"
         done
     done
+done
+
+# ResNet-50 inference: native, then Stowage with planned_steps and stowage.torch.planned
+# (docs/planned.md); the same inputs, outputs compared.
+for mode in native stowage_planned stowage_vmm_planned; do
+    part "infer_resnet50_$mode" 110 "$PY" bench/gpu/infer_planned.py --mode "$mode" \
+        --out "$OUT/results/infer_resnet50_$mode.json"
 done
 
 # ---- 6 workloads the PyTorch models were not tuned on (compared on the CPU machine) ----

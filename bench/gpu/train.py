@@ -2,6 +2,7 @@
 
     python3 bench/gpu/train.py --model gpt2|resnet50
         --mode native|expandable|stowage|stowage_keep|stowage_vmm|stowage_vmm_learn
+               |stowage_planned|stowage_vmm_planned
 
 Prints and writes: loss per step, every step's time (step_ms) and their median after the
 first --warmup steps, peak allocated and peak reserved (from torch.cuda for native modes, from
@@ -13,6 +14,10 @@ with release_idle_on_grow:false (no segment released to hold the reserved
 high-water mark: no churn, more memory; docs/torch.md). Stowage modes also write the
 pool's map and unmap calls in the second half of the steps (a settled loop
 makes none) and the learned step's plans and planned allocations.
+stowage_planned and stowage_vmm_planned add planned_steps:true and call
+stowage.torch.step("train") at the top of each step (docs/planned.md): they
+write the planned hits, misses, plans, arena bytes and the backend calls of the
+second half.
 Random init, no network: GPT-2 small from a transformers config; ResNet-50 from
 torchvision (or timm).
 """
@@ -28,7 +33,8 @@ import common
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", choices=["gpt2", "resnet50"], required=True)
 ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_keep",
-                                         "stowage_vmm", "stowage_vmm_learn"], required=True)
+                                         "stowage_vmm", "stowage_vmm_learn", "stowage_planned",
+                                         "stowage_vmm_planned"], required=True)
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--warmup", type=int, default=None,
                 help="first steps left out of the median and of the calls counted after them "
@@ -51,7 +57,9 @@ if args.mode.startswith("stowage"):
     import stowage.torch
     conf = {"stowage_keep": "release_idle_on_grow:false",
             "stowage_vmm": "policy:vmm",
-            "stowage_vmm_learn": "policy:vmm,vmm_learn_step:true"}.get(args.mode)
+            "stowage_vmm_learn": "policy:vmm,vmm_learn_step:true",
+            "stowage_planned": "planned_steps:true",
+            "stowage_vmm_planned": "policy:vmm,planned_steps:true"}.get(args.mode)
     if conf:
         os.environ["STOWAGE_CONF"] = conf
     # Create the pool now (before torch initialises CUDA) to fail early, e.g. a policy
@@ -121,15 +129,19 @@ def device_calls(stats):
 
 
 losses, times = [], []
-remaps_at_half = None
+remaps_at_half = calls_at_half = None
 calls_at_warmup = None
+planned = args.mode.endswith("_planned")
 for i in range(args.steps):
     if i == args.steps // 2 and args.mode.startswith("stowage"):
         remaps_at_half = remaps(stowage.memory_stats())
+        calls_at_half = stowage.memory_stats().get("num_backend_calls", 0)
     if i == args.warmup:
         calls_at_warmup = device_calls(all_stats())
     torch.cuda.synchronize()
     t = time.perf_counter()
+    if planned:
+        stowage.torch.step("train")
     loss = step()
     torch.cuda.synchronize()
     times.append(time.perf_counter() - t)
@@ -147,6 +159,10 @@ if args.mode.startswith("stowage"):
                 "num_vmm_allowance_raises", "num_vmm_step_plans", "num_vmm_planned_allocations"):
         result[key] = s.get(key)
     result["map_unmap_calls_second_half"] = remaps(s) - remaps_at_half
+    result["backend_calls_second_half"] = s.get("num_backend_calls", 0) - calls_at_half
+    for key in ("num_planned_hits", "num_planned_misses", "num_planned_fallbacks", "num_plans",
+                "arena_bytes"):
+        result[key] = s.get(key)
 else:
     peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
 calls_now = device_calls(all_stats())

@@ -2,9 +2,9 @@
  * stowage/record.h: recording a live pool's events, and allocation tags.
  *
  * A pool can record what happens to it (allocations, frees, segment
- * reservations and releases, page maps and unmaps, out-of-memory errors) into
- * a bounded ring buffer: off by default, on with stow_record_start() or
- * "record_events:N" in STOWAGE_CONF. stow_trace_dump() writes the buffer as a
+ * reservations and releases, page maps and unmaps, out-of-memory errors, the
+ * step markers of stow_pool_step) into a bounded ring buffer: off by default,
+ * on with stow_record_start() or "record_events:N" in STOWAGE_CONF. stow_trace_dump() writes the buffer as a
  * .rep trace (docs/trace_format.md) that `build/stowage replay`, `report` and
  * `diff` read, plus TRACE.tags ("<id> <tag>" per line) when tags were set.
  *
@@ -68,10 +68,10 @@ STOW_API void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t
 /*
  * Writes the recorded events as a .rep trace to `path` (and `path`.tags when any
  * allocation was tagged). Allocations whose allocation event was overwritten
- * are left out, with their frees; the other events of the kind the format has
- * no line for (segments, maps, OOMs) are written as '#' comment lines, which
- * readers ignore. The buffer is kept. Errors: STOW_EINVAL (not recording),
- * STOW_EIO, STOW_EHOSTMEM.
+ * are left out, with their frees; step markers are 'm KEY' and 'e' lines;
+ * the other events of the kind the format has no line for (segments, maps,
+ * OOMs) are written as '#' comment lines, which readers ignore. The buffer is
+ * kept. Errors: STOW_EINVAL (not recording), STOW_EIO, STOW_EHOSTMEM.
  * Thread safety: safe (the pool is locked while the buffer is copied).
  */
 STOW_API stow_status_t stow_trace_dump(stow_pool_t *pool, const char *path);

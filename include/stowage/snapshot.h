@@ -81,7 +81,9 @@ typedef enum {
     STOW_EVENT_SEGMENT_RELEASE = 3,
     STOW_EVENT_MAP = 4,             /* a granule mapped (policy vmm) */
     STOW_EVENT_UNMAP = 5,
-    STOW_EVENT_OOM = 6              /* addr 0; size: the request that failed */
+    STOW_EVENT_OOM = 6,             /* addr 0; size: the request that failed */
+    STOW_EVENT_STEP = 7             /* a step marker (stow_pool_step): addr 0 ends a step, else
+                                       it is 1 + the key's number in the recording (dump names it) */
 } stow_event_kind_t;
 
 typedef struct stow_recorded_event {

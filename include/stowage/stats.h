@@ -27,8 +27,10 @@ extern "C" {
  * 3: num_vmm_allowance_raises added.
  * 4: num_idle_keeps added.
  * 5: num_event_waits added.
- * 6: num_vmm_step_plans and num_vmm_planned_allocations added. */
-#define STOW_STATS_VERSION 6u
+ * 6: num_vmm_step_plans and num_vmm_planned_allocations added.
+ * 7: the planned layer's counters (num_planned_hits...) and arena_bytes,
+ *    arena_peak_bytes added. */
+#define STOW_STATS_VERSION 7u
 
 /* One figure over time. allocated/freed are cumulative increases/decreases
  * (PyTorch's naming), so current == allocated - freed. */
@@ -86,7 +88,16 @@ typedef enum {
     X(num_idle_keeps, "growths that kept idle segments a loop needs again (keep_idle_max)") \
     X(num_event_waits, "waits on one event before a remap, instead of a device synchronize") \
     X(num_vmm_step_plans, "layouts of a loop's step a page-mapped pool planned and took (vmm_learn_step)") \
-    X(num_vmm_planned_allocations, "allocations placed at their planned address (vmm_learn_step)")
+    X(num_vmm_planned_allocations, "allocations placed at their planned address (vmm_learn_step)") \
+    X(num_planned_hits, "allocations served from a planned slot of the arena (planned_steps)") \
+    X(num_planned_misses, "requests of a planned step that matched no position (the pool served them)") \
+    X(num_planned_realignments, "hits found by looking ahead of the expected position") \
+    X(num_planned_fallbacks, "requests of a planned step the pool served (misses included)") \
+    X(num_plans, "plans of a step taken (planned_steps)") \
+    X(num_plans_dropped, "plans dropped (replaced, their key dropped or resting)") \
+    X(num_plans_unsettled, "times a key whose steps did not settle stopped being planned") \
+    X(num_plan_trims, "pools trimmed once a plan served its first step") \
+    X(planning_ns, "host time spent making plans")
 
 /* Where the reserved bytes went at the moment reserved_bytes reached its peak.
  * requested + rounding + split_remainder + idle_cached + pending == reserved. */
@@ -126,6 +137,8 @@ typedef struct stow_stats {
     double fragmentation;              /* 1 - largest_free_block / free_reserved (0 if none) */
     double fragmentation_peak;         /* highest fragmentation since the last reset */
     stow_waste_t waste_at_peak;        /* at the reserved_bytes.all peak */
+    uint64_t arena_bytes;              /* the planned layer's arena now (0: none) */
+    uint64_t arena_peak_bytes;         /* the most bytes of it busy at once (a peak) */
     uint64_t capacity_bytes;           /* device total as the backend reports it */
     uint64_t limit_bytes;              /* what the pool may reserve (memory fraction) */
     stow_size_class_stats_t size_class[STOW_SIZE_CLASS_COUNT];

@@ -96,6 +96,16 @@ STOW_API stow_status_t stow_torch_pool_init(int device, char *why, size_t why_le
 STOW_API stow_status_t stow_torch_record(int device, size_t capacity_events);
 STOW_API stow_status_t stow_torch_dump_trace(int device, const char *path);
 
+/*
+ * Step markers for Python (stowage.torch.step and stowage.torch.planned):
+ * stow_pool_step on the device's pool; key NULL ends the step in progress. A
+ * device without a pool yet has no step to mark: STOW_OK, nothing done (the
+ * pool is created by the device's first allocation).
+ * Errors: STOW_EINVAL (device out of range, a key that breaks the rule of
+ * stowage/step_key.h).
+ */
+STOW_API stow_status_t stow_torch_step(int device, const char *key);
+
 /* stow_stats_json of the device's pool; a device without a pool gets the JSON
  * of an all-zero snapshot (same keys), like torch.cuda.memory_stats before any
  * allocation. snprintf semantics: returns the full length. */

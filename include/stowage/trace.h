@@ -5,9 +5,13 @@
  *     <number of distinct allocation ids> <number of events>
  *     a <id> <size in bytes> <stream index>
  *     f <id>
+ *     m <key>      a step with this key begins (stow_pool_step)
+ *     e            the current step ends (stow_pool_step with NULL)
  * Ids are dense and 0-based; an id is allocated at most once and freed at most
  * once, after its allocation. Blank lines and lines starting with '#' are
- * ignored. Allocations never freed were live when the recording ended.
+ * ignored. Allocations never freed were live when the recording ended. Marker
+ * lines (m, e) are not events: the header does not count them, and a key is 1
+ * to STOW_STEP_KEY_MAX characters of [A-Za-z0-9_.:/-] (docs/trace_format.md).
  */
 #ifndef STOWAGE_TRACE_H
 #define STOWAGE_TRACE_H
@@ -16,6 +20,7 @@
 #include <stdint.h>
 
 #include "stowage/status.h"
+#include "stowage/step_key.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +41,15 @@ typedef struct stow_trace_event {
     uint8_t reserved_;   /* zero */
 } stow_trace_event_t;
 
+/* A step marker: it comes before events[before_event] (event_count: after
+ * the last event). key indexes stow_trace_t.keys, or is STOW_TRACE_STEP_END
+ * for an 'e' line. Markers are in file order. */
+#define STOW_TRACE_STEP_END UINT32_MAX
+typedef struct stow_trace_marker {
+    size_t before_event;
+    uint32_t key;
+} stow_trace_marker_t;
+
 typedef struct stow_trace {
     char *path;                 /* as given to stow_trace_load */
     uint32_t id_count;          /* from the header */
@@ -44,6 +58,10 @@ typedef struct stow_trace {
     stow_trace_event_t *events; /* owned by the trace */
     uint64_t peak_live_bytes;   /* max over time of the sum of live requested sizes */
     size_t peak_live_event;     /* index of the event after which that peak is first reached */
+    size_t marker_count;        /* markers[0 .. marker_count): the m and e lines */
+    stow_trace_marker_t *markers; /* owned by the trace; NULL when there are none */
+    uint32_t key_count;         /* distinct keys of the m lines */
+    char **keys;                /* keys[0 .. key_count), NUL-terminated, in order of first use */
 } stow_trace_t;
 
 /*

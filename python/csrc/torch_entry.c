@@ -379,6 +379,15 @@ stow_status_t stow_torch_dump_trace(int device, const char *path)
     return pool ? stow_trace_dump(pool, path) : STOW_EINVAL;
 }
 
+stow_status_t stow_torch_step(int device, const char *key)
+{
+    if (!slot_of(device) ||
+        (key && !stow_step_key_valid(key, strnlen(key, STOW_STEP_KEY_MAX + 1))))
+        return STOW_EINVAL;
+    stow_pool_t *pool = stow_torch_pool(device);
+    return pool ? stow_pool_step(pool, key) : STOW_OK;
+}
+
 /* stow_stats_json of pool, or of all-zero stats when pool is NULL. */
 static size_t pool_stats_json(stow_pool_t *pool, char *buf, size_t buf_len)
 {

@@ -51,6 +51,7 @@ def _bind(lib):
         "stow_torch_pool": (c.c_void_p, [c.c_int]),
         "stow_torch_pool_init": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
         "stow_torch_stats_json": (c.c_size_t, [c.c_int, c.c_char_p, c.c_size_t]),
+        "stow_torch_step": (c.c_int, [c.c_int, c.c_char_p]),
         "stow_torch_summary": (c.c_size_t, [c.c_int, c.c_char_p, c.c_size_t]),
         "stow_torch_reset_peak": (None, [c.c_int]),
         "stow_torch_reset_accumulated": (None, [c.c_int]),

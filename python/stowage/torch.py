@@ -321,3 +321,50 @@ class explain_oom:
         head = str(exc) if pytorch_oom else (
             "Stowage could not allocate on this device (PyTorch received a null pointer)")
         raise torch.OutOfMemoryError("%s\n%s" % (head, report)) from exc
+
+
+# ---- step markers and planned steps (docs/planned.md) ----
+
+import contextlib as _contextlib  # noqa: E402  (kept with the functions that use it)
+
+
+def step(key="train", device=None):
+    """Marks the beginning of a step with this key on the device's pool (the
+    step in progress ends): call it at the top of each training iteration.
+    key is 1-64 characters of [A-Za-z0-9_.:/-] (ValueError otherwise); None
+    ends the step in progress. With planned_steps:true in the configuration
+    the pool records a few steps of the key, plans them, and serves the later
+    ones from a planned arena (docs/planned.md); otherwise the marker is only
+    recorded (stowage.record). Before the device's first allocation there is
+    no pool yet and the marker is ignored."""
+    from . import _device_index
+
+    _step(_device_index(device), key)
+
+
+def _step(device, key):
+    st = _lib.load().stow_torch_step(device, None if key is None else str(key).encode())
+    if st != 0:
+        raise ValueError("stowage.torch.step(%r): %s (a key is 1-64 characters of "
+                         "[A-Za-z0-9_.:/-])" % (key, _lib.strerror(st)))
+
+
+@_contextlib.contextmanager
+def planned(key, device=None):
+    """A step with this key around a block of code, ended when the block is
+    left (also by an exception): for an inference call,
+
+        with stowage.torch.planned("resnet50-bs64"):
+            out = model(x)
+
+    With planned_steps:true, the first call is recorded and planned, and the
+    later ones are served from the pool's planned arena; the tensors that
+    outlive the block (the output) come from the pool as usual."""
+    from . import _device_index
+
+    d = _device_index(device)
+    _step(d, key)
+    try:
+        yield
+    finally:
+        _step(d, None)

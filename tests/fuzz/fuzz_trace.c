@@ -8,7 +8,9 @@
  * recomputed here independently of the parser: ids < id_count, each id
  * allocated at most once and freed at most once after its allocation, a free
  * carries its allocation's size and stream, sizes > 0, stream_count = 1 +
- * largest stream, peak_live_bytes / peak_live_event as defined. On error the
+ * largest stream, peak_live_bytes / peak_live_event as defined; markers in
+ * file order, each before an event that exists (or at the end), naming a key
+ * that exists and follows the key rule, keys distinct. On error the
  * message is NUL-terminated and names the input, and *out is untouched.
  */
 #include <stdbool.h>
@@ -88,6 +90,19 @@ static void ft_check_trace(const stow_trace_t *t)
         }
     }
     FUZZ_CHECK(t->stream_count == streams, "stream_count %u, computed %u", t->stream_count, streams);
+    FUZZ_CHECK((t->marker_count == 0) == (t->markers == NULL), "markers array");
+    for (size_t m = 0; m < t->marker_count; m++) {
+        const stow_trace_marker_t *mk = &t->markers[m];
+        FUZZ_CHECK(mk->before_event <= t->event_count, "marker %zu after the end", m);
+        FUZZ_CHECK(m == 0 || mk->before_event >= t->markers[m - 1].before_event,
+                   "marker %zu out of order", m);
+        FUZZ_CHECK(mk->key == STOW_TRACE_STEP_END || mk->key < t->key_count, "marker %zu key", m);
+    }
+    for (uint32_t k = 0; k < t->key_count; k++) {
+        FUZZ_CHECK(stow_step_key_valid(t->keys[k], strlen(t->keys[k])), "key %u invalid", k);
+        for (uint32_t j = 0; j < k; j++)
+            FUZZ_CHECK(strcmp(t->keys[j], t->keys[k]), "keys %u and %u equal", j, k);
+    }
     FUZZ_CHECK(t->peak_live_bytes == peak, "peak %llu, computed %llu",
              (unsigned long long)t->peak_live_bytes, (unsigned long long)peak);
     FUZZ_CHECK(peak == 0 || t->peak_live_event == peak_event, "peak event %zu, computed %zu",

@@ -82,6 +82,29 @@ class LongRun(unittest.TestCase):
         # Four recorded steps and five more: nine big activations.
         self.assertEqual(sum(1 for e in body if e[0] == "a" and int(e[2]) == 300 << 20), 9)
 
+    def test_markers_come_before_each_step_where_the_fewest_bytes_are_live(self):
+        lines, ids = training_trace(4)
+        text = f"{ids} {len(lines)}\n" + "\n".join(lines) + "\n"
+        p, plain = self.run_script(text, "--steps", "5")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p, result = self.run_script(text, "--steps", "5", "--markers", "train")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out_ids, out_events, body = result
+        events = [e for e in body if e[0] not in ("m", "e")]
+        self.assertEqual((out_ids, out_events, events), plain, "markers add no event")
+        # The least loaded phase of a step is before its big activation (the
+        # carried block alone is live there): a marker before every big
+        # allocation of the periodic stretch (steps 2-4) and of the 5 copies.
+        marks = [i for i, e in enumerate(body) if e[0] == "m"]
+        self.assertEqual(len(marks), 3 + 5)
+        for i in marks:
+            self.assertEqual(body[i], ["m", "train"])
+            self.assertEqual(body[i + 1][0], "a")
+            self.assertEqual(int(body[i + 1][2]), 300 << 20)
+        p, _ = self.run_script(text, "--markers", "bad key")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--markers", p.stderr)
+
     def test_trace_without_a_repeating_step_is_skipped(self):
         lines = [f"a {i} {(i + 1) * 1000} 0" for i in range(200)] + [f"f {i}" for i in range(200)]
         p, result = self.run_script(f"200 400\n" + "\n".join(lines) + "\n")

@@ -56,6 +56,25 @@ class WriteRep(unittest.TestCase):
         self.assertEqual(counts, dict(events=6, allocations=4, streams=2,
                                       trace_peak_live_bytes=4096 + 512 + 2048))
 
+    def test_step_marks_go_before_the_first_event_at_or_after_them(self):
+        timed = [dict(e, time_us=100 + 10 * i) for i, e in enumerate(EVENTS)]
+        marks = [(95, "train"), (121, "train"), (200, "late")]  # before events 0, 3; none
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "w.rep")
+            counts = record_unseen.write_rep(timed, path, marks)
+            with open(path) as f:
+                text = f.read()
+        self.assertEqual(text, "4 6\n"
+                               "m train\n"
+                               "a 0 1024 0\n"
+                               "a 1 4096 0\n"
+                               "m train\n"
+                               "a 2 512 1\n"
+                               "f 0\n"
+                               "a 3 2048 0\n"
+                               "f 2\n")
+        self.assertEqual(counts["events"], 6, "markers are not events")
+
     @unittest.skipIf(stowage_cli() is None, "no stowage CLI built")
     def test_the_replay_reads_it(self):
         with tempfile.TemporaryDirectory() as d:

@@ -187,6 +187,34 @@ class StatsTest(Base):
         with self.assertRaises(ValueError):  # the tags file holds one tag a line
             stowage.set_tag("two\nlines")
 
+    def test_step_markers_and_planned_blocks(self):
+        import stowage.torch as st
+        st.step("train")  # no pool yet: nothing to mark, no error
+        free(malloc(4096))  # creates device 0's pool
+        stowage.record(1000)
+        st.step("train")
+        p = malloc(MiB)
+        free(p)
+        with self.assertRaises(ValueError):
+            st.step("has space")
+        with self.assertRaises(ValueError):
+            st.step("k" * 65)
+        with self.assertRaises(ValueError):
+            with st.planned("resnet50-bs64"):
+                q = malloc(2 * MiB)
+                free(q)
+                raise ValueError("the block is left by an exception: the step still ends")
+        st.step(None)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "run.rep")
+            stowage.dump_trace(path)
+            with open(path) as f:
+                lines = [l.split() for l in f if not l.startswith("#")]
+        self.assertEqual([l for l in lines if l[0] in "me"],
+                         [["m", "train"], ["m", "resnet50-bs64"], ["e"], ["e"]])
+        self.assertEqual(lines[0], ["2", "4"], "markers are not counted as events")
+        stowage.record(0)
+
     def test_raw_pool_handle(self):
         self.assertIsNone(LIB.stow_torch_pool(0))
         free(malloc(4096))

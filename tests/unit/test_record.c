@@ -152,6 +152,55 @@ Test(record, dump_writes_a_trace_the_reader_accepts)
     finish();
 }
 
+/* Step markers are recorded in order with the events and dumped as 'm KEY'
+ * and 'e' lines, which the reader gives back as markers; a bad key changes
+ * nothing; markers without recording are accepted and leave no trace. */
+Test(record, step_markers_are_recorded_and_dumped)
+{
+    make_pool(NULL);
+    cr_assert_eq(stow_pool_step(pool, "early"), STOW_OK, "not recording: nothing kept");
+    cr_assert_eq(stow_record_start(pool, 100), STOW_OK);
+    char path[] = "/tmp/stow_record_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    void *a, *b;
+    cr_assert_eq(stow_pool_step(pool, "train"), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4096, NULL, &a), STOW_OK);
+    cr_assert_eq(stow_pool_step(pool, "bad key"), STOW_EINVAL);
+    cr_assert_eq(stow_pool_step(pool, ""), STOW_EINVAL);
+    cr_assert_eq(stow_pool_step(NULL, "train"), STOW_EINVAL);
+    char long_key[STOW_STEP_KEY_MAX + 2];
+    memset(long_key, 'k', sizeof long_key - 1);
+    long_key[sizeof long_key - 1] = '\0';
+    cr_assert_eq(stow_pool_step(pool, long_key), STOW_EINVAL);
+    long_key[STOW_STEP_KEY_MAX] = '\0';
+    cr_assert_eq(stow_pool_step(pool, long_key), STOW_OK, "64 characters");
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_step(pool, "train"), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4096, NULL, &b), STOW_OK);
+    cr_assert_eq(stow_pool_step(pool, NULL), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
+    stow_trace_t *t;
+    char err[256];
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(t->event_count, 4);
+    cr_assert_eq(t->marker_count, 4);
+    cr_assert_eq(t->key_count, 2);
+    cr_assert_str_eq(t->keys[0], "train");
+    cr_assert_str_eq(t->keys[1], long_key);
+    size_t before[] = {0, 1, 2, 3};
+    uint32_t key[] = {0, 1, 0, STOW_TRACE_STEP_END};
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_eq(t->markers[i].before_event, before[i], "marker %zu", i);
+        cr_assert_eq(t->markers[i].key, key[i], "marker %zu", i);
+    }
+    stow_trace_free(t);
+    unlink(path);
+    finish();
+}
+
 Test(record, the_ring_keeps_the_newest_events)
 {
     make_pool(NULL);

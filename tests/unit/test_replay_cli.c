@@ -64,6 +64,7 @@ static bool fits(const char *policy, const stow_trace_t *t, size_t capacity)
 Test(replay_policies, table_lists_every_policy_once)
 {
     const char *want[] = {"classic",        "vmm",
+                          "classic-planned", "vmm-planned",
                           "pytorch",        "pytorch-expandable",
                           "naive",          "jemalloc",
                           "jemalloc-decay", "jemalloc-tcache",
@@ -320,7 +321,7 @@ Test(replay_opts, defaults_and_all)
                        "--json", "--repeats", "0", "a.rep"),
                  STOW_OK);
     cr_assert(o.all && o.min_capacity && o.json);
-    cr_assert_eq(o.policy_count, 6);
+    cr_assert_eq(o.policy_count, 8);
     for (unsigned k = 0; k < o.policy_count; k++) {
         cr_assert_neq(o.policies[k], &stow__replay_policy_jemalloc_decay);
         cr_assert_neq(o.policies[k], &stow__replay_policy_jemalloc_tcache);
@@ -342,27 +343,32 @@ Test(replay_opts, defaults_and_all)
 }
 
 /* A policy named on its own and again through `all` runs once: `all` adds the
- * five it lists that are not there yet, after vmm. */
+ * seven it lists that are not there yet, after vmm. */
 Test(replay_opts, repeated_policies_run_once)
 {
     stow_replay_opts_t o;
     char err[256];
     const stow_replay_policy_t *want[] = {
-        &stow__replay_policy_vmm,     &stow__replay_policy_classic,
-        &stow__replay_policy_pytorch, &stow__replay_policy_pytorch_expandable,
-        &stow__replay_policy_naive,   &stow__replay_policy_jemalloc};
+        &stow__replay_policy_vmm,
+        &stow__replay_policy_classic,
+        &stow__replay_policy_classic_planned,
+        &stow__replay_policy_vmm_planned,
+        &stow__replay_policy_pytorch,
+        &stow__replay_policy_pytorch_expandable,
+        &stow__replay_policy_naive,
+        &stow__replay_policy_jemalloc};
     cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "vmm", "--policy", "all",
                        "t"),
                  STOW_OK, "%s", err);
     cr_assert(o.all);
-    cr_assert_eq(o.policy_count, 6);
-    for (unsigned k = 0; k < 6; k++)
+    cr_assert_eq(o.policy_count, 8);
+    for (unsigned k = 0; k < 8; k++)
         cr_assert_eq(o.policies[k], want[k], "policy %u is %s", k, o.policies[k]->name);
 
     cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "all", "--policy", "vmm",
                        "t"),
                  STOW_OK, "%s", err);
-    cr_assert_eq(o.policy_count, 6);
+    cr_assert_eq(o.policy_count, 8);
     cr_assert_eq(o.policies[1], &stow__replay_policy_vmm);
 
     cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--policy", "vmm", "--policy", "vmm",
@@ -498,7 +504,25 @@ static void timing_destroy(void *ctx)
 
 static const stow_replay_policy_t timing_policy = {
     "recording", "records the engine's calls", true, timing_create, timing_alloc,
-    timing_free, NULL, timing_report, timing_destroy, true,
+    timing_free, NULL, timing_report, timing_destroy, true, NULL, false,
+};
+
+/* The same, with step markers: 'm' for a key (then its first letter), 'e' for
+ * a step end. */
+static void timing_step(void *ctx, const char *key)
+{
+    (void)ctx;
+    size_t n = strlen(timing_log);
+    if (n + 2 < sizeof timing_log) {
+        timing_log[n] = key ? 'm' : 'e';
+        timing_log[n + 1] = key ? key[0] : '.';
+        timing_log[n + 2] = '\0';
+    }
+}
+
+static const stow_replay_policy_t marker_policy = {
+    "markers", "records the engine's calls and markers", true, timing_create, timing_alloc,
+    timing_free, NULL, timing_report, timing_destroy, true, timing_step, false,
 };
 
 static void timing_reset(int fail_create_at)
@@ -524,6 +548,28 @@ Test(replay_time, passes_alternate_between_policies)
                                  "d0d1");
     cr_assert_geq(ns[0], 0.0);
     cr_assert_geq(ns[1], 0.0);
+    stow_trace_free(t);
+}
+
+/* Markers reach the policy before the event they precede, in every pass (and
+ * those after the last event at the pass's end); a policy without a step
+ * method never sees them. */
+Test(replay_time, markers_reach_the_policy_in_every_pass)
+{
+    stow_trace_t *t = parse_trace("2 3\nm train\na 0 512 0\nm eval\na 1 512 0\ne\nf 0\nm x\n");
+    stow_config_t c = config_of(NULL);
+    const stow_replay_policy_t *ps[] = {&marker_policy};
+    double ns[1];
+    timing_reset(-1);
+    cr_assert_eq(stow__replay_time(ps, 1, t, &c, 0, 1, NULL, NULL, ns), STOW_OK);
+    cr_assert_str_eq(timing_log, "c0"
+                                 "mta0mea0e.f0mx" /* untimed pass */
+                                 "f0" "mta0mea0e.f0mx" /* leftovers, timed pass */
+                                 "f0d0");
+    ps[0] = &timing_policy;
+    timing_reset(-1);
+    cr_assert_eq(stow__replay_time(ps, 1, t, &c, 0, 1, NULL, NULL, ns), STOW_OK);
+    cr_assert_str_eq(timing_log, "c0" "a0a0f0" "f0" "a0a0f0" "f0d0");
     stow_trace_free(t);
 }
 
@@ -838,4 +884,41 @@ Test(replay_cli, all_policies_json_one_line_each)
     cr_assert_eq(lines, 6, "%s", out);
     cr_assert_not_null(strstr(out, "\"policy\": \"naive\""));
     cr_assert_not_null(strstr(out, "\"min_capacity_bytes\": 8388608"), "%s", out);
+    cr_assert_null(strstr(out, "planned\""), "no planned rows without markers: %s", out);
+}
+
+/* A trace with step markers: `--policy all` adds classic-planned and
+ * vmm-planned, whose JSON says what the arena served. */
+Test(replay_cli, all_policies_add_planned_rows_for_markers)
+{
+    char path[] = "/tmp/stow_replay_cli_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "%d %d\n", 6 * 3, 6 * 6);
+    for (int s = 0; s < 6; s++) {
+        fprintf(f, "m train\n");
+        for (int i = 0; i < 3; i++)
+            fprintf(f, "a %d %d 0\n", s * 3 + i, (i + 1) << 20);
+        for (int i = 2; i >= 0; i--)
+            fprintf(f, "f %d\n", s * 3 + i);
+    }
+    fclose(f);
+    char args[256], out[16384];
+    snprintf(args, sizeof args, "--policy all --json --repeats 0 %s", path);
+    int rc = cli_run(args, out, sizeof out);
+    unlink(path);
+    cr_assert_eq(rc, 0, "%s", out);
+    size_t lines = 0;
+    for (const char *c = out; *c; c++)
+        lines += *c == '\n';
+    cr_assert_eq(lines, 8, "%s", out);
+    const char *row = strstr(out, "\"policy\": \"vmm-planned\"");
+    cr_assert_not_null(row, "%s", out);
+    cr_assert_not_null(strstr(out, "\"policy\": \"classic-planned\""), "%s", out);
+    const char *hits = strstr(row, "\"planned_hits\": ");
+    cr_assert_not_null(hits);
+    cr_assert_gt(atoi(hits + strlen("\"planned_hits\": ")), 0, "%s", row);
+    cr_assert_not_null(strstr(row, "\"plans\": 1"), "%s", row);
 }

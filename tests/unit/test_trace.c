@@ -150,6 +150,81 @@ Test(trace, free_carries_alloc_stream_and_size)
     stow_trace_free(t);
 }
 
+/* ---- step markers ---- */
+
+Test(trace, markers_are_not_events)
+{
+    stow_trace_t *t = parse_ok("# a loop\n"
+                               "2 4\n"
+                               "m train\n"
+                               "a 0 100 0\n"
+                               "  m\teval/len:128  \r\n"
+                               "f 0\n"
+                               "m train\n"
+                               "a 1 50 1\n"
+                               "e\n"
+                               "f 1\n"
+                               "m Z_.:/-9\n");
+    cr_assert_eq(t->event_count, 4);
+    check_event(t, 1, 'f', 0, 100, 0);
+    check_event(t, 2, 'a', 1, 50, 1);
+    cr_assert_eq(t->marker_count, 5);
+    cr_assert_eq(t->key_count, 3);
+    cr_assert_str_eq(t->keys[0], "train");
+    cr_assert_str_eq(t->keys[1], "eval/len:128");
+    cr_assert_str_eq(t->keys[2], "Z_.:/-9");
+    size_t before[] = {0, 1, 2, 3, 4};
+    uint32_t key[] = {0, 1, 0, STOW_TRACE_STEP_END, 2};
+    for (size_t i = 0; i < 5; i++) {
+        cr_assert_eq(t->markers[i].before_event, before[i], "marker %zu", i);
+        cr_assert_eq(t->markers[i].key, key[i], "marker %zu", i);
+    }
+    stow_trace_free(t);
+    t = parse_ok("1 1\na 0 5 0\n");
+    cr_assert_eq(t->marker_count, 0);
+    cr_assert_null(t->markers);
+    cr_assert_eq(t->key_count, 0);
+    stow_trace_free(t);
+}
+
+Test(trace, many_distinct_keys_are_interned)
+{
+    enum { KEYS = 3000 };
+    char *text = malloc(KEYS * 2 * 16 + 64);
+    cr_assert_not_null(text);
+    size_t len = (size_t)sprintf(text, "0 0\n");
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < KEYS; k++)
+            len += (size_t)sprintf(text + len, "m k%d\n", k);
+    stow_trace_t *t = parse_ok(text);
+    cr_assert_eq(t->key_count, KEYS);
+    cr_assert_eq(t->marker_count, 2 * KEYS);
+    for (size_t i = 0; i < 2 * KEYS; i++)
+        cr_assert_eq(t->markers[i].key, i % KEYS);
+    cr_assert_str_eq(t->keys[KEYS - 1], "k2999");
+    stow_trace_free(t);
+    free(text);
+}
+
+Test(trace, malformed_markers_name_the_line)
+{
+    parse_err("1 1\nm\na 0 5 0\n", "t:2: a step marker must be 'm <key>'");
+    parse_err("1 1\na 0 5 0\nm   \n", "t:3: a step marker must be 'm <key>'");
+    parse_err("1 1\nmtrain\n", "t:2: a step marker must be 'm <key>'");
+    parse_err("1 1\nm a b\n", "t:2: a step marker has one key and nothing after it");
+    parse_err("1 1\nm tr@in\n",
+              "t:2: step key 'tr@in': only letters, digits and _.:/- are allowed");
+    parse_err("0 0\nm 0123456789012345678901234567890123456789012345678901234567890123x\n",
+              "t:2: step key of 65 characters (at most 64)");
+    parse_err("1 1\ne train\n", "t:2: a step end must be 'e' alone");
+    parse_err("1 1\nex\n", "t:2: a step end must be 'e' alone");
+    /* A key of exactly 64 characters is fine. */
+    stow_trace_t *t =
+        parse_ok("0 0\nm 0123456789012345678901234567890123456789012345678901234567890123\n");
+    cr_assert_eq(strlen(t->keys[0]), 64);
+    stow_trace_free(t);
+}
+
 /* ---- random traces against a shadow ---- */
 
 static uint64_t rng_state;

@@ -1,0 +1,135 @@
+/*
+ * allocator/planned_check.c: the planned layer's invariants, checked from
+ * scratch for stow_pool_check (allocator/planned.h lists them), and what its
+ * busy slots add to the books that check.c compares.
+ *
+ * The busy slots of every layout (each key's current one and the one it
+ * retired) are collected, sorted by address and required to lie inside the
+ * arena without overlapping: the layer's safety, whatever the program did.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "allocator/planned.h"
+
+typedef struct span {
+    uintptr_t lo, hi;
+} span_t;
+
+static stow_status_t violation(char *why, size_t len, const char *fmt, ...)
+{
+    if (why && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, len, fmt, ap);
+        va_end(ap);
+    }
+    return STOW_EINVAL;
+}
+
+static int by_lo(const void *a, const void *b)
+{
+    const span_t *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Walks one layout's entries: its busy ones go to spans and the books. */
+static stow_status_t check_layout(stow_planned_t *pl, const stow_planned_key_t *k,
+                                  const stow_plan_layout_t *l, span_t *spans, size_t *n_spans,
+                                  size_t spans_cap, stow_planned_books_t *books, size_t *bytes,
+                                  char *why, size_t len)
+{
+    size_t busy = 0, overdue = 0;
+    for (size_t x = 0; x < l->entry_count; x++) {
+        const stow_plan_entry_t *e = &l->entries[x];
+        if (!e->busy) {
+            if (e->overdue || e->pending)
+                return violation(why, len, "planned key '%s': entry %zu is free but flagged",
+                                 k->name, x);
+            continue;
+        }
+        busy++;
+        overdue += e->overdue;
+        uintptr_t addr = pl->base + e->offset;
+        if (!pl->arena || !e->life || e->offset > pl->bytes || e->max_bytes > pl->bytes - e->offset)
+            return violation(why, len, "planned key '%s': busy entry %zu outside the arena",
+                             k->name, x);
+        stow_ptr_slot_t *slot = stow__ptr_map_find(&pl->live, addr);
+        if (!slot)
+            return violation(why, len, "planned slot %#" PRIxPTR " missing from its live map",
+                             addr);
+        uint64_t v = (uint64_t)(uintptr_t)slot->value - 1;
+        if (&pl->keys[v >> 40] != k || (size_t)(v & 0xffffffffu) != x ||
+            ((v >> 32) & 0xff) != (l->generation & 0xff))
+            return violation(why, len, "planned slot %#" PRIxPTR " maps to another entry", addr);
+        if (*n_spans == spans_cap)
+            return violation(why, len, "more busy planned slots than the books count");
+        spans[(*n_spans)++] = (span_t){addr, addr + e->max_bytes};
+        *bytes += e->max_bytes;
+        if (e->pending) {
+            books->pending_bytes += e->max_bytes;
+            books->pending_blocks++;
+        } else {
+            if (e->requested_bytes == 0 || e->requested_bytes > e->max_bytes)
+                return violation(why, len, "planned slot %#" PRIxPTR ": requested %zu of %zu",
+                                 addr, e->requested_bytes, e->max_bytes);
+            books->allocated_bytes += e->max_bytes;
+            books->requested_bytes += e->requested_bytes;
+            books->allocations++;
+        }
+    }
+    if (busy != l->busy || overdue != l->overdue)
+        return violation(why, len, "planned key '%s': layout counts %zu busy, %zu overdue; "
+                         "entries say %zu, %zu", k->name, l->busy, l->overdue, busy, overdue);
+    return STOW_OK;
+}
+
+stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books, char *why,
+                                  size_t len)
+{
+    memset(books, 0, sizeof *books);
+    stow_planned_t *pl = pool->planned;
+    if (!pl)
+        return pool->planned_bytes ? violation(why, len, "an arena without a planned layer")
+                                   : STOW_OK;
+    if (pool->planned_base != pl->base || pool->planned_bytes != pl->bytes ||
+        (pl->arena && (pl->arena->state != BLOCK_ARENA || pl->arena->addr != pl->base ||
+                       pl->arena->size_bytes != pl->bytes)) ||
+        (!pl->arena && pl->bytes))
+        return violation(why, len, "the planned arena's bounds disagree with its block");
+    size_t cap = pl->busy_total + 1;
+    span_t *spans = malloc(cap * sizeof *spans);
+    if (!spans)
+        return STOW_OK; /* no host memory to check with: nothing found */
+    size_t n = 0, bytes = 0, busy_total = 0;
+    stow_status_t st = STOW_OK;
+    for (unsigned i = 0; st == STOW_OK && i < STOW_PLANNED_KEYS_MAX; i++) {
+        const stow_planned_key_t *k = &pl->keys[i];
+        size_t before = n;
+        if (k->layout)
+            st = check_layout(pl, k, k->layout, spans, &n, cap, books, &bytes, why, len);
+        if (st == STOW_OK && k->retired)
+            st = check_layout(pl, k, k->retired, spans, &n, cap, books, &bytes, why, len);
+        if (st == STOW_OK && n - before != k->busy_count)
+            st = violation(why, len, "planned key '%s': busy_count %zu, entries %zu", k->name,
+                           k->busy_count, n - before);
+        busy_total += n - before;
+    }
+    if (st == STOW_OK && (busy_total != pl->busy_total || pl->live.count != busy_total ||
+                          bytes != pl->live_bytes))
+        st = violation(why, len, "planned books: %zu busy (%zu in the map, %zu bytes), "
+                       "entries say %zu (%zu bytes)", pl->busy_total, pl->live.count,
+                       pl->live_bytes, busy_total, bytes);
+    if (st == STOW_OK) {
+        qsort(spans, n, sizeof *spans, by_lo);
+        for (size_t j = 1; j < n; j++)
+            if (spans[j].lo < spans[j - 1].hi) {
+                st = violation(why, len, "planned slots %#" PRIxPTR " and %#" PRIxPTR
+                               " overlap", spans[j - 1].lo, spans[j].lo);
+                break;
+            }
+    }
+    free(spans);
+    return st;
+}

@@ -1,0 +1,611 @@
+/*
+ * tests/unit/test_planned.c: the planned layer (allocator/planned_*.c,
+ * docs/planned.md) on classic and page-mapped pools.
+ *
+ * Every call goes through a checked harness: a shadow of the live blocks
+ * (address, size), against which each new block must not overlap any live
+ * one (in the arena or not), and stow_pool_check after every call (it checks
+ * the planned slots too). Steps are made of a program of requests; a test
+ * changes a step (a late free, a missing or an extra request, other sizes,
+ * another stream) and checks what the layer did with its counters.
+ */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stowage.h"
+#include "test_support.h"
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+#define MAX_LIVE 4096
+
+typedef struct live {
+    uintptr_t ptr;
+    size_t size;
+} live_t;
+
+static stow_backend_t *sim;
+static stow_pool_t *pool;
+static live_t shadow[MAX_LIVE];
+static size_t n_shadow;
+
+static void make(const char *conf, bool manual_events)
+{
+    sim = ts_sim(0, false, manual_events);
+    stow_config_t c;
+    stow_config_default(&c);
+    c.planned_async = false;
+    char err[256];
+    cr_assert_eq(stow_config_parse(&c, "planned_steps:true", err, sizeof err), STOW_OK);
+    if (conf)
+        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    n_shadow = 0;
+}
+
+static void finish(void)
+{
+    ts_pool_check(pool);
+    cr_assert_eq(stow_pool_destroy(pool), STOW_OK);
+    ts_sim_assert_released_then_destroy(sim);
+}
+
+/* A checked allocation: no overlap with any live block. */
+static void *alloc_on(size_t size, stow_stream_t stream)
+{
+    void *p = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, size, stream, &p), STOW_OK, "alloc %zu", size);
+    size_t block = 0;
+    cr_assert_eq(stow_pool_block_size(pool, p, &block, NULL), STOW_OK);
+    cr_assert_geq(block, size);
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < n_shadow; i++)
+        cr_assert(a + block <= shadow[i].ptr || shadow[i].ptr + shadow[i].size <= a,
+                  "block %#lx (%zu) overlaps live %#lx (%zu)", (unsigned long)a, block,
+                  (unsigned long)shadow[i].ptr, shadow[i].size);
+    cr_assert_lt(n_shadow, MAX_LIVE);
+    shadow[n_shadow++] = (live_t){a, block};
+    ts_pool_check(pool);
+    return p;
+}
+
+static void *alloc(size_t size) { return alloc_on(size, NULL); }
+
+static void release(void *p)
+{
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    for (size_t i = 0; i < n_shadow; i++)
+        if (shadow[i].ptr == (uintptr_t)p) {
+            shadow[i] = shadow[--n_shadow];
+            break;
+        }
+    ts_pool_check(pool);
+}
+
+static void step(const char *key)
+{
+    cr_assert_eq(stow_pool_step(pool, key), STOW_OK);
+    ts_pool_check(pool);
+}
+
+/* The step program: sizes allocated in order; frees[i] = the allocation index
+ * freed right before allocation i (or -1). What is live at the end is freed
+ * in allocation order (or, with `carry`, left for the caller). */
+#define STEP_ALLOCS 12
+static const size_t step_sizes[STEP_ALLOCS] = {
+    64 * MIB, 3 * MIB, 4 * KIB, 100 * KIB, 64 * MIB, 512, 7 * MIB, 40 * MIB, 1 * MIB, 96, 30 * MIB, 8 * KIB};
+static const int step_frees[STEP_ALLOCS] = {-1, -1, -1, 1, -1, 2, 0, 4, -1, 8, 6, 3};
+
+static void *blocks[STEP_ALLOCS];
+
+/* One step; `late` (an allocation index, or -1) is freed at the end rather
+ * than when the program frees it; `skip` is not requested at all; `extra`
+ * adds a request of that many bytes before allocation 5. */
+static void run_step(const char *key, int late, int skip, size_t extra, bool end_with_null)
+{
+    if (key)
+        step(key);
+    void *extra_block = NULL;
+    for (int i = 0; i < STEP_ALLOCS; i++) {
+        int f = step_frees[i];
+        if (f >= 0 && f != late && blocks[f]) {
+            release(blocks[f]);
+            blocks[f] = NULL;
+        }
+        if (i == 5 && extra)
+            extra_block = alloc(extra);
+        blocks[i] = i == skip ? NULL : alloc(step_sizes[i]);
+    }
+    for (int i = 0; i < STEP_ALLOCS; i++)
+        if (blocks[i]) {
+            release(blocks[i]);
+            blocks[i] = NULL;
+        }
+    if (extra_block)
+        release(extra_block);
+    if (end_with_null)
+        step(NULL);
+}
+
+static void loop_of(const char *conf)
+{
+    make(conf, false);
+    void *w = alloc(200 * MIB); /* weights: before any step, never freed here */
+    for (int s = 0; s < 3; s++)
+        run_step("train", -1, -1, 0, false);
+    /* Warm-up 1, two steps recorded: the plan is made when the fourth begins. */
+    stow_stats_t before = ts_pool_stats(pool);
+    cr_assert_eq(before.num_plans, 0);
+    cr_assert_eq(before.num_planned_hits, 0);
+    /* The plan serves the next steps entirely, at the same addresses. */
+    uintptr_t first[STEP_ALLOCS];
+    for (int s = 0; s < 6; s++) {
+        step("train"); /* the end of the first planned step trims the pool, once */
+        stow_stats_t a = ts_pool_stats(pool);
+        for (int i = 0; i < STEP_ALLOCS; i++) {
+            int f = step_frees[i];
+            if (f >= 0 && blocks[f]) {
+                release(blocks[f]);
+                blocks[f] = NULL;
+            }
+            blocks[i] = alloc(step_sizes[i]);
+            if (s == 0)
+                first[i] = (uintptr_t)blocks[i];
+            else
+                cr_assert_eq((uintptr_t)blocks[i], first[i], "step %d, allocation %d moved", s,
+                             i);
+        }
+        for (int i = 0; i < STEP_ALLOCS; i++)
+            if (blocks[i]) {
+                release(blocks[i]);
+                blocks[i] = NULL;
+            }
+        stow_stats_t b = ts_pool_stats(pool);
+        cr_assert_eq(b.num_planned_hits - a.num_planned_hits, STEP_ALLOCS, "step %d", s);
+        cr_assert_eq(b.num_planned_fallbacks, a.num_planned_fallbacks);
+        if (s >= 1) /* after the first planned step (the pool's trim): no backend call */
+            cr_assert_eq(b.num_backend_calls, a.num_backend_calls, "step %d", s);
+    }
+    stow_stats_t s = ts_pool_stats(pool);
+    cr_assert_gt(s.arena_bytes, 0);
+    cr_assert_geq(s.arena_bytes, s.arena_peak_bytes);
+    cr_assert_gt(s.arena_peak_bytes, 0);
+    cr_assert_eq(s.num_planned_misses, 0);
+    release(w);
+    step(NULL);
+    finish();
+}
+
+Test(planned, steps_are_recorded_planned_and_served_classic) { loop_of(NULL); }
+Test(planned, steps_are_recorded_planned_and_served_vmm) { loop_of("policy:vmm"); }
+
+/* Without the key nothing is planned, and markers change no block. */
+Test(planned, off_by_default_markers_change_nothing)
+{
+    sim = ts_sim(0, false, false);
+    cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
+    n_shadow = 0;
+    for (int s = 0; s < 8; s++)
+        run_step("train", -1, -1, 0, false);
+    stow_stats_t st = ts_pool_stats(pool);
+    cr_assert_eq(st.num_plans + st.num_planned_hits + st.num_planned_fallbacks, 0);
+    cr_assert_eq(st.arena_bytes, 0);
+    finish();
+}
+
+/* Warm into a planned state (plan in use from the fifth step on). */
+static void warm(const char *conf, bool manual_events)
+{
+    make(conf, manual_events);
+    for (int s = 0; s < 4; s++)
+        run_step("train", -1, -1, 0, false);
+    cr_assert_eq(ts_pool_stats(pool).num_plans, 1);
+}
+
+/* A block freed later than recorded: the slots that share its bytes go to
+ * the pool until it is freed; nothing ever overlaps (the harness checks). */
+static void late_free(const char *conf)
+{
+    warm(conf, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    for (int late = 0; late < STEP_ALLOCS; late++)
+        run_step("train", late, -1, 0, false);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_gt(b.num_planned_fallbacks, a.num_planned_fallbacks, "some slots waited");
+    cr_assert_gt(b.num_planned_hits, a.num_planned_hits);
+    /* Back to the recorded order: every request from its slot again. */
+    run_step("train", -1, -1, 0, false);
+    a = ts_pool_stats(pool);
+    run_step("train", -1, -1, 0, false);
+    b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, STEP_ALLOCS);
+    step(NULL);
+    finish();
+}
+
+Test(planned, a_late_free_sends_what_shares_its_bytes_to_the_pool_classic) { late_free(NULL); }
+Test(planned, a_late_free_sends_what_shares_its_bytes_to_the_pool_vmm)
+{
+    late_free("policy:vmm");
+}
+
+/* A missing request is skipped by looking ahead; an extra one goes to the
+ * pool and the next ones find their positions. */
+Test(planned, missing_and_extra_requests_realign)
+{
+    warm(NULL, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    run_step("train", -1, 4, 0, false); /* allocation 4 missing */
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, STEP_ALLOCS - 1);
+    cr_assert_geq(b.num_planned_realignments - a.num_planned_realignments, 1);
+    run_step("train", -1, -1, 12345, false); /* an extra request of a new size */
+    stow_stats_t c = ts_pool_stats(pool);
+    cr_assert_eq(c.num_planned_hits - b.num_planned_hits, STEP_ALLOCS);
+    cr_assert_eq(c.num_planned_misses - b.num_planned_misses, 1);
+    step(NULL);
+    finish();
+}
+
+/* Requests larger than their slot miss; when steps keep missing, the key is
+ * recorded and planned again, with slots for the larger sizes. */
+Test(planned, steps_that_keep_missing_are_planned_again)
+{
+    warm(NULL, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    for (int s = 0; s < 12; s++) {
+        step("train");
+        void *p[STEP_ALLOCS];
+        for (int i = 0; i < STEP_ALLOCS; i++)
+            p[i] = alloc(step_sizes[i] + (i % 3 == 0 ? 5 * KIB : 0));
+        for (int i = 0; i < STEP_ALLOCS; i++)
+            release(p[i]);
+    }
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_gt(b.num_planned_misses, a.num_planned_misses);
+    cr_assert_eq(b.num_plans, 2, "planned again");
+    cr_assert_eq(b.num_plans_dropped, 1);
+    /* The new plan's slots hold the larger sizes: a whole step from the arena. */
+    step("train");
+    void *p[STEP_ALLOCS];
+    for (int i = 0; i < STEP_ALLOCS; i++)
+        p[i] = alloc(step_sizes[i] + (i % 3 == 0 ? 5 * KIB : 0));
+    for (int i = 0; i < STEP_ALLOCS; i++)
+        release(p[i]);
+    stow_stats_t c = ts_pool_stats(pool);
+    cr_assert_eq(c.num_planned_hits - b.num_planned_hits, STEP_ALLOCS);
+    cr_assert_eq(c.num_planned_misses, b.num_planned_misses);
+    step(NULL);
+    finish();
+}
+
+/* Two keys with other programs share one arena, sized to the larger plan. */
+Test(planned, alternating_keys_share_one_arena)
+{
+    make(NULL, false);
+    for (int s = 0; s < 10; s++) {
+        run_step("train", -1, -1, 0, false);
+        step("eval");
+        void *a = alloc(300 * MIB), *b = alloc(2 * MIB);
+        release(a);
+        void *c = alloc(5 * KIB);
+        release(b);
+        release(c);
+    }
+    stow_stats_t st = ts_pool_stats(pool);
+    cr_assert_eq(st.num_plans, 2);
+    /* eval's plan (300 + 2 MiB live at once) is the larger: the arena is its
+     * height, not the sum of both plans. */
+    cr_assert_geq(st.arena_bytes, 302 * MIB);
+    cr_assert_lt(st.arena_bytes, 310 * MIB);
+    cr_assert_gt(st.num_planned_hits, 0);
+    step(NULL);
+    finish();
+}
+
+/* A step ended with stow_pool_step(NULL) is planned at once: the second call
+ * of an inference is served from the arena, but for what outlives it. */
+Test(planned, an_inference_call_is_served_from_its_second_call)
+{
+    make(NULL, false);
+    void *w = alloc(100 * MIB);
+    void *out = NULL;
+    for (int call = 0; call < 4; call++) {
+        stow_stats_t a = ts_pool_stats(pool);
+        step("infer-bs8");
+        void *x = alloc(10 * MIB), *h1 = alloc(20 * MIB);
+        release(x);
+        void *h2 = alloc(20 * MIB);
+        release(h1);
+        void *o = alloc(1 * MIB); /* the output: outlives the call */
+        release(h2);
+        step(NULL);
+        if (out)
+            release(out);
+        out = o;
+        stow_stats_t b = ts_pool_stats(pool);
+        if (call >= 1) {
+            cr_assert_eq(b.num_planned_hits - a.num_planned_hits, 3, "call %d", call);
+            cr_assert_eq(b.num_planned_fallbacks - a.num_planned_fallbacks, 1, "the output");
+        }
+    }
+    release(out);
+    release(w);
+    finish();
+}
+
+/* empty_cache gives the arena back when no slot is busy; the next planned
+ * step takes it again. */
+Test(planned, empty_cache_returns_the_arena_when_nothing_is_busy)
+{
+    warm(NULL, false);
+    cr_assert_gt(ts_pool_stats(pool).arena_bytes, 0);
+    step("train");
+    void *p = alloc(step_sizes[0]);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_gt(ts_pool_stats(pool).arena_bytes, 0, "a slot is busy: kept");
+    release(p);
+    step(NULL);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    stow_stats_t s = ts_pool_stats(pool);
+    cr_assert_eq(s.arena_bytes, 0);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_ALL].current, 0);
+    stow_stats_t a = ts_pool_stats(pool);
+    run_step("train", -1, -1, 0, false);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, STEP_ALLOCS, "the plan was kept");
+    step(NULL);
+    finish();
+}
+
+/* Bad frees of arena addresses are refused with the books unchanged. */
+Test(planned, foreign_interior_and_double_frees_in_the_arena)
+{
+    warm(NULL, false);
+    step("train");
+    void *p = alloc(step_sizes[0]);
+    stow_stats_t a = ts_pool_stats(pool);
+    cr_assert_eq(stow_pool_free(pool, (char *)p + 512), STOW_ENOTOWNED);
+    cr_assert_eq(stow_record_stream(pool, (char *)p + 512, (stow_stream_t)0x9), STOW_ENOTOWNED);
+    cr_assert_eq(stow_pool_block_size(pool, (char *)p + 512, NULL, NULL), STOW_ENOTOWNED);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_invalid_frees, a.num_invalid_frees + 1);
+    cr_assert_eq(b.allocated_bytes[STOW_POOL_ALL].current, a.allocated_bytes[STOW_POOL_ALL].current);
+    release(p);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_ENOTOWNED, "double free");
+    ts_pool_check(pool);
+    step(NULL);
+    finish();
+}
+
+/* A slot named on another stream with record_stream waits for an event on
+ * that stream before anything reuses its bytes. */
+Test(planned, record_stream_makes_a_slot_wait_for_its_event)
+{
+    warm(NULL, true);
+    stow_stream_t other = (stow_stream_t)0x77;
+    step("train");
+    void *p = alloc(step_sizes[0]);
+    cr_assert_eq(stow_record_stream(pool, p, other), STOW_OK);
+    release(p);
+    stow_stats_t s = ts_pool_stats(pool);
+    cr_assert_gt(s.active_bytes[STOW_POOL_ALL].current, s.allocated_bytes[STOW_POOL_ALL].current,
+                 "pending");
+    /* Its next instance (next step, same bytes) must wait: to the pool. */
+    step("train");
+    stow_stats_t a = ts_pool_stats(pool);
+    void *q = alloc(step_sizes[0]);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits, a.num_planned_hits, "its slot still waits");
+    release(q);
+    stow_sim_complete_stream(sim, other);
+    step("train");
+    a = ts_pool_stats(pool);
+    q = alloc(step_sizes[0]);
+    b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits, a.num_planned_hits + 1, "the event completed");
+    release(q);
+    step(NULL);
+    finish();
+}
+
+/* Requests on two streams: each stream's slots in a region of its own. The
+ * arena was taken on one stream, so the layout waits for that stream's
+ * event before the other stream uses its bytes; the work of each step
+ * completes before the next. */
+Test(planned, two_streams_plan_and_hit)
+{
+    make(NULL, true);
+    stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+    for (int s = 0; s < 8; s++) {
+        stow_stats_t a = ts_pool_stats(pool);
+        step("train");
+        void *x = alloc_on(8 * MIB, s1), *y = alloc_on(8 * MIB, s2);
+        release(x);
+        void *z = alloc_on(4 * MIB, s1);
+        release(y);
+        release(z);
+        stow_stats_t b = ts_pool_stats(pool);
+        if (s >= 4)
+            cr_assert_eq(b.num_planned_hits - a.num_planned_hits, 3, "step %d", s);
+        stow_sim_complete_stream(sim, s1);
+        stow_sim_complete_stream(sim, s2);
+    }
+    cr_assert_geq(ts_pool_stats(pool).arena_bytes, 16 * MIB, "two regions");
+    step(NULL);
+    finish();
+}
+
+/* A key on another stream takes the arena over only once events on the
+ * streams that used it completed. */
+Test(planned, another_stream_waits_for_the_clearance)
+{
+    make(NULL, true);
+    stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
+    for (int s = 0; s < 5; s++) {
+        step("a");
+        void *x = alloc_on(8 * MIB, s1);
+        release(x);
+        step("b");
+        void *y = alloc_on(8 * MIB, s2);
+        release(y);
+    }
+    /* Both planned; a's slot ran on s1 last: b waits for s1's event. */
+    step("a");
+    void *x = alloc_on(8 * MIB, s1);
+    release(x);
+    step("b");
+    stow_stats_t a = ts_pool_stats(pool);
+    void *y = alloc_on(8 * MIB, s2);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits, a.num_planned_hits, "s1's work may still use the bytes");
+    release(y);
+    stow_sim_complete_stream(sim, s1);
+    stow_sim_complete_stream(sim, s2);
+    step("b");
+    a = ts_pool_stats(pool);
+    y = alloc_on(8 * MIB, s2);
+    b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits, a.num_planned_hits + 1);
+    release(y);
+    step(NULL);
+    finish();
+}
+
+/* Steps that never repeat stop being planned, and then cost a lookup. */
+Test(planned, a_key_that_never_settles_stops_being_planned)
+{
+    make(NULL, false);
+    uint64_t rng = 7;
+    for (int s = 0; s < 40; s++) {
+        step("chaos");
+        unsigned n = 1 + (unsigned)(ts_xorshift(&rng) % 6);
+        void *p[8];
+        for (unsigned i = 0; i < n; i++)
+            p[i] = alloc(512 * (1 + ts_xorshift(&rng) % 5000));
+        for (unsigned i = 0; i < n; i++)
+            release(p[i]);
+    }
+    stow_stats_t st = ts_pool_stats(pool);
+    cr_assert_geq(st.num_plans_unsettled, 1);
+    step(NULL);
+    finish();
+}
+
+/* More keys than the layer keeps: the least recently used one goes. */
+Test(planned, the_least_recently_used_key_goes)
+{
+    make(NULL, false);
+    char key[16];
+    for (int round = 0; round < 5; round++)
+        for (int k = 0; k < 10; k++) {
+            snprintf(key, sizeof key, "k%d", k);
+            step(key);
+            void *p = alloc((size_t)(k + 1) * MIB);
+            release(p);
+        }
+    /* Ten keys round robin over eight slots: each is dropped before it plans. */
+    cr_assert_eq(ts_pool_stats(pool).num_plans, 0);
+    for (int s = 0; s < 6; s++) {
+        step("k0");
+        void *p = alloc(MIB);
+        release(p);
+    }
+    cr_assert_eq(ts_pool_stats(pool).num_plans, 1);
+    step(NULL);
+    finish();
+}
+
+/* With planned_async (the default), the plan is made on the helper thread
+ * and taken at a later step boundary. */
+Test(planned, plans_made_on_the_helper_thread_are_taken_later)
+{
+    sim = ts_sim(0, false, false);
+    stow_config_t c;
+    stow_config_default(&c);
+    char err[256];
+    cr_assert_eq(stow_config_parse(&c, "planned_steps:true", err, sizeof err), STOW_OK);
+    cr_assert(c.planned_async);
+    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    n_shadow = 0;
+    int s = 0;
+    for (; s < 2000 && ts_pool_stats(pool).num_planned_hits == 0; s++)
+        run_step("train", -1, -1, 0, false);
+    cr_assert_lt(s, 2000);
+    cr_assert_eq(ts_pool_stats(pool).num_plans, 1);
+    step(NULL);
+    finish();
+}
+
+/* Configuration: the keys and their bounds. */
+Test(planned, configuration_keys)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    cr_assert_not(c.planned_steps);
+    cr_assert_eq(c.planned_warmup_steps, 1);
+    cr_assert_float_eq(c.planned_headroom, 0.0, 1e-12);
+    cr_assert(c.planned_async);
+    char err[256];
+    cr_assert_eq(stow_config_parse(&c, "planned_steps:true,planned_warmup_steps:3,"
+                                       "planned_headroom:0.25,planned_async:false",
+                                   err, sizeof err),
+                 STOW_OK, "%s", err);
+    cr_assert(c.planned_steps);
+    cr_assert_eq(c.planned_warmup_steps, 3);
+    cr_assert_float_eq(c.planned_headroom, 0.25, 1e-12);
+    cr_assert_not(c.planned_async);
+    cr_assert_eq(stow_config_parse(&c, "planned_headroom:1.5", err, sizeof err), STOW_EINVAL);
+    cr_assert_str_eq(err, "key 'planned_headroom': '1.5' is not a number in [0, 1]");
+    cr_assert_eq(stow_config_parse(&c, "planned_warmup_steps:1001", err, sizeof err),
+                 STOW_EINVAL);
+    cr_assert_eq(stow_config_parse(&c, "planned_steps:maybe", err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(c.planned_warmup_steps, 3, "unchanged after errors");
+}
+
+/* planned_headroom sizes the arena above the plan. */
+Test(planned, headroom_makes_the_arena_larger)
+{
+    warm("planned_headroom:0.5", false);
+    stow_stats_t s = ts_pool_stats(pool);
+    cr_assert_geq(s.arena_bytes, s.arena_peak_bytes + s.arena_peak_bytes / 2 - 512);
+    step(NULL);
+    finish();
+}
+
+/* planned_auto: a loop without markers is found and served from the arena;
+ * a marker ends it (markers say where the steps are), and nothing of it
+ * serves afterwards. */
+static void auto_loop(const char *conf)
+{
+    make(conf, false);
+    void *w = alloc(200 * MIB); /* weights, never freed in the loop */
+    for (int s = 0; s < 600; s++)
+        run_step(NULL, -1, -1, 0, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    cr_assert_geq(a.num_plans, 1, "the period was found");
+    for (int s = 0; s < 10; s++)
+        run_step(NULL, -1, -1, 0, false);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, 10 * STEP_ALLOCS, "every request");
+    cr_assert_eq(b.num_backend_calls, a.num_backend_calls, "no backend call");
+    step("train");
+    for (int s = 0; s < 3; s++)
+        run_step(NULL, -1, -1, 0, false);
+    stow_stats_t c = ts_pool_stats(pool);
+    cr_assert_eq(c.num_planned_hits, b.num_planned_hits, "a marker ends the steps found");
+    release(w);
+    finish();
+}
+
+Test(planned, steps_without_markers_are_found_classic)
+{
+    auto_loop("planned_steps:false,planned_auto:true");
+}
+Test(planned, steps_without_markers_are_found_vmm)
+{
+    auto_loop("planned_steps:false,planned_auto:true,policy:vmm");
+}
