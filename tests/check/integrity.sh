@@ -4,7 +4,7 @@
 #
 #   integrity.sh long [SECONDS_PER_POOL]
 #       Every mode of both pools under nice, SECONDS_PER_POOL (default 600) per pool,
-#       split evenly over its four modes; the classic and the page-mapped pool run side
+#       split evenly over its five modes; the classic and the page-mapped pool run side
 #       by side. Prints each mode's figures and each pool's totals. Needs build/ (make build).
 #   integrity.sh sabotage
 #       Copies the tree, builds the stress there, checks that it passes, then applies one
@@ -19,16 +19,18 @@ cd "$(dirname "$0")/../.."
 B=${BUILD:-build}
 
 classic_modes=("policy:classic,quick_depth:0,quick_mid_slots:0" "policy:classic"
-               "reuse_other_streams_on_miss:true" "scrub_on_free:true")
+               "reuse_other_streams_on_miss:true" "scrub_on_free:true"
+               "policy:classic,planned_steps:true")
 vmm_modes=("policy:vmm" "policy:vmm,vmm_small_kb:0" "policy:vmm,scrub_on_free:true"
-           "policy:vmm,vmm_learn_step:true")
+           "policy:vmm,vmm_learn_step:true" "policy:vmm,planned_steps:true")
 
 # Runs the modes of one pool one after another, secs each; the log gets their lines.
 run_pool() {
   local log=$1 secs=$2 seed=$3; shift 3
   for mode in "$@"; do
     local extra=()
-    [[ $mode == *vmm_learn_step:true* ]] && extra=(--loop-steps 50 --min-plans 1)
+    [[ $mode == *vmm_learn_step:true* || $mode == *planned_steps:true* ]] &&
+      extra=(--loop-steps 50 --min-plans 1)
     nice "$B/stress_integrity" --seconds "$secs" --seed "$seed" "${extra[@]}" "$mode" >>"$log" 2>&1 ||
       { echo "integrity: $mode FAILED"; tail -40 "$log"; return 1; }
     seed=$((seed + 1))
