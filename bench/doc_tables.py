@@ -147,7 +147,8 @@ def summary_count(text, prefix):
     sys.exit(f"doc_tables: no '{prefix}' line in the script's output")
 
 
-def worst(items, pattern=r"(\d+\.\d+)"):
+def worst(items, pattern=r"(?<![\w.])(\d+\.\d+)"):
+    """The largest figure of a summary's list; a figure inside a trace's name (x1.5) is not one."""
     values = [float(v) for v in re.findall(pattern, items)]
     return f"{max(values):.4f}" if values else "-"
 
