@@ -45,3 +45,12 @@ size_t stow__period_find(const uint64_t *sigs, size_t n, uint64_t anchor, size_t
     }
     return best;
 }
+
+size_t stow__period_of_largest(const uint64_t *sigs, size_t n, size_t min_period)
+{
+    uint64_t biggest = 0;
+    for (size_t i = n / 2; i < n; i++)
+        if (stow__sig_is_alloc(sigs[i]) && stow__sig_bytes(sigs[i]) > stow__sig_bytes(biggest))
+            biggest = sigs[i];
+    return biggest ? stow__period_find(sigs, n, biggest, min_period) : 0;
+}

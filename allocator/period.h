@@ -46,4 +46,8 @@ size_t stow__period_tail(const uint64_t *sigs, size_t n, size_t p);
  * the loop, for one. O(n) plus O(n) per candidate tried. */
 size_t stow__period_find(const uint64_t *sigs, size_t n, uint64_t anchor, size_t min_period);
 
+/* stow__period_find anchored on the largest allocation of the log's second
+ * half (the first of the largest size); 0: none. */
+size_t stow__period_of_largest(const uint64_t *sigs, size_t n, size_t min_period);
+
 #endif /* STOWAGE_ALLOCATOR_PERIOD_H */

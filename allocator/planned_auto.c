@@ -84,12 +84,7 @@ static bool start_looking(stow_planned_auto_t *a)
 /* The exact search: anchored on the largest allocation of the log's second half. */
 static size_t period_exact(const stow_planned_auto_t *a)
 {
-    size_t n = a->count;
-    uint64_t biggest = 0;
-    for (size_t i = n / 2; i < n; i++)
-        if (stow__sig_is_alloc(a->sigs[i]) && stow__sig_bytes(a->sigs[i]) > stow__sig_bytes(biggest))
-            biggest = a->sigs[i];
-    return biggest ? stow__period_find(a->sigs, n, biggest, AUTO_MIN_PERIOD) : 0;
+    return stow__period_of_largest(a->sigs, a->count, AUTO_MIN_PERIOD);
 }
 
 /* Sizes left out: anchored on the frees of the longest lives of the second

@@ -119,12 +119,7 @@ void stow__vmm_step_note_remap(stow_pool_t *pool)
  * log's second half allocates (allocator/period.c); 0: none. */
 static size_t find_period(const stow_vmm_step_t *s)
 {
-    size_t n = s->log_count;
-    uint64_t biggest = 0;
-    for (size_t i = n / 2; i < n; i++)
-        if (is_alloc(s->log_sigs[i]) && sig_bytes(s->log_sigs[i]) > sig_bytes(biggest))
-            biggest = s->log_sigs[i];
-    return biggest ? stow__period_find(s->log_sigs, n, biggest, STEP_MIN_PERIOD) : 0;
+    return stow__period_of_largest(s->log_sigs, s->log_count, STEP_MIN_PERIOD);
 }
 
 /* ---- the plan: cyclic first fit around the blocks that stay ---- */

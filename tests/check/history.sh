@@ -2,8 +2,9 @@
 # tests/check/history.sh: the project's text says what the project is now, not
 # how it got there (docs/reliability.md, history check). Fails, listing each
 # FILE:LINE, when docs, headers, sources, Python, benchmarks or tests name a
-# work session, a date, a commit id, an issue number, a finding label such as
-# R7, or narrate what used to be. History lives in git log.
+# round of work, a date, a commit id, an issue number, a finding label such as
+# R7, or narrate the past (the patterns: docs/reliability.md). History lives in
+# git log.
 #
 # Scanned: README.md, docs/, include/, every source folder, python/, bench/,
 # tests/, CMakeLists.txt and Makefile. Not scanned: raw data (fuzz corpora,
