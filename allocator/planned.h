@@ -21,13 +21,15 @@
  *     overlap in the arena, and lie inside it;
  *   key->busy_count == busy entries of the key; busy_total == their sum;
  *   overdue == busy entries marked overdue (each was found busy when its
- *     due position was passed); while overdue > 0 nothing is served;
+ *     due position was passed); overdue_listed of them are in overdue_list;
  *   live_bytes == sum of busy entries' slot bytes <= arena bytes.
  * Safety: an entry is served only at its own position, when it is not busy,
- * when nothing is overdue and when every entry of other layouts (keys,
- * generations) is free; the plan gives byte-overlapping entries disjoint
- * times on the cycle, and every due position is passed in order, so no
- * entry can be live on bytes another is served on (docs/planned.md).
+ * when no overdue entry shares a byte with it (checked against each when all
+ * are listed, else none may be overdue) and when every entry of other
+ * layouts (keys, generations) is free; the plan gives byte-overlapping
+ * entries disjoint times on the cycle, and every due position is passed in
+ * order, so no entry that is not overdue is live on bytes another is served
+ * on (docs/planned.md).
  */
 #ifndef STOWAGE_ALLOCATOR_PLANNED_H
 #define STOWAGE_ALLOCATOR_PLANNED_H
@@ -42,6 +44,7 @@
 #define STOW_PLANNED_RECORD_STEPS 2  /* steps recorded per plan (1 for steps ended by NULL) */
 #define STOW_PLANNED_STREAMS 8       /* streams a layout may use (regions of the arena) */
 #define STOW_PLANNED_MAX_POSITIONS ((size_t)1 << 20) /* allocations a planned step may make */
+#define STOW_PLANNED_OVERDUE_LISTED 8 /* overdue entries checked one by one; more: none served */
 #define STOW_PLANNED_NONE UINT32_MAX
 
 /* ---- what a plan is made from (planned_record.c, the auto mode) ---- */
@@ -83,6 +86,8 @@ typedef struct stow_plan_layout {
     uint64_t step;                /* steps of the key served since it was taken */
     size_t busy;                  /* busy entries */
     size_t overdue;               /* busy entries found past their due time */
+    size_t overdue_listed;        /* of them, in overdue_list (all of them, or not) */
+    uint32_t overdue_list[STOW_PLANNED_OVERDUE_LISTED]; /* entry indices */
     stow_stream_state_t *streams[STOW_PLANNED_STREAMS]; /* of its regions, in arena order */
     unsigned stream_count;
     size_t n;                     /* positions per step */

@@ -34,6 +34,27 @@ static int by_lo(const void *a, const void *b)
     return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
+/* The overdue list: at most the overdue count and the list's room, distinct
+ * entries, each overdue (serving trusts it whole when it holds them all). */
+static stow_status_t check_overdue_list(const stow_planned_key_t *k, const stow_plan_layout_t *l,
+                                        char *why, size_t len)
+{
+    if (l->overdue_listed > l->overdue || l->overdue_listed > STOW_PLANNED_OVERDUE_LISTED)
+        return violation(why, len, "planned key '%s': %zu overdue entries listed of %zu",
+                         k->name, l->overdue_listed, l->overdue);
+    for (size_t i = 0; i < l->overdue_listed; i++) {
+        uint32_t x = l->overdue_list[i];
+        if (x >= l->entry_count || !l->entries[x].overdue)
+            return violation(why, len, "planned key '%s': listed entry %u is not overdue",
+                             k->name, (unsigned)x);
+        for (size_t j = 0; j < i; j++)
+            if (l->overdue_list[j] == x)
+                return violation(why, len, "planned key '%s': entry %u listed twice", k->name,
+                                 (unsigned)x);
+    }
+    return STOW_OK;
+}
+
 /* Walks one layout's entries: its busy ones go to spans and the books. */
 static stow_status_t check_layout(stow_planned_t *pl, const stow_planned_key_t *k,
                                   const stow_plan_layout_t *l, span_t *spans, size_t *n_spans,
@@ -82,7 +103,7 @@ static stow_status_t check_layout(stow_planned_t *pl, const stow_planned_key_t *
     if (busy != l->busy || overdue != l->overdue)
         return violation(why, len, "planned key '%s': layout counts %zu busy, %zu overdue; "
                          "entries say %zu, %zu", k->name, l->busy, l->overdue, busy, overdue);
-    return STOW_OK;
+    return check_overdue_list(k, l, why, len);
 }
 
 stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books, char *why,

@@ -16,9 +16,11 @@
  * re-alignment), else with the position itself if it fits (a request smaller
  * than any seen), else it is a miss and the pool serves it. A matched
  * position whose allocation outlives the step (life 0), or whose slot is
- * still busy, or any slot overdue, also goes to the pool (a fallback). The
- * due lists are scanned as positions are passed: a busy slot found past its
- * due time is overdue, and nothing is served until it is freed.
+ * still busy, or sharing bytes with an overdue slot, also goes to the pool
+ * (a fallback). The due lists are scanned as positions are passed: a busy
+ * slot found past its due time is overdue, and no slot over its bytes is
+ * served until it is freed (a late free costs the slots it blocks, not the
+ * rest of the step).
  *
  * The arena: one block taken from the pool (pool.c, BLOCK_ARENA), sized to
  * the largest plan x (1 + planned_headroom). Its bytes follow one layout at a
@@ -334,11 +336,28 @@ static void scan_due(stow_planned_t *pl, stow_plan_layout_t *l, size_t upto)
             stow_plan_entry_t *e = &l->entries[x];
             if (e->busy && !e->overdue && t0 + p >= e->served_at + e->life) {
                 e->overdue = 1;
+                if (l->overdue_listed == l->overdue &&
+                    l->overdue_listed < STOW_PLANNED_OVERDUE_LISTED)
+                    l->overdue_list[l->overdue_listed++] = x;
                 l->overdue++;
             }
         }
     if (upto + 1 > pl->scanned)
         pl->scanned = upto + 1;
+}
+
+/* Whether entry e may not be served for an overdue entry: one shares a byte
+ * with it, or more are overdue than the list holds. */
+static bool blocked_by_overdue(const stow_plan_layout_t *l, const stow_plan_entry_t *e)
+{
+    if (l->overdue_listed != l->overdue)
+        return true;
+    for (size_t i = 0; i < l->overdue_listed; i++) {
+        const stow_plan_entry_t *o = &l->entries[l->overdue_list[i]];
+        if (o->offset < e->offset + e->max_bytes && e->offset < o->offset + o->max_bytes)
+            return true;
+    }
+    return false;
 }
 
 /* ---- serving ---- */
@@ -438,7 +457,7 @@ bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t roun
     if (pl->scanned <= q)
         scan_due(pl, l, q);
     stow_plan_entry_t *e = &l->entries[base + q];
-    if (STOW_UNLIKELY(!e->life || e->busy || l->overdue ||
+    if (STOW_UNLIKELY(!e->life || e->busy || (l->overdue && blocked_by_overdue(l, e)) ||
                       ((pl->active != l || pl->busy_total != l->busy) &&
                        !activate(pool, pl, l)) ||
                       stow__ptr_map_reserve_one(&pl->live) != STOW_OK)) {
@@ -521,6 +540,17 @@ void stow__planned_pool_free(stow_pool_t *pool, uintptr_t addr)
         stow__planned_auto_free(pool, addr);
 }
 
+/* Entry x is no longer overdue: out of the list (which holds every overdue
+ * entry after this only if it did before). */
+static void unlist_overdue(stow_plan_layout_t *l, uint32_t x)
+{
+    for (size_t i = 0; i < l->overdue_listed; i++)
+        if (l->overdue_list[i] == x) {
+            l->overdue_list[i] = l->overdue_list[--l->overdue_listed];
+            return;
+        }
+}
+
 /* The slot of entry e is free again (its instance freed, and its events
  * complete). */
 static void release_entry(stow_pool_t *pool, stow_planned_t *pl, stow_planned_key_t *k,
@@ -529,6 +559,7 @@ static void release_entry(stow_pool_t *pool, stow_planned_t *pl, stow_planned_ke
     e->busy = 0;
     if (e->overdue) {
         e->overdue = 0;
+        unlist_overdue(l, (uint32_t)(e - l->entries));
         l->overdue--;
     }
     l->busy--;

@@ -531,9 +531,14 @@ static inline __attribute__((always_inline)) void note_backed(stow_pool_t *pool,
  * 20 MiB shrink once the pool is within 80 GB of the device's memory. */
 #define HANDLE_HEADROOM_SHARE 4096
 
-/* The largest handle, in granules (config vmm_handle_mb; at least one). */
+/* The largest handle, in granules (config vmm_handle_mb; at least one). A
+ * pool with the planned layer maps a handle per granule: its steps make no
+ * call once planned, and a larger handle that a live block pins would hold
+ * its idle granules for the whole run (docs/decisions.md, vmm_handle_mb). */
 static size_t handle_max_granules(const stow_pool_t *pool)
 {
+    if (pool->planned)
+        return 1;
     size_t n = ((size_t)pool->config.vmm_handle_mb << 20) >> pool->granularity_shift;
     uint64_t limit = pool->limit_bytes >> pool->granularity_shift;
     uint64_t headroom = limit > pool->phys_granules ? limit - pool->phys_granules : 0;

@@ -111,7 +111,8 @@ typedef struct stow_config {
                                       addresses (docs/design.md, a layout learned from the step) */
     unsigned vmm_handle_mb;        /* policy vmm, default STOW_VMM_HANDLE_MB_DEFAULT, at most
                                       STOW_VMM_HANDLE_MB_MAX: the largest physical handle in MiB;
-                                      2 or less: a handle per granule (docs/decisions.md) */
+                                      2 or less, or planned_steps or planned_auto on: a handle
+                                      per granule (docs/decisions.md) */
     bool planned_steps;            /* default false: each key's steps (stow_pool_step) are
                                       recorded, planned and served from one arena taken from
                                       this pool (docs/planned.md); off with scrub_on_free */

@@ -232,6 +232,82 @@ Test(planned, a_late_free_sends_what_shares_its_bytes_to_the_pool_vmm)
     late_free("policy:vmm");
 }
 
+/* Whether the slots of two allocations of the step, at the addresses a
+ * planned step gave them, share a byte (slots are sizes rounded to 512). */
+static bool slots_share(const uintptr_t *at, int i, int j)
+{
+    size_t si = (step_sizes[i] + 511) / 512 * 512, sj = (step_sizes[j] + 511) / 512 * 512;
+    return at[i] < at[j] + sj && at[j] < at[i] + si;
+}
+
+/* While a block is freed late, exactly the slots that share its bytes go to
+ * the pool; every other request of the step keeps its planned address. */
+static void late_free_blocks_only_its_bytes(const char *conf)
+{
+    warm(conf, false);
+    uintptr_t planned[STEP_ALLOCS];
+    run_step("train", -1, -1, 0, false);
+    step("train");
+    for (int i = 0; i < STEP_ALLOCS; i++) {
+        int f = step_frees[i];
+        if (f >= 0 && blocks[f]) {
+            release(blocks[f]);
+            blocks[f] = NULL;
+        }
+        blocks[i] = alloc(step_sizes[i]);
+        planned[i] = (uintptr_t)blocks[i];
+    }
+    for (int i = 0; i < STEP_ALLOCS; i++)
+        if (blocks[i]) {
+            release(blocks[i]);
+            blocks[i] = NULL;
+        }
+    unsigned sent = 0, kept = 0;
+    for (int late = 0; late < STEP_ALLOCS; late++) {
+        int due = -1;
+        for (int i = 0; i < STEP_ALLOCS; i++)
+            if (step_frees[i] == late)
+                due = i;
+        if (due < 0)
+            continue;
+        step("train");
+        for (int i = 0; i < STEP_ALLOCS; i++) {
+            int f = step_frees[i];
+            if (f >= 0 && f != late && blocks[f]) {
+                release(blocks[f]);
+                blocks[f] = NULL;
+            }
+            blocks[i] = alloc(step_sizes[i]);
+            bool to_pool = i >= due && slots_share(planned, i, late);
+            if (to_pool)
+                cr_assert_neq((uintptr_t)blocks[i], planned[i], "late %d: %d shares its bytes",
+                              late, i);
+            else
+                cr_assert_eq((uintptr_t)blocks[i], planned[i], "late %d: %d moved", late, i);
+            sent += to_pool;
+            kept += i >= due && !to_pool;
+        }
+        for (int i = 0; i < STEP_ALLOCS; i++)
+            if (blocks[i]) {
+                release(blocks[i]);
+                blocks[i] = NULL;
+            }
+    }
+    cr_assert_gt(sent, 0);
+    cr_assert_gt(kept, 0, "a late free held slots that do not share its bytes");
+    step(NULL);
+    finish();
+}
+
+Test(planned, a_late_free_holds_only_the_slots_over_its_bytes_classic)
+{
+    late_free_blocks_only_its_bytes(NULL);
+}
+Test(planned, a_late_free_holds_only_the_slots_over_its_bytes_vmm)
+{
+    late_free_blocks_only_its_bytes("policy:vmm");
+}
+
 /* A missing request is skipped by looking ahead; an extra one goes to the
  * pool and the next ones find their positions. */
 Test(planned, missing_and_extra_requests_realign)
