@@ -540,7 +540,7 @@ void stow__planned_pool_free(stow_pool_t *pool, uintptr_t addr)
         stow__planned_auto_free(pool, addr);
 }
 
-/* Entry x is no longer overdue: out of the list (which holds every overdue
+/* Entry x stops being overdue: out of the list (which holds every overdue
  * entry after this only if it did before). */
 static void unlist_overdue(stow_plan_layout_t *l, uint32_t x)
 {
