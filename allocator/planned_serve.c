@@ -12,9 +12,9 @@
  *
  * Serving: each request of a planned step is matched with the position the
  * step has reached (same stream, size between the smallest and the largest
- * seen there), else with one of the next STOW_PLANNED_LOOKAHEAD positions (a
- * re-alignment), else with the position itself if it fits (a request smaller
- * than any seen), else it is a miss and the pool serves it. A matched
+ * seen there), else (match_elsewhere) with one of the next
+ * STOW_PLANNED_LOOKAHEAD positions or with the position itself if it is
+ * smaller than any seen there, else it is a miss and the pool serves it. A matched
  * position whose allocation outlives the step (life 0), or whose slot is
  * still busy, or sharing bytes with an overdue slot, also goes to the pool
  * (a fallback). The due lists are scanned as positions are passed: a busy
@@ -378,6 +378,24 @@ static size_t look_ahead(const stow_plan_layout_t *l, size_t base, size_t p,
     return SIZE_MAX;
 }
 
+/* The position a request that does not fit position p exactly takes, or
+ * SIZE_MAX: a later position that only ever saw its size (the request at p
+ * is missing), else p itself if the request is smaller than any seen there
+ * (a shape that varies: taking a later position whose range it happens to
+ * fall in would shift the rest of the step), else any later position whose
+ * range holds it. */
+static size_t match_elsewhere(const stow_plan_layout_t *l, size_t base, size_t p,
+                              const stow_stream_state_t *ss, size_t rounded)
+{
+    size_t q = look_ahead(l, base, p, ss, rounded);
+    if (q != SIZE_MAX && l->entries[base + q].min_bytes == l->entries[base + q].max_bytes)
+        return q;
+    const stow_plan_entry_t *at = &l->entries[base + p];
+    if (at->stream == ss && rounded <= at->max_bytes)
+        return p;
+    return q;
+}
+
 /* The request goes to the pool: counted once the pool served it
  * (stow__planned_pool_alloc), as a miss or only as a fallback. */
 static void count_pool_request(stow_pool_t *pool, stow_planned_t *pl, bool miss)
@@ -442,16 +460,12 @@ bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t roun
     }
     size_t q = p;
     if (STOW_UNLIKELY(!fits_exactly(&l->entries[base + p], ss, rounded))) {
-        q = look_ahead(l, base, p, ss, rounded);
-        if (q != SIZE_MAX) {
-            pool->acct.s.num_planned_realignments++;
-        } else if (l->entries[base + p].stream == ss &&
-                   rounded <= l->entries[base + p].max_bytes) {
-            q = p; /* smaller than any seen here, and nothing else fits better */
-        } else {
+        q = match_elsewhere(l, base, p, ss, rounded);
+        if (q == SIZE_MAX) {
             count_pool_request(pool, pl, true);
             return false;
         }
+        pool->acct.s.num_planned_realignments += q != p;
     }
     pl->cursor = q + 1;
     if (pl->scanned <= q)

@@ -308,6 +308,37 @@ Test(planned, a_late_free_holds_only_the_slots_over_its_bytes_vmm)
     late_free_blocks_only_its_bytes("policy:vmm");
 }
 
+/* One step of three requests, the first two of the sizes given. */
+static void varying_step(size_t first, size_t second)
+{
+    step("vary");
+    void *a = alloc(first), *b = alloc(second), *c = alloc(8 * MIB);
+    release(a);
+    release(b);
+    release(c);
+}
+
+/* A request smaller than any seen at its position keeps that position, even
+ * when its size lies in the range of a later one (a shape that varies): the
+ * rest of the step stays aligned. */
+Test(planned, a_smaller_request_keeps_its_position)
+{
+    make(NULL, false);
+    varying_step(40 * MIB, 20 * MIB); /* warm-up */
+    varying_step(40 * MIB, 20 * MIB); /* recorded: 40-48 MiB, then 20-24 MiB */
+    varying_step(48 * MIB, 24 * MIB);
+    varying_step(44 * MIB, 22 * MIB); /* planned */
+    stow_stats_t a = ts_pool_stats(pool);
+    cr_assert_eq(a.num_plans, 1);
+    varying_step(22 * MIB, 20 * MIB);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, 3);
+    cr_assert_eq(b.num_planned_realignments, a.num_planned_realignments);
+    cr_assert_eq(b.num_planned_misses, a.num_planned_misses);
+    step(NULL);
+    finish();
+}
+
 /* A missing request is skipped by looking ahead; an extra one goes to the
  * pool and the next ones find their positions. */
 Test(planned, missing_and_extra_requests_realign)
