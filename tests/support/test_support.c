@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <jemalloc/jemalloc.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,6 +146,34 @@ void ts_pool_check(stow_pool_t *pool)
 {
     char why[256];
     cr_assert_eq(stow_pool_check(pool, why, sizeof why), STOW_OK, "%s", why);
+}
+
+void ts_torch_use_sim(const char *capacity)
+{
+    setenv("STOWAGE_BACKEND", "sim", 1);
+    if (capacity)
+        setenv("STOWAGE_SIM_CAPACITY", capacity, 1);
+    else
+        unsetenv("STOWAGE_SIM_CAPACITY");
+    unsetenv("STOWAGE_CONF");
+}
+
+stow_config_t ts_config(const char *conf)
+{
+    stow_config_t c;
+    stow_config_default(&c);
+    char err[256] = "";
+    if (conf)
+        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s: %s", conf, err);
+    return c;
+}
+
+stow_pool_t *ts_pool(const char *conf, stow_backend_t *backend)
+{
+    stow_config_t c = ts_config(conf);
+    stow_pool_t *pool = NULL;
+    cr_assert_eq(stow_pool_create(&c, backend, &pool), STOW_OK);
+    return pool;
 }
 
 stow_stats_t ts_pool_stats(stow_pool_t *pool)

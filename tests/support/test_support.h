@@ -66,6 +66,16 @@ void ts_loop_weights_free(stow_pool_t *pool, const ts_loop_t *loop, void **weigh
 /* Runs one step of the loop on stream; every call must succeed. */
 void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream);
 
+/* The PyTorch entry points' environment: the simulated device, of capacity
+ * (STOWAGE_SIM_CAPACITY's syntax; NULL: its default), and no STOWAGE_CONF. */
+void ts_torch_use_sim(const char *capacity);
+
+/* The default settings with conf (STOWAGE_CONF's syntax, or NULL) over them;
+ * asserts that conf parses. */
+stow_config_t ts_config(const char *conf);
+/* A pool of ts_config(conf) on backend; asserts that it was created. */
+stow_pool_t *ts_pool(const char *conf, stow_backend_t *backend);
+
 /* Asserts that stow_pool_check finds the pool's books exact (its reason if not). */
 void ts_pool_check(stow_pool_t *pool);
 /* The pool's stats; asserts that they could be read. */

@@ -35,11 +35,8 @@ static size_t n_shadow;
 static void make(const char *conf, bool manual_events)
 {
     sim = ts_sim(0, false, manual_events);
-    stow_config_t c;
-    stow_config_default(&c);
-    c.planned_async = false;
+    stow_config_t c = ts_config("planned_steps:true,planned_async:false");
     char err[256];
-    cr_assert_eq(stow_config_parse(&c, "planned_steps:true", err, sizeof err), STOW_OK);
     if (conf)
         cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);

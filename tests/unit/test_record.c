@@ -19,12 +19,7 @@ static stow_pool_t *pool;
 static void make_pool(const char *conf)
 {
     sim = ts_sim(0, false, false);
-    stow_config_t c;
-    stow_config_default(&c);
-    char err[256];
-    if (conf)
-        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    pool = ts_pool(conf, sim);
 }
 
 static void finish(void)

@@ -17,6 +17,7 @@
 #include "replay/replay_engine.h"
 #include "stowage.h"
 #include "stowage/trace.h"
+#include "test_support.h"
 
 #define MIB ((uint64_t)1048576)
 
@@ -29,22 +30,12 @@ static stow_trace_t *parse_trace(const char *text)
     return t;
 }
 
-static stow_config_t config_of(const char *conf)
-{
-    stow_config_t c;
-    stow_config_default(&c);
-    char err[256] = "";
-    if (conf)
-        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
-    return c;
-}
-
 static stow_replay_result_t run(const char *policy, const stow_trace_t *t, const char *conf,
                                 size_t capacity, bool min_capacity)
 {
     const stow_replay_policy_t *p = stow__replay_policy_find(policy);
     cr_assert_not_null(p, "policy %s", policy);
-    stow_config_t c = config_of(conf);
+    stow_config_t c = ts_config(conf);
     stow_replay_result_t r;
     cr_assert_eq(stow__replay_run(p, t, &c, capacity, 1, min_capacity, NULL, NULL, &r), STOW_OK);
     return r;
@@ -52,7 +43,7 @@ static stow_replay_result_t run(const char *policy, const stow_trace_t *t, const
 
 static bool fits(const char *policy, const stow_trace_t *t, size_t capacity)
 {
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     bool ok = false;
     cr_assert_eq(stow__replay_fits(stow__replay_policy_find(policy), t, &c, capacity, &ok),
                  STOW_OK);
@@ -199,7 +190,7 @@ Test(replay_min_capacity, exact_for_step_on_device_policies)
 Test(replay_min_capacity, host_policy_has_none)
 {
     stow_trace_t *t = parse_trace(naive_trace);
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     uint64_t m = 0;
     bool ok;
     cr_assert_eq(stow__replay_min_capacity(&stow__replay_policy_jemalloc, t, &c, 8 * MIB, &m, NULL),
@@ -225,7 +216,7 @@ Test(replay_min_capacity, host_policy_has_none)
 Test(replay_jemalloc, tcache_variant_reuses_its_cached_block)
 {
     const stow_replay_policy_t *p = &stow__replay_policy_jemalloc_tcache;
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     stow_replay_setup_t setup = {&c, 0};
     void *ctx = NULL;
     cr_assert_eq(p->create(&setup, &ctx), STOW_OK);
@@ -537,7 +528,7 @@ static void timing_reset(int fail_create_at)
 Test(replay_time, passes_alternate_between_policies)
 {
     stow_trace_t *t = parse_trace("1 2\na 0 512 0\nf 0\n");
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     const stow_replay_policy_t *ps[] = {&timing_policy, &timing_policy};
     double ns[2] = {-1, -1};
     timing_reset(-1);
@@ -557,7 +548,7 @@ Test(replay_time, passes_alternate_between_policies)
 Test(replay_time, markers_reach_the_policy_in_every_pass)
 {
     stow_trace_t *t = parse_trace("2 3\nm train\na 0 512 0\nm eval\na 1 512 0\ne\nf 0\nm x\n");
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     const stow_replay_policy_t *ps[] = {&marker_policy};
     double ns[1];
     timing_reset(-1);
@@ -577,7 +568,7 @@ Test(replay_time, markers_reach_the_policy_in_every_pass)
 Test(replay_time, leftovers_freed_before_each_pass)
 {
     stow_trace_t *t = parse_trace("1 1\na 0 512 0\n");
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     const stow_replay_policy_t *ps[] = {&timing_policy};
     double ns[1];
     timing_reset(-1);
@@ -589,7 +580,7 @@ Test(replay_time, leftovers_freed_before_each_pass)
 Test(replay_time, zero_repeats_time_nothing)
 {
     stow_trace_t *t = parse_trace("1 2\na 0 512 0\nf 0\n");
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     const stow_replay_policy_t *ps[] = {&timing_policy};
     double ns[1] = {-1};
     timing_reset(-1);
@@ -603,7 +594,7 @@ Test(replay_time, zero_repeats_time_nothing)
 Test(replay_time, failed_create_destroys_the_others)
 {
     stow_trace_t *t = parse_trace("1 2\na 0 512 0\nf 0\n");
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     const stow_replay_policy_t *ps[] = {&timing_policy, &timing_policy, &timing_policy};
     double ns[3] = {-1, -1, -1};
     timing_reset(1);
@@ -620,7 +611,7 @@ Test(replay_time, failed_create_destroys_the_others)
 Test(replay_time, real_policies_side_by_side)
 {
     stow_trace_t *t = parse_trace(naive_trace);
-    stow_config_t c = config_of(NULL);
+    stow_config_t c = ts_config(NULL);
     const stow_replay_policy_t *ps[] = {&stow__replay_policy_classic, &stow__replay_policy_vmm,
                                         &stow__replay_policy_jemalloc};
     double ns[3] = {-1, -1, -1};

@@ -18,16 +18,6 @@
 #define S1 ((stow_stream_t)(uintptr_t)0x1000)
 #define S2 ((stow_stream_t)(uintptr_t)0x2000)
 
-static void use_sim(const char *capacity)
-{
-    setenv("STOWAGE_BACKEND", "sim", 1);
-    if (capacity)
-        setenv("STOWAGE_SIM_CAPACITY", capacity, 1);
-    else
-        unsetenv("STOWAGE_SIM_CAPACITY");
-    unsetenv("STOWAGE_CONF");
-}
-
 static stow_stats_t stats_of(int device)
 {
     stow_stats_t st;
@@ -73,7 +63,7 @@ TestSuite(torch_entry, .fini = teardown);
 
 Test(torch_entry, malloc_free_roundtrip)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     cr_assert_str_eq(stow_torch_backend_name(), "sim");
     cr_assert_null(stow_torch_pool(0), "no pool before the first allocation");
     void *p = stow_torch_malloc(1000, 0, S1);
@@ -96,7 +86,7 @@ Test(torch_entry, malloc_free_roundtrip)
 
 Test(torch_entry, size_zero_and_negative_return_null_without_a_pool)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     capture_begin();
     cr_assert_null(stow_torch_malloc(0, 0, NULL));
     cr_assert_null(stow_torch_malloc(-5, 0, NULL));
@@ -107,7 +97,7 @@ Test(torch_entry, size_zero_and_negative_return_null_without_a_pool)
 
 Test(torch_entry, one_pool_per_device)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     void *a = stow_torch_malloc(4096, 0, NULL);
     void *b = stow_torch_malloc(4096, 3, NULL);
     cr_assert(a && b);
@@ -124,7 +114,7 @@ Test(torch_entry, one_pool_per_device)
 
 Test(torch_entry, bad_device_returns_null_and_logs_once)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     capture_begin();
     cr_assert_null(stow_torch_malloc(4096, -1, NULL));
     cr_assert_null(stow_torch_malloc(4096, STOW_TORCH_MAX_DEVICES, NULL));
@@ -135,7 +125,7 @@ Test(torch_entry, bad_device_returns_null_and_logs_once)
 
 Test(torch_entry, foreign_free_does_not_crash_and_logs_once)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     int host = 0;
     capture_begin();
     stow_torch_free(&host, 4, 0, NULL); /* device 0 has no pool yet */
@@ -153,7 +143,7 @@ Test(torch_entry, foreign_free_does_not_crash_and_logs_once)
 
 Test(torch_entry, record_stream_paths)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     int host = 0;
     capture_begin();
     stow_torch_record_stream(&host, S2); /* no pool at all */
@@ -176,7 +166,7 @@ Test(torch_entry, record_stream_paths)
 
 Test(torch_entry, empty_cache_releases_every_pool)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     void *a = stow_torch_malloc(30 * (ssize_t)MiB, 0, NULL);
     void *b = stow_torch_malloc(30 * (ssize_t)MiB, 2, NULL);
     void *keep = stow_torch_malloc(4096, 0, NULL);
@@ -196,14 +186,14 @@ Test(torch_entry, empty_cache_releases_every_pool)
 
 Test(torch_entry, empty_cache_without_pools_is_a_no_op)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     stow_torch_empty_cache();
     cr_assert_null(stow_torch_pool(0));
 }
 
 Test(torch_entry, memory_fraction_before_first_use_limits_the_pool)
 {
-    use_sim("64M");
+    ts_torch_use_sim("64M");
     stow_torch_memory_fraction(0.5, 0);
     cr_assert_null(stow_torch_pool(0), "the fraction alone creates no pool");
     capture_begin();
@@ -219,7 +209,7 @@ Test(torch_entry, memory_fraction_before_first_use_limits_the_pool)
 
 Test(torch_entry, memory_fraction_overrides_stowage_conf)
 {
-    use_sim("100M");
+    ts_torch_use_sim("100M");
     setenv("STOWAGE_CONF", "per_process_memory_fraction:0.9", 1);
     stow_torch_memory_fraction(0.25, 0);
     char why[256];
@@ -231,7 +221,7 @@ Test(torch_entry, memory_fraction_overrides_stowage_conf)
 
 Test(torch_entry, memory_fraction_after_creation_and_out_of_range)
 {
-    use_sim("64M");
+    ts_torch_use_sim("64M");
     void *p = stow_torch_malloc(4096, 0, NULL);
     cr_assert_not_null(p);
     capture_begin();
@@ -253,7 +243,7 @@ Test(torch_entry, memory_fraction_after_creation_and_out_of_range)
 
 Test(torch_entry, oom_returns_null_and_logs_once)
 {
-    use_sim("16M");
+    ts_torch_use_sim("16M");
     void *small = stow_torch_malloc(1 * (ssize_t)MiB, 0, NULL);
     cr_assert_not_null(small);
     capture_begin();
@@ -275,7 +265,7 @@ Test(torch_entry, oom_returns_null_and_logs_once)
 
 Test(torch_entry, stowage_conf_is_applied)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     setenv("STOWAGE_CONF", "max_split_size_mb:64,garbage_collection_threshold:0.5", 1);
     cr_assert_not_null(stow_torch_malloc(4096, 0, NULL));
     stow_config_t cfg;
@@ -286,7 +276,7 @@ Test(torch_entry, stowage_conf_is_applied)
 
 Test(torch_entry, bad_stowage_conf_falls_back_to_defaults)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     setenv("STOWAGE_CONF", "no_such_key:1", 1);
     capture_begin();
     cr_assert_not_null(stow_torch_malloc(4096, 0, NULL));
@@ -299,7 +289,7 @@ Test(torch_entry, bad_stowage_conf_falls_back_to_defaults)
 
 Test(torch_entry, stats_json_and_summary_without_a_pool)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     size_t n = stow_torch_stats_json(0, NULL, 0);
     cr_assert_gt(n, 100);
     char *buf = malloc(n + 1);
@@ -316,7 +306,7 @@ Test(torch_entry, stats_json_and_summary_without_a_pool)
 
 Test(torch_entry, stats_json_and_reset_peak_with_a_pool)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     void *p = stow_torch_malloc(10 * (ssize_t)MiB, 0, NULL);
     stow_torch_free(p, 0, 0, NULL);
     cr_assert_eq(stats_of(0).allocated_bytes[STOW_POOL_ALL].peak, 10 * MiB);
@@ -375,7 +365,7 @@ static void *worker(void *arg)
 
 Test(torch_entry, concurrent_first_use_creates_one_pool)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     pthread_t t[THREADS];
     for (uintptr_t i = 0; i < THREADS; i++)
         cr_assert_eq(pthread_create(&t[i], NULL, worker, (void *)i), 0);
@@ -394,7 +384,7 @@ Test(torch_entry, concurrent_first_use_creates_one_pool)
 
 Test(torch_entry, shutdown_forgets_everything)
 {
-    use_sim("64M");
+    ts_torch_use_sim("64M");
     stow_torch_memory_fraction(0.25, 0);
     void *p = stow_torch_malloc(4096, 0, NULL);
     cr_assert_not_null(p);

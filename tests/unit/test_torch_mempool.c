@@ -37,16 +37,6 @@ static const mp_free_t frees[STOW_TORCH_MAX_MEMPOOLS] = {
     stow_torch_mempool_free_3, stow_torch_mempool_free_4, stow_torch_mempool_free_5,
     stow_torch_mempool_free_6, stow_torch_mempool_free_7};
 
-static void use_sim(const char *capacity)
-{
-    setenv("STOWAGE_BACKEND", "sim", 1);
-    if (capacity)
-        setenv("STOWAGE_SIM_CAPACITY", capacity, 1);
-    else
-        unsetenv("STOWAGE_SIM_CAPACITY");
-    unsetenv("STOWAGE_CONF");
-}
-
 static int open_slot(const char *conf)
 {
     int k = -1;
@@ -97,7 +87,7 @@ TestSuite(torch_mempool, .fini = teardown);
 
 Test(torch_mempool, slots_open_check_their_conf_and_run_out)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     int k = -7;
     char why[256] = "";
     cr_assert_eq(stow_torch_mempool_open("no_such_key:1", &k, why, sizeof why), STOW_EINVAL);
@@ -122,7 +112,7 @@ Test(torch_mempool, slots_open_check_their_conf_and_run_out)
 /* Each exported pair serves its own slot's pool, apart from the global swap's. */
 Test(torch_mempool, each_pair_serves_its_own_slot)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     int k[STOW_TORCH_MAX_MEMPOOLS];
     void *p[STOW_TORCH_MAX_MEMPOOLS];
     for (int i = 0; i < STOW_TORCH_MAX_MEMPOOLS; i++)
@@ -166,7 +156,7 @@ static void assert_no_idle_memory(stow_pool_t *pool, int after)
 /* A segment PyTorch gives back goes back to the device at once, in both policies. */
 static void returns_segments_at_once(const char *conf)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     int k = open_slot(conf);
     void *seg[6];
     ssize_t sizes[6] = {2 * MiB, 2 * MiB, 20 * MiB, 20 * MiB, 64 * MiB, 130 * MiB};
@@ -196,7 +186,7 @@ Test(torch_mempool, page_mapped_returns_segments_at_once) { returns_segments_at_
  * limits that slot alone. */
 Test(torch_mempool, a_slot_has_its_own_configuration)
 {
-    use_sim("1G");
+    ts_torch_use_sim("1G");
     int tight = open_slot("per_process_memory_fraction:0.25");
     int loose = open_slot(NULL);
     capture_begin();
@@ -222,7 +212,7 @@ Test(torch_mempool, a_slot_has_its_own_configuration)
 
 Test(torch_mempool, close_waits_for_the_last_block_then_refuses_allocations)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     int k = open_slot(NULL);
     void *p = mallocs[k](2 * MiB, 0, S1);
     void *q = mallocs[k](2 * MiB, 3, S1);
@@ -244,7 +234,7 @@ Test(torch_mempool, close_waits_for_the_last_block_then_refuses_allocations)
 
 Test(torch_mempool, bad_device_size_and_foreign_pointers)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     int k = open_slot(NULL);
     capture_begin();
     cr_assert_null(mallocs[k](0, 0, S1));
@@ -287,7 +277,7 @@ static void *segment_churn(void *arg)
 
 Test(torch_mempool, threads_share_a_slot)
 {
-    use_sim(NULL);
+    ts_torch_use_sim(NULL);
     thread_slot = open_slot("policy:vmm");
     pthread_t t[4];
     for (uintptr_t i = 0; i < 4; i++)
