@@ -31,6 +31,8 @@ import os
 import random
 import sys
 
+from random_loops import seed_range  # the same FIRST:END argument
+
 F32 = 4
 I64 = 8
 
@@ -271,17 +273,6 @@ def trace_lines(seed, steps, min_len=32, max_len=512, tokens=12288):
         model.step(max(1, tokens // length), length)
         ends.append(len(tape.lines))
     return ["%d %d" % (tape.next_id, len(tape.lines))] + tape.lines, lengths, ends
-
-
-def seed_range(text):
-    lo, sep, hi = text.partition(":")
-    try:
-        lo, hi = int(lo), int(hi) if sep else int(lo) + 1
-    except ValueError:
-        raise argparse.ArgumentTypeError("'%s' is not FIRST:END (END excluded)" % text)
-    if not 0 <= lo < hi:
-        raise argparse.ArgumentTypeError("'%s': no seed in it" % text)
-    return range(lo, hi)
 
 
 def main(argv=None):
