@@ -31,6 +31,7 @@ import os
 import random
 import sys
 
+from long_run import valid_key  # the step-key rule
 from random_loops import seed_range  # the same FIRST:END argument
 
 F32 = 4
@@ -275,6 +276,17 @@ def trace_lines(seed, steps, min_len=32, max_len=512, tokens=12288):
     return ["%d %d" % (tape.next_id, len(tape.lines))] + tape.lines, lengths, ends
 
 
+def with_markers(lines, ends, key):
+    """lines (header first) with a marker `m KEY` before each step's first event (step
+    markers are not events: the header stays)."""
+    starts, out = {0, *ends[:-1]}, [lines[0]]
+    for i, line in enumerate(lines[1:]):
+        if i in starts:
+            out.append("m " + key)
+        out.append(line)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
@@ -284,7 +296,11 @@ def main(argv=None):
     ap.add_argument("--min-len", type=int, default=32)
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--tokens", type=int, default=12288)
+    ap.add_argument("--markers", metavar="KEY",
+                    help="write a step marker 'm KEY' before each step")
     args = ap.parse_args(argv)
+    if args.markers is not None and not valid_key(args.markers):
+        ap.error("--markers: '%s' is not a step key (1-64 of A-Za-z0-9_.:/-)" % args.markers)
     if args.steps < 1:
         ap.error("--steps: at least 1, not %d" % args.steps)
     if not 1 <= args.min_len <= args.max_len <= 512:
@@ -293,8 +309,10 @@ def main(argv=None):
         ap.error("--tokens: at least 1")
     os.makedirs(args.outdir, exist_ok=True)
     for seed in args.seeds:
-        lines, lengths, _ = trace_lines(seed, args.steps, args.min_len, args.max_len,
-                                        args.tokens)
+        lines, lengths, ends = trace_lines(seed, args.steps, args.min_len, args.max_len,
+                                           args.tokens)
+        if args.markers:
+            lines = with_markers(lines, ends, args.markers)
         path = os.path.join(args.outdir, "bert_varlen_s%d.rep" % seed)
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")

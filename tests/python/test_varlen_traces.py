@@ -55,8 +55,17 @@ class VarlenTraces(unittest.TestCase):
             tokens = (12288 // lengths[0]) * lengths[0]
             self.assertEqual(biggest, tokens * 30522 * 4)
 
+    def test_markers_come_before_each_step_and_are_not_events(self):
+        lines, _, ends = varlen_traces.trace_lines(1, 3)
+        marked = varlen_traces.with_markers(lines, ends, "train")
+        self.assertEqual(marked[0], lines[0])
+        self.assertEqual([l for l in marked if l != "m train"], lines)
+        at = [i for i, l in enumerate(marked[1:]) if l == "m train"]
+        self.assertEqual(at, [0, ends[0] + 1, ends[1] + 2])
+
     def test_bad_arguments_are_refused(self):
-        for args in (["--steps", "0"], ["--max-len", "600"], ["--seeds", "x"]):
+        for args in (["--steps", "0"], ["--max-len", "600"], ["--seeds", "x"],
+                     ["--markers", "a b"]):
             p = subprocess.run([sys.executable, os.path.join(BENCH, "varlen_traces.py"), "out"]
                                + args, capture_output=True, text=True)
             self.assertEqual(p.returncode, 2, args)
