@@ -31,6 +31,7 @@ void stow_config_default(stow_config_t *config)
     config->vmm_slack_max = 0.05;
     config->vmm_small_kb = STOW_VMM_SMALL_KB_DEFAULT;
     config->vmm_handle_mb = STOW_VMM_HANDLE_MB_DEFAULT;
+    config->vmm_learn_step = true;
     config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
     config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
     config->keep_idle_max = 0.05;

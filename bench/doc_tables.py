@@ -248,7 +248,7 @@ def table_loops(snapshots):
         for name, sub in (("random, 3,000 steps", "random"), ("snapshot workloads, 64 steps",
                                                                "snap")):
             traces = sorted(glob.glob(os.path.join(d, sub, "*.rep")))
-            for conf in (None, "vmm_learn_step:true"):
+            for conf in (None, "vmm_learn_step:false"):
                 args = [os.path.join(ROOT, "build", "vmm_churn"), "--replays", "1", "--parts", "8"]
                 args += ["--conf", conf] if conf else []
                 n, remap, calls, above, mean, mx, cl = loops_summary(run_script(args + traces))

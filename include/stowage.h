@@ -106,7 +106,7 @@ typedef struct stow_config {
     double keep_idle_max;          /* policy classic, default 0.05 (0: always release): once growth
                                       keeps releasing idle segments, keep them while reserved stays
                                       within 1 + this of the allocated peak (docs/design.md) */
-    bool vmm_learn_step;           /* policy vmm, default false: a pool that remaps learns its
+    bool vmm_learn_step;           /* policy vmm, default true: a pool that remaps learns its
                                       loop's step and gives the step's large blocks planned
                                       addresses (docs/design.md, a layout learned from the step) */
     unsigned vmm_handle_mb;        /* policy vmm, default STOW_VMM_HANDLE_MB_DEFAULT, at most

@@ -26,8 +26,8 @@ static stow_pool_t *pool;
 static bool no_event_waits;
 static stow_backend_t without_event_waits;
 
-/* A vmm pool on a fresh simulated device, the defaults but for vmm_slack and
- * vmm_slack_max. */
+/* A vmm pool on a fresh simulated device, the defaults but for vmm_slack,
+ * vmm_slack_max, a handle per granule and no learned step. */
 static void make_vmm_slacks(size_t capacity, bool manual_events, double slack, double slack_max)
 {
     sim = ts_sim(capacity, false, manual_events);
@@ -38,6 +38,7 @@ static void make_vmm_slacks(size_t capacity, bool manual_events, double slack, d
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
     c.vmm_handle_mb = 2; /* a handle per granule */
+    c.vmm_learn_step = false; /* the allowance alone (test_vmm_learn.c: the learned step) */
     c.vmm_slack = slack;
     c.vmm_slack_max = slack_max;
     cr_assert_eq(stow_pool_create(&c, no_event_waits ? &without_event_waits : sim, &pool),

@@ -21,7 +21,8 @@ static stow_backend_t *sim;
 static stow_pool_t *pool;
 
 /* A vmm pool on a fresh unlimited simulated device (events complete when
- * recorded), the defaults but for the two slacks. `backend` NULL: the device
+ * recorded), the defaults but for the two slacks, a handle per granule and
+ * no learned step. `backend` NULL: the device
  * itself; else a copy of it that the test wraps. */
 static void make_pool_on(stow_backend_t *backend, double slack, double slack_max)
 {
@@ -29,6 +30,7 @@ static void make_pool_on(stow_backend_t *backend, double slack, double slack_max
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
     c.vmm_handle_mb = 2; /* a handle per granule */
+    c.vmm_learn_step = false; /* the allowance alone (test_vmm_learn.c: the learned step) */
     c.vmm_slack = slack;
     c.vmm_slack_max = slack_max;
     cr_assert_eq(stow_pool_create(&c, backend ? backend : sim, &pool), STOW_OK);

@@ -184,11 +184,11 @@ Test(learn, a_block_that_outlives_its_step_is_planned_on_a_cycle_of_two)
     finish();
 }
 
-Test(learn, off_by_default_the_same_loop_is_raised_to_its_footprint)
+Test(learn, on_by_default_and_without_it_the_same_loop_is_raised_to_its_footprint)
 {
     stow_config_t d;
     stow_config_default(&d);
-    cr_assert(!d.vmm_learn_step);
+    cr_assert(d.vmm_learn_step);
     make_pool(false);
     void *weights[8];
     ts_loop_weights_alloc(pool, &loop33, STREAM, weights);
