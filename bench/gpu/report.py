@@ -78,7 +78,7 @@ if rw:
         rw["sync_alloc_ms"] / rw["event_waits_alloc_ms"] if rw["event_waits_alloc_ms"] else 0))
 
 for name, label in (("replay_cuda_vmm.json", "vmm"),
-                    ("replay_cuda_vmm_learn.json", "vmm, vmm_learn_step")):
+                    ("replay_cuda_vmm_nolearn.json", "vmm, vmm_learn_step:false")):
     r = load(name)
     if r:
         print("\n== page-mapped pool on the driver (%s): peak reserved / peak live, "

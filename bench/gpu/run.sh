@@ -10,7 +10,7 @@
 #                record_stream, OOM under a memory fraction, empty_cache, stats), on classic
 #                pools and again on page-mapped ones (STOWAGE_CONF=policy:vmm)
 #   4 replay     bench/gpu/replay_cuda (C, pool on the CUDA backend; classic, then vmm
-#                without and with vmm_learn_step on the traces and their long runs) and
+#                with and without its learned step on the traces and their long runs) and
 #                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process, from
 #                Python) and bench/gpu/replay_native.py (the same from C++, an extension;
 #                again with policy:vmm against expandable_segments:True, cold passes apart);
@@ -157,8 +157,8 @@ part gputests_vmm 150 env STOWAGE_CONF=policy:vmm "$PY" bench/gpu/gpu_tests.py \
 SECTION=4
 if [ -x "$BUILD/replay_cuda" ]; then
     # Classic, then the page-mapped pool on the real driver (cuMemCreate / cuMemMap at the
-    # device's own granularity) without and with a learned step, on the same traces and
-    # their long runs: host ns/event of the three side by side.
+    # device's own granularity) with its learned step (the default) and without, on the same
+    # traces and their long runs: host ns/event of the three side by side.
     LONG="$ROOT/.gpu-carry/long"
     replay_traces=("$TRACES/gpt2_train.rep" "$TRACES/resnet50_train.rep" "$TRACES/vit_train.rep"
                    "$TRACES/gpt2_generate.rep")
@@ -169,8 +169,9 @@ if [ -x "$BUILD/replay_cuda" ]; then
         "${replay_traces[@]}"
     part replay_cuda_vmm 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda_vmm.json" \
         --conf policy:vmm "${replay_traces[@]}"
-    part replay_cuda_vmm_learn 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda_vmm_learn.json" \
-        --conf policy:vmm,vmm_learn_step:true "${replay_traces[@]}"
+    part replay_cuda_vmm_nolearn 120 "$BUILD/replay_cuda" \
+        "$OUT/results/replay_cuda_vmm_nolearn.json" \
+        --conf policy:vmm,vmm_learn_step:false "${replay_traces[@]}"
 fi
 if [ -x "$BUILD/remap_wait" ]; then
     # 20 rounds of each variant; 64 MiB blocks; s2 queues 600 memsets of 64 MiB (about 13 ms

@@ -8,8 +8,9 @@ Prints and writes: loss per step, every step's time (step_ms) and their median a
 first --warmup steps, peak allocated and peak reserved (from torch.cuda for native modes, from
 stowage for Stowage modes), and the device reserve and release calls (cudaMalloc, cudaFree:
 num_device_alloc, num_device_free) made after the warm-up steps.
-stowage_vmm_learn is the page-mapped pool with vmm_learn_step:true (a layout
-learned from the loop's step, docs/design.md); stowage_keep the classic pool
+stowage_vmm is the page-mapped pool without its learned step (vmm_learn_step:false),
+stowage_vmm_learn with it (the default: a layout learned from the loop's step,
+docs/design.md); stowage_keep the classic pool
 with release_idle_on_grow:false (no segment released to hold the reserved
 high-water mark: no churn, more memory; docs/torch.md). Stowage modes also write the
 pool's map and unmap calls in the second half of the steps (a settled loop
@@ -56,7 +57,7 @@ if args.mode.startswith("stowage"):
     import stowage
     import stowage.torch
     conf = {"stowage_keep": "release_idle_on_grow:false",
-            "stowage_vmm": "policy:vmm",
+            "stowage_vmm": "policy:vmm,vmm_learn_step:false",
             "stowage_vmm_learn": "policy:vmm,vmm_learn_step:true",
             "stowage_planned": "planned_steps:true",
             "stowage_vmm_planned": "policy:vmm,planned_steps:true"}.get(args.mode)
