@@ -8,7 +8,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 
-static stow_status_t violation(char *why, size_t len, const char *fmt, ...)
+stow_status_t stow__violation(char *why, size_t len, const char *fmt, ...)
 {
     if (why && len) {
         va_list ap;
@@ -45,24 +45,27 @@ static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg,
     const stow_block_t *prev = NULL;
     for (const stow_block_t *b = seg->first; b; prev = b, b = b->next) {
         if (b->addr != expect || b->prev != prev || b->segment != seg || b->pool_kind != k)
-            return violation(why, len, "segment %#" PRIxPTR ": block %#" PRIxPTR
-                             " breaks the tiling", seg->base, b->addr);
+            return stow__violation(why, len,
+                                   "segment %#" PRIxPTR ": block %#" PRIxPTR " breaks the tiling",
+                                   seg->base, b->addr);
         if (b->size_bytes == 0 || b->size_bytes % STOW_MIN_BLOCK_BYTES)
-            return violation(why, len, "block %#" PRIxPTR ": bad size %zu", b->addr,
-                             b->size_bytes);
+            return stow__violation(why, len, "block %#" PRIxPTR ": bad size %zu", b->addr,
+                                   b->size_bytes);
         expect += b->size_bytes;
         if (b->state == BLOCK_FREE) {
             t->free_blocks++;
             if (prev && prev->state == BLOCK_FREE && prev->owner == b->owner)
-                return violation(why, len, "blocks %#" PRIxPTR " and %#" PRIxPTR
-                                 " are free, adjacent and unmerged", prev->addr, b->addr);
+                return stow__violation(why, len,
+                                       "blocks %#" PRIxPTR " and %#" PRIxPTR
+                                       " are free, adjacent and unmerged",
+                                       prev->addr, b->addr);
             if (b->prev || b->next) {
                 add2(t->split_bytes, k, b->size_bytes);
                 add2(t->split_count, k, 1);
             }
             if (stow__ptr_map_get(&pool->live, b->addr) == b)
-                return violation(why, len, "free block %#" PRIxPTR " is in the live map",
-                                 b->addr);
+                return stow__violation(why, len, "free block %#" PRIxPTR " is in the live map",
+                                       b->addr);
         } else if (b->state == BLOCK_ARENA) {
             /* The planned layer's arena: live for its segment, in no book of
              * its own; its busy slots are counted by planned_check.c. */
@@ -70,40 +73,45 @@ static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg,
             t->arena_blocks++;
             if (!pool->planned || pool->planned_base != b->addr ||
                 pool->planned_bytes != b->size_bytes)
-                return violation(why, len, "arena block %#" PRIxPTR " is not the planned arena",
-                                 b->addr);
+                return stow__violation(why, len,
+                                       "arena block %#" PRIxPTR " is not the planned arena",
+                                       b->addr);
             if (stow__ptr_map_get(&pool->live, b->addr) == b)
-                return violation(why, len, "arena block %#" PRIxPTR " is in the live map",
-                                 b->addr);
+                return stow__violation(why, len, "arena block %#" PRIxPTR " is in the live map",
+                                       b->addr);
         } else if (b->state == BLOCK_QUICK) {
             t->quick_blocks++;
             if (k != STOW_POOL_SMALL || b->size_bytes > STOW_SMALL_REQUEST_BYTES ||
                 (b->size_bytes <= STOW_QUICK_MAX_BYTES &&
                  b->owner->quick_count[b->size_bytes / STOW_MIN_BLOCK_BYTES - 1] == 0))
-                return violation(why, len, "quick block %#" PRIxPTR " (%zu bytes) is misplaced",
-                                 b->addr, b->size_bytes);
+                return stow__violation(why, len,
+                                       "quick block %#" PRIxPTR " (%zu bytes) is misplaced",
+                                       b->addr, b->size_bytes);
             if (b->counted_split_ != ((b->prev || b->next) ? 1 : 0))
-                return violation(why, len, "quick block %#" PRIxPTR ": split count off",
-                                 b->addr);
+                return stow__violation(why, len, "quick block %#" PRIxPTR ": split count off",
+                                       b->addr);
             if (b->counted_split_) {
                 add2(t->split_bytes, k, b->size_bytes);
                 add2(t->split_count, k, 1);
             }
             if (stow__ptr_map_get(&pool->live, b->addr) != b)
-                return violation(why, len, "quick block %#" PRIxPTR
-                                 " missing from the live map", b->addr);
+                return stow__violation(why, len,
+                                       "quick block %#" PRIxPTR " missing from the live map",
+                                       b->addr);
         } else {
             live++;
             t->live_blocks++;
             if (stow__ptr_map_get(&pool->live, b->addr) != b)
-                return violation(why, len, "live block %#" PRIxPTR " missing from the live map",
-                                 b->addr);
+                return stow__violation(why, len,
+                                       "live block %#" PRIxPTR " missing from the live map",
+                                       b->addr);
             add2(t->active, k, b->size_bytes);
             add2(t->active_count, k, 1);
             if (b->state == BLOCK_ALLOCATED) {
                 if (b->requested_bytes > b->size_bytes || b->requested_bytes == 0)
-                    return violation(why, len, "block %#" PRIxPTR ": requested %zu > size %zu",
-                                     b->addr, b->requested_bytes, b->size_bytes);
+                    return stow__violation(why, len,
+                                           "block %#" PRIxPTR ": requested %zu > size %zu", b->addr,
+                                           b->requested_bytes, b->size_bytes);
                 add2(t->allocated, k, b->size_bytes);
                 add2(t->requested, k, b->requested_bytes);
                 add2(t->allocations, k, 1);
@@ -113,11 +121,11 @@ static stow_status_t check_segment(stow_pool_t *pool, const stow_segment_t *seg,
         }
     }
     if (expect != seg->base + seg->size_bytes)
-        return violation(why, len, "segment %#" PRIxPTR ": blocks cover %zu of %zu bytes",
-                         seg->base, (size_t)(expect - seg->base), seg->size_bytes);
+        return stow__violation(why, len, "segment %#" PRIxPTR ": blocks cover %zu of %zu bytes",
+                               seg->base, (size_t)(expect - seg->base), seg->size_bytes);
     if (live != seg->live_blocks)
-        return violation(why, len, "segment %#" PRIxPTR ": live_blocks %u, counted %u",
-                         seg->base, seg->live_blocks, live);
+        return stow__violation(why, len, "segment %#" PRIxPTR ": live_blocks %u, counted %u",
+                               seg->base, seg->live_blocks, live);
     if (!live && !seg->granules)
         t->idle_bytes += seg->size_bytes;
     return STOW_OK;
@@ -136,11 +144,12 @@ static stow_status_t check_quick_state(const stow_pool_t *pool, const stow_strea
         for (const stow_block_t *b = o->quick[i]; b; b = b->right, n++)
             if (b->state != BLOCK_QUICK || b->owner != o ||
                 b->size_bytes != (i + 1) * STOW_MIN_BLOCK_BYTES)
-                return violation(why, len, "quick list %zu holds block %#" PRIxPTR
-                                 " of %zu bytes", i, b->addr, b->size_bytes);
+                return stow__violation(why, len,
+                                       "quick list %zu holds block %#" PRIxPTR " of %zu bytes", i,
+                                       b->addr, b->size_bytes);
         if (n != o->quick_count[i])
-            return violation(why, len, "quick list %zu: counted %u, holds %zu", i,
-                             (unsigned)o->quick_count[i], n);
+            return stow__violation(why, len, "quick list %zu: counted %u, holds %zu", i,
+                                   (unsigned)o->quick_count[i], n);
         on_lists += n;
     }
     for (unsigned j = 0; j < STOW_MID_SLOTS; j++) {
@@ -149,15 +158,15 @@ static stow_status_t check_quick_state(const stow_pool_t *pool, const stow_strea
                                            b->state != BLOCK_QUICK || b->owner != o ||
                                            b->size_bytes != o->mid_size[j] ||
                                            b->size_bytes <= STOW_QUICK_MAX_BYTES)))
-            return violation(why, len, "mid slot %u holds %#" PRIxPTR " (%zu bytes)", j,
-                             b ? b->addr : (uintptr_t)0, o->mid_size[j]);
+            return stow__violation(why, len, "mid slot %u holds %#" PRIxPTR " (%zu bytes)", j,
+                                   b ? b->addr : (uintptr_t)0, o->mid_size[j]);
         on_lists += b != NULL;
     }
     if (o->mid_next >= (pool->quick_mid_slots ? pool->quick_mid_slots : 1))
-        return violation(why, len, "mid ring position %u", o->mid_next);
+        return stow__violation(why, len, "mid ring position %u", o->mid_next);
     if (on_lists != o->quick_blocks)
-        return violation(why, len, "quick lists: counted %zu, hold %zu", o->quick_blocks,
-                         on_lists);
+        return stow__violation(why, len, "quick lists: counted %zu, hold %zu", o->quick_blocks,
+                               on_lists);
     *listed += on_lists;
     return STOW_OK;
 }
@@ -181,8 +190,8 @@ static stow_status_t compare(const char *name, unsigned k, uint64_t books, uint6
 {
     if (books == counted)
         return STOW_OK;
-    return violation(why, len, "%s[%u]: books say %" PRIu64 ", blocks add up to %" PRIu64, name,
-                     k, books, counted);
+    return stow__violation(why, len, "%s[%u]: books say %" PRIu64 ", blocks add up to %" PRIu64,
+                           name, k, books, counted);
 }
 
 stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
@@ -212,8 +221,8 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
     if ((st = stow__planned_check(pool, &planned, why, len)) != STOW_OK)
         return st;
     if (t.arena_blocks != (pool->planned_bytes ? 1u : 0u))
-        return violation(why, len, "%" PRIu64 " arena blocks for an arena of %zu bytes",
-                         t.arena_blocks, pool->planned_bytes);
+        return stow__violation(why, len, "%" PRIu64 " arena blocks for an arena of %zu bytes",
+                               t.arena_blocks, pool->planned_bytes);
     for (unsigned k = STOW_POOL_ALL; k <= STOW_POOL_LARGE; k += STOW_POOL_LARGE) {
         t.allocated[k] += planned.allocated_bytes;
         t.requested[k] += planned.requested_bytes;
@@ -243,7 +252,7 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
             return st;
         if (s->reserved_bytes[k].current > s->reserved_bytes[k].peak ||
             s->allocated_bytes[k].current > s->allocated_bytes[k].peak)
-            return violation(why, len, "a current value exceeds its peak");
+            return stow__violation(why, len, "a current value exceeds its peak");
     }
     if ((st = compare("pending_bytes", 0, pool->acct.pending_bytes[STOW_POOL_ALL], t.pending_bytes,
                       why, len)) ||

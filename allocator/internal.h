@@ -682,5 +682,9 @@ void stow__pool_trim_for_plan(stow_pool_t *pool);
 /* Walks every structure and checks the invariants of types.h and the books.
  * Returns STOW_OK or writes the first violation into why. Lock held. */
 stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t why_len);
+/* Writes a violation, printf-style, into why (if any) and returns STOW_EINVAL:
+ * the checkers' (check.c, planned_check.c) one way to fail. */
+stow_status_t stow__violation(char *why, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif /* STOWAGE_ALLOCATOR_INTERNAL_H */

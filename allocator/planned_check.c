@@ -8,7 +8,6 @@
  * arena without overlapping: the layer's safety, whatever the program did.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <string.h>
 
 #include "allocator/planned.h"
@@ -16,17 +15,6 @@
 typedef struct span {
     uintptr_t lo, hi;
 } span_t;
-
-static stow_status_t violation(char *why, size_t len, const char *fmt, ...)
-{
-    if (why && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, len, fmt, ap);
-        va_end(ap);
-    }
-    return STOW_EINVAL;
-}
 
 static int by_lo(const void *a, const void *b)
 {
@@ -40,17 +28,17 @@ static stow_status_t check_overdue_list(const stow_planned_key_t *k, const stow_
                                         char *why, size_t len)
 {
     if (l->overdue_listed > l->overdue || l->overdue_listed > STOW_PLANNED_OVERDUE_LISTED)
-        return violation(why, len, "planned key '%s': %zu overdue entries listed of %zu",
-                         k->name, l->overdue_listed, l->overdue);
+        return stow__violation(why, len, "planned key '%s': %zu overdue entries listed of %zu",
+                               k->name, l->overdue_listed, l->overdue);
     for (size_t i = 0; i < l->overdue_listed; i++) {
         uint32_t x = l->overdue_list[i];
         if (x >= l->entry_count || !l->entries[x].overdue)
-            return violation(why, len, "planned key '%s': listed entry %u is not overdue",
-                             k->name, (unsigned)x);
+            return stow__violation(why, len, "planned key '%s': listed entry %u is not overdue",
+                                   k->name, (unsigned)x);
         for (size_t j = 0; j < i; j++)
             if (l->overdue_list[j] == x)
-                return violation(why, len, "planned key '%s': entry %u listed twice", k->name,
-                                 (unsigned)x);
+                return stow__violation(why, len, "planned key '%s': entry %u listed twice", k->name,
+                                       (unsigned)x);
     }
     return STOW_OK;
 }
@@ -66,26 +54,27 @@ static stow_status_t check_layout(stow_planned_t *pl, const stow_planned_key_t *
         const stow_plan_entry_t *e = &l->entries[x];
         if (!e->busy) {
             if (e->overdue || e->pending)
-                return violation(why, len, "planned key '%s': entry %zu is free but flagged",
-                                 k->name, x);
+                return stow__violation(why, len, "planned key '%s': entry %zu is free but flagged",
+                                       k->name, x);
             continue;
         }
         busy++;
         overdue += e->overdue;
         uintptr_t addr = pl->base + e->offset;
         if (!pl->arena || !e->life || e->offset > pl->bytes || e->max_bytes > pl->bytes - e->offset)
-            return violation(why, len, "planned key '%s': busy entry %zu outside the arena",
-                             k->name, x);
+            return stow__violation(why, len, "planned key '%s': busy entry %zu outside the arena",
+                                   k->name, x);
         stow_ptr_slot_t *slot = stow__ptr_map_find(&pl->live, addr);
         if (!slot)
-            return violation(why, len, "planned slot %#" PRIxPTR " missing from its live map",
-                             addr);
+            return stow__violation(why, len, "planned slot %#" PRIxPTR " missing from its live map",
+                                   addr);
         uint64_t v = (uint64_t)(uintptr_t)slot->value - 1;
         if (&pl->keys[v >> 40] != k || (size_t)(v & 0xffffffffu) != x ||
             ((v >> 32) & 0xff) != (l->generation & 0xff))
-            return violation(why, len, "planned slot %#" PRIxPTR " maps to another entry", addr);
+            return stow__violation(why, len, "planned slot %#" PRIxPTR " maps to another entry",
+                                   addr);
         if (*n_spans == spans_cap)
-            return violation(why, len, "more busy planned slots than the books count");
+            return stow__violation(why, len, "more busy planned slots than the books count");
         spans[(*n_spans)++] = (span_t){addr, addr + e->max_bytes};
         *bytes += e->max_bytes;
         if (e->pending) {
@@ -93,16 +82,18 @@ static stow_status_t check_layout(stow_planned_t *pl, const stow_planned_key_t *
             books->pending_blocks++;
         } else {
             if (e->requested_bytes == 0 || e->requested_bytes > e->max_bytes)
-                return violation(why, len, "planned slot %#" PRIxPTR ": requested %zu of %zu",
-                                 addr, e->requested_bytes, e->max_bytes);
+                return stow__violation(why, len, "planned slot %#" PRIxPTR ": requested %zu of %zu",
+                                       addr, e->requested_bytes, e->max_bytes);
             books->allocated_bytes += e->max_bytes;
             books->requested_bytes += e->requested_bytes;
             books->allocations++;
         }
     }
     if (busy != l->busy || overdue != l->overdue)
-        return violation(why, len, "planned key '%s': layout counts %zu busy, %zu overdue; "
-                         "entries say %zu, %zu", k->name, l->busy, l->overdue, busy, overdue);
+        return stow__violation(why, len,
+                               "planned key '%s': layout counts %zu busy, %zu overdue; "
+                               "entries say %zu, %zu",
+                               k->name, l->busy, l->overdue, busy, overdue);
     return check_overdue_list(k, l, why, len);
 }
 
@@ -112,13 +103,13 @@ stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books
     memset(books, 0, sizeof *books);
     stow_planned_t *pl = pool->planned;
     if (!pl)
-        return pool->planned_bytes ? violation(why, len, "an arena without a planned layer")
+        return pool->planned_bytes ? stow__violation(why, len, "an arena without a planned layer")
                                    : STOW_OK;
     if (pool->planned_base != pl->base || pool->planned_bytes != pl->bytes ||
         (pl->arena && (pl->arena->state != BLOCK_ARENA || pl->arena->addr != pl->base ||
                        pl->arena->size_bytes != pl->bytes)) ||
         (!pl->arena && pl->bytes))
-        return violation(why, len, "the planned arena's bounds disagree with its block");
+        return stow__violation(why, len, "the planned arena's bounds disagree with its block");
     size_t cap = pl->busy_total + 1;
     span_t *spans = malloc(cap * sizeof *spans);
     if (!spans)
@@ -133,20 +124,20 @@ stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books
         if (st == STOW_OK && k->retired)
             st = check_layout(pl, k, k->retired, spans, &n, cap, books, &bytes, why, len);
         if (st == STOW_OK && n - before != k->busy_count)
-            st = violation(why, len, "planned key '%s': busy_count %zu, entries %zu", k->name,
+            st = stow__violation(why, len, "planned key '%s': busy_count %zu, entries %zu", k->name,
                            k->busy_count, n - before);
         busy_total += n - before;
     }
     if (st == STOW_OK && (busy_total != pl->busy_total || pl->live.count != busy_total ||
                           bytes != pl->live_bytes))
-        st = violation(why, len, "planned books: %zu busy (%zu in the map, %zu bytes), "
+        st = stow__violation(why, len, "planned books: %zu busy (%zu in the map, %zu bytes), "
                        "entries say %zu (%zu bytes)", pl->busy_total, pl->live.count,
                        pl->live_bytes, busy_total, bytes);
     if (st == STOW_OK) {
         qsort(spans, n, sizeof *spans, by_lo);
         for (size_t j = 1; j < n; j++)
             if (spans[j].lo < spans[j - 1].hi) {
-                st = violation(why, len, "planned slots %#" PRIxPTR " and %#" PRIxPTR
+                st = stow__violation(why, len, "planned slots %#" PRIxPTR " and %#" PRIxPTR
                                " overlap", spans[j - 1].lo, spans[j].lo);
                 break;
             }
