@@ -98,6 +98,26 @@ static const int step_frees[STEP_ALLOCS] = {-1, -1, -1, 1, -1, 2, 0, 4, -1, 8, 6
 
 static void *blocks[STEP_ALLOCS];
 
+/* Before allocation i: frees what the step frees there (but `late`, or -1). */
+static void free_before(int i, int late)
+{
+    int f = step_frees[i];
+    if (f >= 0 && f != late && blocks[f]) {
+        release(blocks[f]);
+        blocks[f] = NULL;
+    }
+}
+
+/* Frees what is live at the step's end, in allocation order. */
+static void free_the_rest(void)
+{
+    for (int i = 0; i < STEP_ALLOCS; i++)
+        if (blocks[i]) {
+            release(blocks[i]);
+            blocks[i] = NULL;
+        }
+}
+
 /* One step; `late` (an allocation index, or -1) is freed at the end rather
  * than when the program frees it; `skip` is not requested at all; `extra`
  * adds a request of that many bytes before allocation 5. */
@@ -107,20 +127,12 @@ static void run_step(const char *key, int late, int skip, size_t extra, bool end
         step(key);
     void *extra_block = NULL;
     for (int i = 0; i < STEP_ALLOCS; i++) {
-        int f = step_frees[i];
-        if (f >= 0 && f != late && blocks[f]) {
-            release(blocks[f]);
-            blocks[f] = NULL;
-        }
+        free_before(i, late);
         if (i == 5 && extra)
             extra_block = alloc(extra);
         blocks[i] = i == skip ? NULL : alloc(step_sizes[i]);
     }
-    for (int i = 0; i < STEP_ALLOCS; i++)
-        if (blocks[i]) {
-            release(blocks[i]);
-            blocks[i] = NULL;
-        }
+    free_the_rest();
     if (extra_block)
         release(extra_block);
     if (end_with_null)
@@ -143,11 +155,7 @@ static void loop_of(const char *conf)
         step("train"); /* the end of the first planned step trims the pool, once */
         stow_stats_t a = ts_pool_stats(pool);
         for (int i = 0; i < STEP_ALLOCS; i++) {
-            int f = step_frees[i];
-            if (f >= 0 && blocks[f]) {
-                release(blocks[f]);
-                blocks[f] = NULL;
-            }
+            free_before(i, -1);
             blocks[i] = alloc(step_sizes[i]);
             if (s == 0)
                 first[i] = (uintptr_t)blocks[i];
@@ -155,11 +163,7 @@ static void loop_of(const char *conf)
                 cr_assert_eq((uintptr_t)blocks[i], first[i], "step %d, allocation %d moved", s,
                              i);
         }
-        for (int i = 0; i < STEP_ALLOCS; i++)
-            if (blocks[i]) {
-                release(blocks[i]);
-                blocks[i] = NULL;
-            }
+        free_the_rest();
         stow_stats_t b = ts_pool_stats(pool);
         cr_assert_eq(b.num_planned_hits - a.num_planned_hits, STEP_ALLOCS, "step %d", s);
         cr_assert_eq(b.num_planned_fallbacks, a.num_planned_fallbacks);
@@ -246,19 +250,11 @@ static void late_free_blocks_only_its_bytes(const char *conf)
     run_step("train", -1, -1, 0, false);
     step("train");
     for (int i = 0; i < STEP_ALLOCS; i++) {
-        int f = step_frees[i];
-        if (f >= 0 && blocks[f]) {
-            release(blocks[f]);
-            blocks[f] = NULL;
-        }
+        free_before(i, -1);
         blocks[i] = alloc(step_sizes[i]);
         planned[i] = (uintptr_t)blocks[i];
     }
-    for (int i = 0; i < STEP_ALLOCS; i++)
-        if (blocks[i]) {
-            release(blocks[i]);
-            blocks[i] = NULL;
-        }
+    free_the_rest();
     unsigned sent = 0, kept = 0;
     for (int late = 0; late < STEP_ALLOCS; late++) {
         int due = -1;
@@ -269,11 +265,7 @@ static void late_free_blocks_only_its_bytes(const char *conf)
             continue;
         step("train");
         for (int i = 0; i < STEP_ALLOCS; i++) {
-            int f = step_frees[i];
-            if (f >= 0 && f != late && blocks[f]) {
-                release(blocks[f]);
-                blocks[f] = NULL;
-            }
+            free_before(i, late);
             blocks[i] = alloc(step_sizes[i]);
             bool to_pool = i >= due && slots_share(planned, i, late);
             if (to_pool)
@@ -284,11 +276,7 @@ static void late_free_blocks_only_its_bytes(const char *conf)
             sent += to_pool;
             kept += i >= due && !to_pool;
         }
-        for (int i = 0; i < STEP_ALLOCS; i++)
-            if (blocks[i]) {
-                release(blocks[i]);
-                blocks[i] = NULL;
-            }
+        free_the_rest();
     }
     cr_assert_gt(sent, 0);
     cr_assert_gt(kept, 0, "a late free held slots that do not share its bytes");
