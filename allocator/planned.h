@@ -22,11 +22,14 @@
  *   key->busy_count == busy entries of the key; busy_total == their sum;
  *   overdue == busy entries marked overdue (each was found busy when its
  *     due position was passed); overdue_listed of them are in overdue_list;
- *   live_bytes == sum of busy entries' slot bytes <= arena bytes.
+ *   live_bytes == sum of busy entries' slot bytes <= arena bytes;
+ *   while a layout is active, every busy entry of the other layouts is in
+ *     the layer's foreign list (none when no layout is).
  * Safety: an entry is served only at its own position, when it is not busy,
  * when no overdue entry shares a byte with it (checked against each when all
- * are listed, else none may be overdue) and when every entry of other
- * layouts (keys, generations) is free; the plan gives byte-overlapping
+ * are listed, else none may be overdue) and when no busy entry of another
+ * layout (key, generation) does (a layout takes over with at most
+ * STOW_PLANNED_FOREIGN_LISTED of them, each listed); the plan gives byte-overlapping
  * entries disjoint times on the cycle, and every due position is passed in
  * order, so no entry that is not overdue is live on bytes another is served
  * on (docs/planned.md).
@@ -45,6 +48,7 @@
 #define STOW_PLANNED_STREAMS 8       /* streams a layout may use (regions of the arena) */
 #define STOW_PLANNED_MAX_POSITIONS ((size_t)1 << 20) /* allocations a planned step may make */
 #define STOW_PLANNED_OVERDUE_LISTED 8 /* overdue entries checked one by one; more: none served */
+#define STOW_PLANNED_FOREIGN_LISTED 16 /* busy slots of other layouts a layout may take over beside */
 #define STOW_PLANNED_NONE UINT32_MAX
 
 /* ---- what a plan is made from (planned_record.c, the auto mode) ---- */
@@ -67,7 +71,10 @@ typedef struct stow_plan_profile {
 
 typedef struct stow_plan_entry {
     size_t offset;                /* in the arena */
-    size_t max_bytes, min_bytes;  /* as the position's */
+    size_t max_bytes;             /* the slot's size: the position's largest, and its
+                                     margin where its size varied (planned_plan.c) */
+    size_t min_bytes;             /* as the position's */
+    size_t seen_max_bytes;        /* the position's largest, which a re-plan starts from */
     stow_stream_state_t *stream;
     uint32_t life;                /* 0: not planned */
     uint32_t due_next;            /* next entry due at the same entry index; NONE: last */
@@ -221,6 +228,13 @@ typedef struct stow_planned {
     unsigned user_count;
     stow_event_t clear_events[STOW_PLANNED_STREAMS]; /* clearance in flight */
     unsigned clear_count;
+    /* Busy slots of other layouts when the active one took over (the last
+     * step of another key, a re-plan's retired layout): it serves no slot
+     * that shares a byte with one. Each leaves the list when freed. */
+    struct {
+        size_t offset, bytes;
+    } foreign[STOW_PLANNED_FOREIGN_LISTED];
+    size_t foreign_count;
     bool trim_due;                /* a plan was taken: trim the pool once it serves a step */
     uint64_t take_retry_step;     /* after a failed take, no other before this clock */
     uint64_t take_backoff;

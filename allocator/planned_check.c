@@ -97,6 +97,49 @@ static stow_status_t check_layout(stow_planned_t *pl, const stow_planned_key_t *
     return check_overdue_list(k, l, why, len);
 }
 
+/* Whether a layout other than `active` has a busy entry at offset of bytes. */
+static bool foreign_busy(const stow_planned_t *pl, const stow_plan_layout_t *active,
+                         size_t offset, size_t bytes)
+{
+    for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
+        const stow_plan_layout_t *of_key[2] = {pl->keys[i].layout, pl->keys[i].retired};
+        for (unsigned j = 0; j < 2; j++) {
+            const stow_plan_layout_t *o = of_key[j];
+            for (size_t x = 0; o && o != active && x < o->entry_count; x++)
+                if (o->entries[x].busy && o->entries[x].offset == offset &&
+                    o->entries[x].max_bytes == bytes)
+                    return true;
+        }
+    }
+    return false;
+}
+
+/* The foreign list: none without an active layout; with one, every busy
+ * entry of the other layouts, each once. */
+static stow_status_t check_foreign(const stow_planned_t *pl, char *why, size_t len)
+{
+    const stow_plan_layout_t *a = pl->active;
+    if (pl->foreign_count > STOW_PLANNED_FOREIGN_LISTED || (!a && pl->foreign_count))
+        return stow__violation(why, len, "planned layer: %zu foreign slots listed%s",
+                               pl->foreign_count, a ? "" : " without an active layout");
+    if (!a)
+        return STOW_OK;
+    if (pl->busy_total - a->busy != pl->foreign_count)
+        return stow__violation(why, len, "planned layer: %zu busy slots beside the active "
+                               "layout, %zu listed", pl->busy_total - a->busy, pl->foreign_count);
+    for (size_t i = 0; i < pl->foreign_count; i++) {
+        if (!foreign_busy(pl, a, pl->foreign[i].offset, pl->foreign[i].bytes))
+            return stow__violation(why, len, "planned layer: foreign slot at offset %zu (%zu "
+                                   "bytes) is no busy slot of another layout",
+                                   pl->foreign[i].offset, pl->foreign[i].bytes);
+        for (size_t j = 0; j < i; j++)
+            if (pl->foreign[j].offset == pl->foreign[i].offset)
+                return stow__violation(why, len, "planned layer: foreign slot at offset %zu "
+                                       "listed twice", pl->foreign[i].offset);
+    }
+    return STOW_OK;
+}
+
 stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books, char *why,
                                   size_t len)
 {
@@ -143,5 +186,5 @@ stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books
             }
     }
     free(spans);
-    return st;
+    return st == STOW_OK ? check_foreign(pl, why, len) : st;
 }

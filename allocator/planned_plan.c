@@ -216,6 +216,22 @@ static size_t due_index(const stow_plan_layout_t *l, size_t e)
     return (e + l->entries[e].life) % l->entry_count;
 }
 
+/* The slot of a position: its largest request, and where its size varied
+ * over the recorded steps (a sequence length, a batch's token count), the
+ * spread seen again on top, up to an eighth of the largest, so that the next
+ * step's size fits without a miss and a re-plan. A position whose size never
+ * varied gets exactly its size. */
+#define SLOT_MARGIN_MAX_SHARE 8
+static size_t slot_bytes(const stow_plan_pos_t *q)
+{
+    if (q->min_bytes >= q->max_bytes)
+        return q->max_bytes;
+    size_t spread = q->max_bytes - q->min_bytes, cap = q->max_bytes / SLOT_MARGIN_MAX_SHARE;
+    size_t margin = spread < cap ? spread : cap;
+    margin = (margin + ALIGN_BYTES - 1) & ~(size_t)(ALIGN_BYTES - 1);
+    return margin <= SIZE_MAX - q->max_bytes ? q->max_bytes + margin : q->max_bytes;
+}
+
 stow_plan_layout_t *stow__planned_make_layout(const stow_plan_profile_t *p)
 {
     uint64_t t0 = now_ns();
@@ -244,8 +260,9 @@ stow_plan_layout_t *stow__planned_make_layout(const stow_plan_profile_t *p)
     for (size_t e = 0; ok && e < l->entry_count; e++) {
         const stow_plan_pos_t *q = &p->pos[e % n];
         stow_plan_entry_t *x = &l->entries[e];
-        x->max_bytes = q->max_bytes;
+        x->max_bytes = slot_bytes(q);
         x->min_bytes = q->min_bytes;
+        x->seen_max_bytes = q->max_bytes;
         x->stream = q->stream;
         x->life = q->life;
         x->due_next = STOW_PLANNED_NONE;

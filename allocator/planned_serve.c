@@ -11,23 +11,27 @@
  * recently used one with nothing live goes.
  *
  * Serving: each request of a planned step is matched with the position the
- * step has reached (same stream, size between the smallest and the largest
- * seen there), else (match_elsewhere) with one of the next
- * STOW_PLANNED_LOOKAHEAD positions or with the position itself if it is
- * smaller than any seen there, else it is a miss and the pool serves it. A matched
- * position whose allocation outlives the step (life 0), or whose slot is
- * still busy, or sharing bytes with an overdue slot, also goes to the pool
- * (a fallback). The due lists are scanned as positions are passed: a busy
- * slot found past its due time is overdue, and no slot over its bytes is
- * served until it is freed (a late free costs the slots it blocks, not the
- * rest of the step).
+ * step has reached (same stream, size between the smallest seen there and
+ * its slot), else (match_elsewhere) with one of the next
+ * STOW_PLANNED_LOOKAHEAD positions or, where the position's size varies,
+ * with the position itself if it is smaller than any seen there, else it is
+ * a miss and the pool serves it (past the position when it is that
+ * position's request grown). A matched position whose allocation outlives
+ * the step (life 0), or whose slot is still busy, or sharing bytes with an
+ * overdue slot or another layout's busy one, also goes to the pool (a
+ * fallback). The due lists are scanned as positions are passed: a busy slot
+ * found past its due time is overdue, and no slot over its bytes is served
+ * until it is freed (a late free costs the slots it blocks, not the rest of
+ * the step).
  *
  * The arena: one block taken from the pool (pool.c, BLOCK_ARENA), sized to
  * the largest plan x (1 + planned_headroom). Its bytes follow one layout at a
- * time; another layout (key, or re-plan) takes over only once no slot of any
- * other is busy, and, when the streams it used and the new layout's are not
- * one and the same, once events recorded on the streams that used it have
- * completed (the pool's own rule for reuse across streams). It goes back to
+ * time; another layout (key, or re-plan) takes over beside at most
+ * STOW_PLANNED_FOREIGN_LISTED busy slots of the others when one stream is all
+ * there is, else once no slot of any other is busy and, when the streams it
+ * used and the new layout's are not one and the same, once events recorded
+ * on the streams that used it have completed (the pool's own rule for reuse
+ * across streams). It goes back to
  * the pool at empty_cache and at the out-of-memory retry when no slot is
  * busy. After a plan serves its first good step, the pool's idle memory is
  * released once (the steps it served are the arena's now).
@@ -76,8 +80,10 @@ static void layout_drop(stow_pool_t *pool, stow_planned_t *pl, stow_plan_layout_
 {
     if (!l)
         return;
-    if (pl->active == l)
+    if (pl->active == l) {
         pl->active = NULL;
+        pl->foreign_count = 0;
+    }
     pool->acct.s.num_plans_dropped++;
     stow__planned_layout_free(l);
 }
@@ -164,6 +170,7 @@ static void set_arena(stow_pool_t *pool, stow_planned_t *pl, stow_block_t *b)
     pool->planned_bytes = pl->bytes;
     pool->acct.s.arena_bytes = pl->bytes;
     pl->active = NULL;
+    pl->foreign_count = 0;
     pl->user_count = 0;
     if (b) {
         pl->users[0] = b->owner;
@@ -301,14 +308,68 @@ static bool clearance_done(stow_pool_t *pool, stow_planned_t *pl)
     return left == 0;
 }
 
-/* Whether layout l may serve now, making it the arena's layout if it can. */
+/* Lists the busy slots of layouts other than l, `others` of them; false
+ * (the list unchanged) when there are more than it holds. */
+static bool list_foreign(stow_planned_t *pl, const stow_plan_layout_t *l, size_t others)
+{
+    if (others > STOW_PLANNED_FOREIGN_LISTED)
+        return false;
+    size_t n = 0;
+    for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
+        const stow_plan_layout_t *of_key[2] = {pl->keys[i].layout, pl->keys[i].retired};
+        for (unsigned j = 0; j < 2; j++) {
+            const stow_plan_layout_t *o = of_key[j];
+            for (size_t x = 0, left = o && o != l ? o->busy : 0; left; x++) {
+                if (!o->entries[x].busy)
+                    continue;
+                if (n == others)
+                    return false; /* the books disagree: take over only when all are free */
+                pl->foreign[n].offset = o->entries[x].offset;
+                pl->foreign[n++].bytes = o->entries[x].max_bytes;
+                left--;
+            }
+        }
+    }
+    pl->foreign_count = n;
+    return true;
+}
+
+/* A foreign slot (busy, of another layout) at offset was freed. */
+static void unlist_foreign(stow_planned_t *pl, size_t offset)
+{
+    for (size_t i = 0; i < pl->foreign_count; i++)
+        if (pl->foreign[i].offset == offset) {
+            pl->foreign[i] = pl->foreign[--pl->foreign_count];
+            return;
+        }
+}
+
+static bool blocked_by_foreign(const stow_planned_t *pl, const stow_plan_entry_t *e)
+{
+    for (size_t i = 0; i < pl->foreign_count; i++)
+        if (pl->foreign[i].offset < e->offset + e->max_bytes &&
+            e->offset < pl->foreign[i].offset + pl->foreign[i].bytes)
+            return true;
+    return false;
+}
+
+/* Whether layout l may serve now, making it the arena's layout if it can.
+ * With slots of other layouts still busy (another key's step freed late, a
+ * re-plan's retired layout), it takes over beside them when they are few and
+ * one stream is all there is, before and after; else only once all are free
+ * (and, across streams, their events complete). */
 static bool activate(stow_pool_t *pool, stow_planned_t *pl, stow_plan_layout_t *l)
 {
-    if (pl->busy_total != l->busy || !arena_ready(pool, pl, l))
-        return false;
+    size_t others = pl->busy_total - l->busy;
     if (pl->active == l)
-        return true;
-    if (pool->has_events && pl->user_count && !same_single_stream(pl, l)) {
+        return others == pl->foreign_count && arena_ready(pool, pl, l);
+    if (!arena_ready(pool, pl, l))
+        return false;
+    if (others) {
+        if ((pool->has_events && pl->user_count && !same_single_stream(pl, l)) ||
+            !list_foreign(pl, l, others))
+            return false;
+    } else if (pool->has_events && pl->user_count && !same_single_stream(pl, l)) {
         bool clear = false;
         if (pl->clear_count == 0)
             clear = start_clearance(pool, pl);
@@ -319,6 +380,8 @@ static bool activate(stow_pool_t *pool, stow_planned_t *pl, stow_plan_layout_t *
         pl->users[j] = l->streams[j];
     pl->user_count = l->stream_count;
     pl->active = l;
+    if (!others)
+        pl->foreign_count = 0;
     return true;
 }
 
@@ -381,9 +444,11 @@ static size_t look_ahead(const stow_plan_layout_t *l, size_t base, size_t p,
 /* The position a request that does not fit position p exactly takes, or
  * SIZE_MAX: a later position that only ever saw its size (the request at p
  * is missing), else p itself if the request is smaller than any seen there
- * (a shape that varies: taking a later position whose range it happens to
- * fall in would shift the rest of the step), else any later position whose
- * range holds it. */
+ * and p's size varies (a shape that varies: taking a later position whose
+ * range it happens to fall in would shift the rest of the step), else any
+ * later position whose range holds it. At a position whose size never
+ * varied, a smaller request is one inserted before it: taking p would leave
+ * p's own request, and every one after it, one position behind. */
 static size_t match_elsewhere(const stow_plan_layout_t *l, size_t base, size_t p,
                               const stow_stream_state_t *ss, size_t rounded)
 {
@@ -391,7 +456,7 @@ static size_t match_elsewhere(const stow_plan_layout_t *l, size_t base, size_t p
     if (q != SIZE_MAX && l->entries[base + q].min_bytes == l->entries[base + q].max_bytes)
         return q;
     const stow_plan_entry_t *at = &l->entries[base + p];
-    if (at->stream == ss && rounded <= at->max_bytes)
+    if (at->stream == ss && rounded <= at->max_bytes && at->min_bytes < at->max_bytes)
         return p;
     return q;
 }
@@ -462,6 +527,13 @@ bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t roun
     if (STOW_UNLIKELY(!fits_exactly(&l->entries[base + p], ss, rounded))) {
         q = match_elsewhere(l, base, p, ss, rounded);
         if (q == SIZE_MAX) {
+            /* Larger than any seen at a position whose size varies: the
+             * request of p, grown (a longer sequence). The next request is
+             * p + 1's; left at p, the cursor would lag the step and pass the
+             * due times of slots still busy when it caught up. */
+            const stow_plan_entry_t *at = &l->entries[base + p];
+            if (at->stream == ss && at->min_bytes < at->max_bytes && rounded > at->max_bytes)
+                pl->cursor = p + 1;
             count_pool_request(pool, pl, true);
             return false;
         }
@@ -473,7 +545,7 @@ bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t roun
     stow_plan_entry_t *e = &l->entries[base + q];
     if (STOW_UNLIKELY(!e->life || e->busy || (l->overdue && blocked_by_overdue(l, e)) ||
                       ((pl->active != l || pl->busy_total != l->busy) &&
-                       !activate(pool, pl, l)) ||
+                       (!activate(pool, pl, l) || blocked_by_foreign(pl, e))) ||
                       stow__ptr_map_reserve_one(&pl->live) != STOW_OK)) {
         count_pool_request(pool, pl, false);
         return false;
@@ -579,6 +651,8 @@ static void release_entry(stow_pool_t *pool, stow_planned_t *pl, stow_planned_ke
     l->busy--;
     k->busy_count--;
     pl->busy_total--;
+    if (pl->foreign_count && l != pl->active)
+        unlist_foreign(pl, e->offset);
     pl->live_bytes -= e->max_bytes;
     stow__ptr_map_remove_slot(&pl->live, slot);
     if (l == k->retired && l->busy == 0) {
@@ -881,7 +955,7 @@ static void collect_job(stow_pool_t *pool, stow_planned_t *pl)
     /* The profile went to the thread; the layout carries its sizes. */
     stow_plan_profile_t sizes = {l->n, calloc(l->n, sizeof(stow_plan_pos_t))};
     for (size_t p = 0; sizes.pos && p < l->n; p++)
-        sizes.pos[p] = (stow_plan_pos_t){l->entries[p].max_bytes, l->entries[p].min_bytes,
+        sizes.pos[p] = (stow_plan_pos_t){l->entries[p].seen_max_bytes, l->entries[p].min_bytes,
                                          l->entries[p].stream, l->entries[p].life};
     if (!sizes.pos)
         sizes.n = 0;

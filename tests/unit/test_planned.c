@@ -324,6 +324,117 @@ Test(planned, a_smaller_request_keeps_its_position)
     finish();
 }
 
+/* A position whose size varied over the recorded steps gets a slot with
+ * that spread again on top: a step a little larger than any seen still fits. */
+Test(planned, a_size_that_varied_gets_a_slot_with_its_spread)
+{
+    make(NULL, false);
+    varying_step(40 * MIB, 20 * MIB); /* warm-up */
+    varying_step(40 * MIB, 20 * MIB); /* recorded: 40-44 MiB, then 20-22 MiB */
+    varying_step(44 * MIB, 22 * MIB);
+    varying_step(42 * MIB, 21 * MIB); /* planned */
+    stow_stats_t a = ts_pool_stats(pool);
+    cr_assert_eq(a.num_plans, 1);
+    varying_step(47 * MIB, 23 * MIB + 512 * KIB); /* above what was seen, within the spread */
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, 3);
+    cr_assert_eq(b.num_planned_misses, a.num_planned_misses);
+    varying_step(49 * MIB, 21 * MIB); /* beyond the slot: a miss */
+    stow_stats_t c = ts_pool_stats(pool);
+    cr_assert_eq(c.num_planned_misses - b.num_planned_misses, 1);
+    step(NULL);
+    finish();
+}
+
+/* A request larger than any seen at a position whose size varies is that
+ * position's request, grown: it goes to the pool, and the next request
+ * takes the next position (the slot it had before), not the grown one's. */
+Test(planned, a_grown_request_keeps_the_step_aligned)
+{
+    make(NULL, false);
+    varying_step(40 * MIB, 20 * MIB);
+    varying_step(40 * MIB, 20 * MIB);
+    varying_step(44 * MIB, 22 * MIB);
+    step("vary");
+    void *a = alloc(42 * MIB), *b = alloc(21 * MIB), *c = alloc(8 * MIB);
+    uintptr_t second_at = (uintptr_t)b;
+    release(a);
+    release(b);
+    release(c);
+    stow_stats_t before = ts_pool_stats(pool);
+    cr_assert_eq(before.num_plans, 1);
+    cr_assert_eq(before.num_planned_misses, 0);
+    step("vary");
+    a = alloc(64 * MIB); /* grown past its slot */
+    b = alloc(21 * MIB);
+    c = alloc(8 * MIB);
+    cr_assert_eq((uintptr_t)b, second_at, "the second request keeps its slot");
+    release(a);
+    release(b);
+    release(c);
+    stow_stats_t after = ts_pool_stats(pool);
+    cr_assert_eq(after.num_planned_misses - before.num_planned_misses, 1);
+    cr_assert_eq(after.num_planned_hits - before.num_planned_hits, 2);
+    cr_assert_eq(after.num_planned_realignments, before.num_planned_realignments);
+    step(NULL);
+    finish();
+}
+
+/* A request inserted before a position whose size never varied, smaller
+ * than that position's, goes to the pool: taking the position would leave
+ * its own request, and every one after it, a position behind. */
+Test(planned, an_inserted_smaller_request_leaves_the_step_in_place)
+{
+    warm(NULL, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    step("train");
+    void *extra = NULL;
+    for (int i = 0; i < STEP_ALLOCS; i++) {
+        free_before(i, -1);
+        if (i == 4)
+            extra = alloc(10 * MIB); /* before a 64 MiB request */
+        blocks[i] = alloc(step_sizes[i]);
+    }
+    free_the_rest();
+    release(extra);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_planned_hits - a.num_planned_hits, STEP_ALLOCS);
+    cr_assert_eq(b.num_planned_misses - a.num_planned_misses, 1);
+    step(NULL);
+    finish();
+}
+
+/* A key's block freed in the next key's step (another phase of the loop)
+ * does not stop the next key's plan: its slot blocks only the slots that
+ * share its bytes. */
+Test(planned, another_keys_late_block_blocks_only_its_bytes)
+{
+    make(NULL, false);
+    void *kept = NULL;
+    for (int s = 0; s < 10; s++) {
+        step("a");
+        void *x = alloc(64 * MIB);
+        kept = alloc(512); /* freed in b's step */
+        release(x);
+        step("b");
+        stow_stats_t before = ts_pool_stats(pool);
+        void *q[5];
+        for (int i = 0; i < 5; i++)
+            q[i] = alloc(MIB);
+        stow_stats_t during = ts_pool_stats(pool);
+        release(kept);
+        for (int i = 0; i < 5; i++)
+            release(q[i]);
+        if (s >= 6) {
+            cr_assert_eq(during.num_plans, 2);
+            /* Disjoint slots: the 512 bytes share bytes with one of them at most. */
+            cr_assert_geq(during.num_planned_hits - before.num_planned_hits, 4, "step %d", s);
+        }
+    }
+    step(NULL);
+    finish();
+}
+
 /* A missing request is skipped by looking ahead; an extra one goes to the
  * pool and the next ones find their positions. */
 Test(planned, missing_and_extra_requests_realign)
