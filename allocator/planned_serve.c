@@ -314,21 +314,26 @@ static bool list_foreign(stow_planned_t *pl, const stow_plan_layout_t *l, size_t
 {
     if (others > STOW_PLANNED_FOREIGN_LISTED)
         return false;
-    size_t n = 0;
+    size_t offset[STOW_PLANNED_FOREIGN_LISTED], bytes[STOW_PLANNED_FOREIGN_LISTED], n = 0;
     for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
         const stow_plan_layout_t *of_key[2] = {pl->keys[i].layout, pl->keys[i].retired};
         for (unsigned j = 0; j < 2; j++) {
             const stow_plan_layout_t *o = of_key[j];
-            for (size_t x = 0, left = o && o != l ? o->busy : 0; left; x++) {
+            for (size_t x = 0; o && o != l && x < o->entry_count; x++) {
                 if (!o->entries[x].busy)
                     continue;
                 if (n == others)
                     return false; /* the books disagree: take over only when all are free */
-                pl->foreign[n].offset = o->entries[x].offset;
-                pl->foreign[n++].bytes = o->entries[x].max_bytes;
-                left--;
+                offset[n] = o->entries[x].offset;
+                bytes[n++] = o->entries[x].max_bytes;
             }
         }
+    }
+    if (n != others)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        pl->foreign[i].offset = offset[i];
+        pl->foreign[i].bytes = bytes[i];
     }
     pl->foreign_count = n;
     return true;
