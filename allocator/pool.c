@@ -692,6 +692,7 @@ void stow__pool_release_arena(stow_pool_t *pool, stow_block_t *b, stow_stream_st
 
 void stow__pool_trim_for_plan(stow_pool_t *pool)
 {
+    stow__quick_flush(pool);
     if (!stow__segment_sync_for_release(pool))
         return;
     if (pool->vmm)
