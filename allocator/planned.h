@@ -29,8 +29,8 @@
  * when no overdue entry shares a byte with it (checked against each when all
  * are listed, else none may be overdue) and when no busy entry of another
  * layout (key, generation) does (a layout takes over with at most
- * STOW_PLANNED_FOREIGN_LISTED of them, each listed); the plan gives byte-overlapping
- * entries disjoint times on the cycle, and every due position is passed in
+ * STOW_PLANNED_FOREIGN_LISTED of them, each listed); the plan gives
+ * byte-overlapping entries disjoint times on the cycle, and every due position is passed in
  * order, so no entry that is not overdue is live on bytes another is served
  * on (docs/planned.md).
  */
@@ -48,7 +48,7 @@
 #define STOW_PLANNED_STREAMS 8       /* streams a layout may use (regions of the arena) */
 #define STOW_PLANNED_MAX_POSITIONS ((size_t)1 << 20) /* allocations a planned step may make */
 #define STOW_PLANNED_OVERDUE_LISTED 8 /* overdue entries checked one by one; more: none served */
-#define STOW_PLANNED_FOREIGN_LISTED 16 /* busy slots of other layouts a layout may take over beside */
+#define STOW_PLANNED_FOREIGN_LISTED 16 /* other layouts' busy slots a layout takes over beside */
 #define STOW_PLANNED_NONE UINT32_MAX
 
 /* ---- what a plan is made from (planned_record.c, the auto mode) ---- */
