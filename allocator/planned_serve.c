@@ -370,11 +370,11 @@ static bool activate(stow_pool_t *pool, stow_planned_t *pl, stow_plan_layout_t *
         return others == pl->foreign_count && arena_ready(pool, pl, l);
     if (!arena_ready(pool, pl, l))
         return false;
+    bool other_streams = pool->has_events && pl->user_count && !same_single_stream(pl, l);
     if (others) {
-        if ((pool->has_events && pl->user_count && !same_single_stream(pl, l)) ||
-            !list_foreign(pl, l, others))
+        if (other_streams || !list_foreign(pl, l, others))
             return false;
-    } else if (pool->has_events && pl->user_count && !same_single_stream(pl, l)) {
+    } else if (other_streams) {
         bool clear = false;
         if (pl->clear_count == 0)
             clear = start_clearance(pool, pl);

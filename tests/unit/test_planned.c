@@ -120,15 +120,16 @@ static void free_the_rest(void)
 
 /* One step; `late` (an allocation index, or -1) is freed at the end rather
  * than when the program frees it; `skip` is not requested at all; `extra`
- * adds a request of that many bytes before allocation 5. */
-static void run_step(const char *key, int late, int skip, size_t extra, bool end_with_null)
+ * adds a request of that many bytes before allocation `extra_at`. */
+static void run_step_at(const char *key, int late, int skip, size_t extra, int extra_at,
+                        bool end_with_null)
 {
     if (key)
         step(key);
     void *extra_block = NULL;
     for (int i = 0; i < STEP_ALLOCS; i++) {
         free_before(i, late);
-        if (i == 5 && extra)
+        if (i == extra_at && extra)
             extra_block = alloc(extra);
         blocks[i] = i == skip ? NULL : alloc(step_sizes[i]);
     }
@@ -137,6 +138,12 @@ static void run_step(const char *key, int late, int skip, size_t extra, bool end
         release(extra_block);
     if (end_with_null)
         step(NULL);
+}
+
+/* The same, an extra request going before allocation 5. */
+static void run_step(const char *key, int late, int skip, size_t extra, bool end_with_null)
+{
+    run_step_at(key, late, skip, extra, 5, end_with_null);
 }
 
 static void loop_of(const char *conf)
@@ -387,16 +394,7 @@ Test(planned, an_inserted_smaller_request_leaves_the_step_in_place)
 {
     warm(NULL, false);
     stow_stats_t a = ts_pool_stats(pool);
-    step("train");
-    void *extra = NULL;
-    for (int i = 0; i < STEP_ALLOCS; i++) {
-        free_before(i, -1);
-        if (i == 4)
-            extra = alloc(10 * MIB); /* before a 64 MiB request */
-        blocks[i] = alloc(step_sizes[i]);
-    }
-    free_the_rest();
-    release(extra);
+    run_step_at("train", -1, -1, 10 * MIB, 4, false); /* before a 64 MiB request */
     stow_stats_t b = ts_pool_stats(pool);
     cr_assert_eq(b.num_planned_hits - a.num_planned_hits, STEP_ALLOCS);
     cr_assert_eq(b.num_planned_misses - a.num_planned_misses, 1);
