@@ -218,6 +218,8 @@ typedef struct stow_planned {
     stow_plan_layout_t *active;   /* the layout the arena's bytes follow; NULL: none yet */
     /* The arena. */
     stow_block_t *arena;          /* BLOCK_ARENA block of the pool, or NULL */
+    bool arena_lent;              /* the arena went back for a step the pool served
+                                     (arena_lend) and is not taken again yet */
     uintptr_t base;
     size_t bytes;
     size_t live_bytes;

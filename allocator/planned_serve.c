@@ -33,8 +33,10 @@
  * on the streams that used it have completed (the pool's own rule for reuse
  * across streams). It goes back to
  * the pool at empty_cache and at the out-of-memory retry when no slot is
- * busy. After a plan serves its first good step, the pool's idle memory is
- * released once (the steps it served are the arena's now).
+ * busy, and for a step the pool serves while its key is recorded (lent; the
+ * next planned step takes it again). After a plan serves its first good
+ * step, the pool's idle memory is released once (the steps it served are
+ * the arena's now).
  *
  * Called with the pool lock held; touches the pool only through pool.c's
  * arena functions, the books and the recorder.
@@ -198,6 +200,22 @@ static bool arena_give_back(stow_pool_t *pool, stow_planned_t *pl, bool synchron
     return true;
 }
 
+/* A step the pool serves (its key has no plan) while no slot is busy: the
+ * arena goes back to the pool for the step, so that the step's blocks take
+ * its place rather than adding to it; the next planned step takes it again
+ * (arena_ready), where the step's blocks, freed, left room. Only when that
+ * needs no synchronize: one stream used the arena, the one it was taken on. */
+static void arena_lend(stow_pool_t *pool, stow_planned_t *pl)
+{
+    stow_block_t *b = pl->arena;
+    if (!b || pl->busy_total || pl->pending_count)
+        return;
+    if (pool->has_events && !(pl->user_count == 1 && pl->users[0] == b->owner))
+        return;
+    if (arena_give_back(pool, pl, false))
+        pl->arena_lent = true;
+}
+
 /* The arena bytes a layout needs: the largest plan of any key x (1 + headroom). */
 static size_t arena_want(const stow_pool_t *pool, const stow_planned_t *pl,
                          const stow_plan_layout_t *l)
@@ -227,8 +245,12 @@ static bool arena_ready(stow_pool_t *pool, stow_planned_t *pl, const stow_plan_l
         return false;
     /* The steps the pool served are the arena's now: their memory, idle at a
      * step boundary, goes back first, so that the arena takes its place
-     * rather than adding to it. */
-    if (pl->trim_due) {
+     * rather than adding to it. Not when the arena was lent: its own memory,
+     * idle now, would go too (the trim at the step's end comes once it is
+     * taken again). */
+    bool lent = pl->arena_lent;
+    pl->arena_lent = false;
+    if (pl->trim_due && !lent) {
         stow__pool_trim_for_plan(pool);
         pool->acct.s.num_plan_trims++;
     }
@@ -1123,6 +1145,8 @@ void stow__planned_step(stow_pool_t *pool, const char *key)
     k->steps++;
     pl->cur = k;
     key_step_begins(pool, pl, k);
+    if (!k->layout)
+        arena_lend(pool, pl);
 }
 
 /* ---- empty_cache and the out-of-memory retry ---- */

@@ -3,7 +3,8 @@
 every step (seeded).
 
     python3 bench/varlen_traces.py OUTDIR [--seeds 0:10] [--steps 24] [--min-len 32]
-                                   [--max-len 512] [--tokens 12288]
+                                   [--max-len 512] [--tokens 12288] [--pad-to N]
+                                   [--markers KEY]
 
 Each seed draws the sequence length of every step uniformly from MIN_LEN..MAX_LEN, and the
 batch is TOKENS // length, so that a step holds about as many tokens whatever its length, as a
@@ -22,6 +23,10 @@ attention, fp32, AdamW with foreach) asks of PyTorch's allocator, tensor by tens
 - AdamW allocates its two moments per weight at the first step (they stay), and every step the
   temporaries of its foreach update, freed at once; then the gradients are freed (zero_grad to
   None) and the batch's inputs with them.
+
+With --pad-to N each step's length is padded up to a multiple of N, as a bucketed loader pads
+its batches. --markers KEY writes `m KEY` before each step; `{len}` in KEY becomes the step's
+length, a key per shape bucket (docs/planned.md).
 
 Written as OUTDIR/bert_varlen_sSEED.rep (docs/trace_format.md), with the lengths of its steps
 printed. The same seed writes the same trace.
@@ -262,11 +267,17 @@ class Bert:
         del weight_grads  # read only
 
 
-def trace_lines(seed, steps, min_len=32, max_len=512, tokens=12288):
-    """The .rep lines (header first), the step lengths of seed's run, and the number of
-    events before each step's end."""
+def padded(length, pad_to):
+    """length padded up to a multiple of pad_to (1: as it is), at most BERT's 512."""
+    return min(512, -(-length // pad_to) * pad_to)
+
+
+def trace_lines(seed, steps, min_len=32, max_len=512, tokens=12288, pad_to=1):
+    """The .rep lines (header first), the step lengths of seed's run (padded to a multiple
+    of pad_to, as a bucketed data loader pads), and the number of events before each step's
+    end."""
     rng = random.Random(seed)
-    lengths = [rng.randint(min_len, max_len) for _ in range(steps)]
+    lengths = [padded(rng.randint(min_len, max_len), pad_to) for _ in range(steps)]
     tape = Tape()
     model = Bert(tape)
     ends = []
@@ -276,13 +287,15 @@ def trace_lines(seed, steps, min_len=32, max_len=512, tokens=12288):
     return ["%d %d" % (tape.next_id, len(tape.lines))] + tape.lines, lengths, ends
 
 
-def with_markers(lines, ends, key):
+def with_markers(lines, ends, key, lengths):
     """lines (header first) with a marker `m KEY` before each step's first event (step
-    markers are not events: the header stays)."""
-    starts, out = {0, *ends[:-1]}, [lines[0]]
+    markers are not events: the header stays); `{len}` in KEY becomes the step's length,
+    a key per shape bucket."""
+    starts = {0: 0, **{end: i + 1 for i, end in enumerate(ends[:-1])}}
+    out = [lines[0]]
     for i, line in enumerate(lines[1:]):
         if i in starts:
-            out.append("m " + key)
+            out.append("m " + key.replace("{len}", str(lengths[starts[i]])))
         out.append(line)
     return out
 
@@ -296,10 +309,13 @@ def main(argv=None):
     ap.add_argument("--min-len", type=int, default=32)
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--tokens", type=int, default=12288)
+    ap.add_argument("--pad-to", type=int, default=1, metavar="N",
+                    help="pad each step's length up to a multiple of N (default 1: none)")
     ap.add_argument("--markers", metavar="KEY",
-                    help="write a step marker 'm KEY' before each step")
+                    help="write a step marker 'm KEY' before each step; {len} in KEY "
+                         "becomes the step's length (a key per shape bucket)")
     args = ap.parse_args(argv)
-    if args.markers is not None and not valid_key(args.markers):
+    if args.markers is not None and not valid_key(args.markers.replace("{len}", "512")):
         ap.error("--markers: '%s' is not a step key (1-64 of A-Za-z0-9_.:/-)" % args.markers)
     if args.steps < 1:
         ap.error("--steps: at least 1, not %d" % args.steps)
@@ -307,12 +323,14 @@ def main(argv=None):
         ap.error("--min-len, --max-len: 1 <= MIN <= MAX <= 512 (BERT's positions)")
     if args.tokens < 1:
         ap.error("--tokens: at least 1")
+    if args.pad_to < 1:
+        ap.error("--pad-to: at least 1, not %d" % args.pad_to)
     os.makedirs(args.outdir, exist_ok=True)
     for seed in args.seeds:
         lines, lengths, ends = trace_lines(seed, args.steps, args.min_len, args.max_len,
-                                           args.tokens)
+                                           args.tokens, args.pad_to)
         if args.markers:
-            lines = with_markers(lines, ends, args.markers)
+            lines = with_markers(lines, ends, args.markers, lengths)
         path = os.path.join(args.outdir, "bert_varlen_s%d.rep" % seed)
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")

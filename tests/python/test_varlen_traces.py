@@ -56,16 +56,24 @@ class VarlenTraces(unittest.TestCase):
             self.assertEqual(biggest, tokens * 30522 * 4)
 
     def test_markers_come_before_each_step_and_are_not_events(self):
-        lines, _, ends = varlen_traces.trace_lines(1, 3)
-        marked = varlen_traces.with_markers(lines, ends, "train")
+        lines, lengths, ends = varlen_traces.trace_lines(1, 3)
+        marked = varlen_traces.with_markers(lines, ends, "train", lengths)
         self.assertEqual(marked[0], lines[0])
         self.assertEqual([l for l in marked if l != "m train"], lines)
         at = [i for i, l in enumerate(marked[1:]) if l == "m train"]
         self.assertEqual(at, [0, ends[0] + 1, ends[1] + 2])
 
+    def test_padded_lengths_fall_on_the_buckets_and_name_their_keys(self):
+        lines, lengths, ends = varlen_traces.trace_lines(2, 6, pad_to=64)
+        self.assertTrue(all(l % 64 == 0 and 64 <= l <= 512 for l in lengths), lengths)
+        self.assertNotEqual(lengths, varlen_traces.trace_lines(2, 6)[1])
+        marked = varlen_traces.with_markers(lines, ends, "len{len}", lengths)
+        keys = [l[2:] for l in marked if l.startswith("m ")]
+        self.assertEqual(keys, ["len%d" % l for l in lengths])
+
     def test_bad_arguments_are_refused(self):
         for args in (["--steps", "0"], ["--max-len", "600"], ["--seeds", "x"],
-                     ["--markers", "a b"]):
+                     ["--markers", "a b"], ["--pad-to", "0"]):
             p = subprocess.run([sys.executable, os.path.join(BENCH, "varlen_traces.py"), "out"]
                                + args, capture_output=True, text=True)
             self.assertEqual(p.returncode, 2, args)

@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,6 +506,84 @@ Test(planned, alternating_keys_share_one_arena)
     cr_assert_gt(st.num_planned_hits, 0);
     step(NULL);
     finish();
+}
+
+/* A step whose key has no plan yet (a new shape bucket), while no slot is
+ * busy: the pool serves it in the idle arena's place, not beside it, and the
+ * planned key takes the arena back at its next step, where it was: a
+ * page-mapped pool maps nothing for it. */
+static void unplanned_step_in_the_arenas_place(const char *conf)
+{
+    make(conf, false);
+    for (int s = 0; s < 6; s++)
+        run_step("long", -1, -1, 0, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    cr_assert_gt(a.arena_bytes, 100 * MIB);
+    uint64_t reserved = a.reserved_bytes[STOW_POOL_ALL].current;
+    step("short");
+    void *x = alloc(90 * MIB), *y = alloc(8 * MIB);
+    release(x);
+    release(y);
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_leq(b.reserved_bytes[STOW_POOL_ALL].current, reserved,
+                  "the unplanned step reserved %" PRIu64 " bytes beside the arena",
+                  b.reserved_bytes[STOW_POOL_ALL].current - reserved);
+    run_step("long", -1, -1, 0, false);
+    stow_stats_t c = ts_pool_stats(pool);
+    cr_assert_eq(c.arena_bytes, a.arena_bytes);
+    cr_assert_eq(c.num_planned_hits - b.num_planned_hits, STEP_ALLOCS);
+    cr_assert_leq(c.reserved_bytes[STOW_POOL_ALL].current, reserved);
+    cr_assert_eq(c.num_map_calls, b.num_map_calls, "the arena was taken where it was lent");
+    step(NULL);
+    finish();
+}
+
+/* The same, until the second key is planned too: taking the lent arena back
+ * for it releases none of the arena's memory (a page-mapped pool would map
+ * it again), and the two keys then alternate in it without a backend call. */
+static void second_key_planned_in_the_lent_arena(const char *conf)
+{
+    make(conf, false);
+    for (int s = 0; s < 6; s++)
+        run_step("long", -1, -1, 0, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    for (int s = 0; s < 8; s++) {
+        step("short");
+        void *x = alloc(90 * MIB), *y = alloc(8 * MIB);
+        release(x);
+        release(y);
+        if (s >= 4)
+            run_step("long", -1, -1, 0, false);
+    }
+    stow_stats_t b = ts_pool_stats(pool);
+    cr_assert_eq(b.num_plans, 2);
+    cr_assert_eq(b.arena_bytes, a.arena_bytes, "the larger plan sizes the arena");
+    cr_assert_leq(b.reserved_bytes[STOW_POOL_ALL].current, a.reserved_bytes[STOW_POOL_ALL].current);
+    cr_assert_eq(b.num_map_calls, a.num_map_calls);
+    cr_assert_eq(b.num_unmap_calls, a.num_unmap_calls);
+    /* The one call: the synchronize of the trim after the new plan's first step. */
+    cr_assert_eq(b.num_backend_calls - a.num_backend_calls, 1);
+    cr_assert_eq(b.num_sync_all_streams - a.num_sync_all_streams, 1);
+    step(NULL);
+    finish();
+}
+
+Test(planned, a_second_key_is_planned_in_the_lent_arena_classic)
+{
+    second_key_planned_in_the_lent_arena(NULL);
+}
+Test(planned, a_second_key_is_planned_in_the_lent_arena_vmm)
+{
+    second_key_planned_in_the_lent_arena("policy:vmm");
+}
+
+Test(planned, a_step_without_a_plan_takes_the_idle_arenas_place_classic)
+{
+    unplanned_step_in_the_arenas_place(NULL);
+}
+Test(planned, a_step_without_a_plan_takes_the_idle_arenas_place_vmm)
+{
+    unplanned_step_in_the_arenas_place("policy:vmm");
 }
 
 /* A step ended with stow_pool_step(NULL) is planned at once: the second call
