@@ -510,8 +510,7 @@ Test(planned, alternating_keys_share_one_arena)
 
 /* A step whose key has no plan yet (a new shape bucket), while no slot is
  * busy: the pool serves it in the idle arena's place, not beside it, and the
- * planned key takes the arena back at its next step, where it was: a
- * page-mapped pool maps nothing for it. */
+ * planned key takes the arena back at its next step, mapping nothing. */
 static void unplanned_step_in_the_arenas_place(const char *conf)
 {
     make(conf, false);
@@ -533,14 +532,24 @@ static void unplanned_step_in_the_arenas_place(const char *conf)
     cr_assert_eq(c.arena_bytes, a.arena_bytes);
     cr_assert_eq(c.num_planned_hits - b.num_planned_hits, STEP_ALLOCS);
     cr_assert_leq(c.reserved_bytes[STOW_POOL_ALL].current, reserved);
-    cr_assert_eq(c.num_map_calls, b.num_map_calls, "the arena was taken where it was lent");
+    cr_assert_eq(c.num_map_calls, b.num_map_calls, "taking the arena back mapped granules");
     step(NULL);
     finish();
 }
 
+Test(planned, a_step_without_a_plan_takes_the_idle_arenas_place_classic)
+{
+    unplanned_step_in_the_arenas_place(NULL);
+}
+Test(planned, a_step_without_a_plan_takes_the_idle_arenas_place_vmm)
+{
+    unplanned_step_in_the_arenas_place("policy:vmm");
+}
+
 /* The same, until the second key is planned too: taking the lent arena back
  * for it releases none of the arena's memory (a page-mapped pool would map
- * it again), and the two keys then alternate in it without a backend call. */
+ * it again), and the two keys then alternate in it with no map, unmap or
+ * reservation. */
 static void second_key_planned_in_the_lent_arena(const char *conf)
 {
     make(conf, false);
@@ -575,15 +584,6 @@ Test(planned, a_second_key_is_planned_in_the_lent_arena_classic)
 Test(planned, a_second_key_is_planned_in_the_lent_arena_vmm)
 {
     second_key_planned_in_the_lent_arena("policy:vmm");
-}
-
-Test(planned, a_step_without_a_plan_takes_the_idle_arenas_place_classic)
-{
-    unplanned_step_in_the_arenas_place(NULL);
-}
-Test(planned, a_step_without_a_plan_takes_the_idle_arenas_place_vmm)
-{
-    unplanned_step_in_the_arenas_place("policy:vmm");
 }
 
 /* A step ended with stow_pool_step(NULL) is planned at once: the second call
