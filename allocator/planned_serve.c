@@ -200,11 +200,13 @@ static bool arena_give_back(stow_pool_t *pool, stow_planned_t *pl, bool synchron
     return true;
 }
 
-/* A step the pool serves (its key has no plan) while no slot is busy: the
- * arena goes back to the pool for the step, so that the step's blocks take
- * its place rather than adding to it; the next planned step takes it again
- * (arena_ready), where the step's blocks, freed, left room. Only when that
- * needs no synchronize: one stream used the arena, the one it was taken on. */
+/* A step the pool serves while its key is recorded for a plan, with no slot
+ * busy: the arena goes back to the pool for the step, so that the step's
+ * blocks take its place rather than adding to it; the next planned step
+ * takes it again (arena_ready), where the step's blocks, freed, left room.
+ * Not for a key left alone (its steps would hand the arena back and forth
+ * for good), and only when that needs no synchronize: one stream used the
+ * arena, the one it was taken on. */
 static void arena_lend(stow_pool_t *pool, stow_planned_t *pl)
 {
     stow_block_t *b = pl->arena;
@@ -1145,7 +1147,7 @@ void stow__planned_step(stow_pool_t *pool, const char *key)
     k->steps++;
     pl->cur = k;
     key_step_begins(pool, pl, k);
-    if (!k->layout)
+    if (!k->layout && k->state != KEY_UNSETTLED)
         arena_lend(pool, pl);
 }
 

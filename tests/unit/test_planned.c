@@ -775,6 +775,35 @@ Test(planned, a_key_that_never_settles_stops_being_planned)
     finish();
 }
 
+/* A key left alone (its steps never repeat) does not borrow the arena of a
+ * planned key it alternates with: it would hand it back and forth for good. */
+Test(planned, a_key_left_alone_leaves_the_arena_in_place)
+{
+    make(NULL, false);
+    uint64_t rng = 7;
+    size_t arena = 0;
+    for (int s = 0; s < 40; s++) {
+        run_step("train", -1, -1, 0, false);
+        stow_stats_t a = ts_pool_stats(pool);
+        if (s >= 4)
+            arena = a.arena_bytes;
+        step("chaos");
+        unsigned n = 1 + (unsigned)(ts_xorshift(&rng) % 6);
+        void *p[8];
+        for (unsigned i = 0; i < n; i++)
+            p[i] = alloc(512 * (1 + ts_xorshift(&rng) % 5000));
+        stow_stats_t b = ts_pool_stats(pool);
+        if (b.num_plans_unsettled >= 1)
+            cr_assert_eq(b.arena_bytes, arena, "step %d: a key left alone took the arena", s);
+        for (unsigned i = 0; i < n; i++)
+            release(p[i]);
+    }
+    cr_assert_geq(ts_pool_stats(pool).num_plans_unsettled, 1);
+    cr_assert_gt(arena, 0);
+    step(NULL);
+    finish();
+}
+
 /* More keys than the layer keeps: the least recently used one goes. */
 Test(planned, the_least_recently_used_key_goes)
 {
