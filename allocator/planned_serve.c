@@ -180,6 +180,13 @@ static void set_arena(stow_pool_t *pool, stow_planned_t *pl, stow_block_t *b)
     }
 }
 
+/* Whether one stream used the arena's bytes, the one the pool took it on:
+ * it can go back to the pool without a synchronize. */
+static bool arena_one_owner(const stow_planned_t *pl)
+{
+    return pl->user_count == 1 && pl->users[0] == pl->arena->owner;
+}
+
 /* Gives the arena back to the pool (nothing busy). Its bytes were used on
  * the streams of pl->users: unless that is the one stream the pool took it
  * on, the device is synchronized first and it goes back to every stream. */
@@ -189,7 +196,7 @@ static bool arena_give_back(stow_pool_t *pool, stow_planned_t *pl, bool synchron
     if (!b)
         return true;
     stow_assert_internal(pl->busy_total == 0);
-    bool one_owner = pl->user_count == 1 && pl->users[0] == b->owner;
+    bool one_owner = arena_one_owner(pl);
     if (!synchronized && !one_owner && pool->has_events && !stow__pool_synchronize(pool))
         return false;
     for (unsigned i = 0; i < pl->clear_count; i++)
@@ -209,10 +216,8 @@ static bool arena_give_back(stow_pool_t *pool, stow_planned_t *pl, bool synchron
  * arena, the one it was taken on. */
 static void arena_lend(stow_pool_t *pool, stow_planned_t *pl)
 {
-    stow_block_t *b = pl->arena;
-    if (!b || pl->busy_total || pl->pending_count)
-        return;
-    if (pool->has_events && !(pl->user_count == 1 && pl->users[0] == b->owner))
+    if (!pl->arena || pl->busy_total || pl->pending_count ||
+        (pool->has_events && !arena_one_owner(pl)))
         return;
     if (arena_give_back(pool, pl, false))
         pl->arena_lent = true;

@@ -508,26 +508,38 @@ Test(planned, alternating_keys_share_one_arena)
     finish();
 }
 
+/* Key "train" planned, past its first planned steps and the trim after them. */
+static void warm_and_trimmed(const char *conf)
+{
+    warm(conf, false);
+    for (int s = 0; s < 2; s++)
+        run_step("train", -1, -1, 0, false);
+}
+
+/* A step of key "short" (another shape bucket): 98 MiB live at its peak. */
+static void short_step(void)
+{
+    step("short");
+    void *x = alloc(90 * MIB), *y = alloc(8 * MIB);
+    release(x);
+    release(y);
+}
+
 /* A step whose key has no plan yet (a new shape bucket), while no slot is
  * busy: the pool serves it in the idle arena's place, not beside it, and the
  * planned key takes the arena back at its next step, mapping nothing. */
 static void unplanned_step_in_the_arenas_place(const char *conf)
 {
-    make(conf, false);
-    for (int s = 0; s < 6; s++)
-        run_step("long", -1, -1, 0, false);
+    warm_and_trimmed(conf);
     stow_stats_t a = ts_pool_stats(pool);
     cr_assert_gt(a.arena_bytes, 100 * MIB);
     uint64_t reserved = a.reserved_bytes[STOW_POOL_ALL].current;
-    step("short");
-    void *x = alloc(90 * MIB), *y = alloc(8 * MIB);
-    release(x);
-    release(y);
+    short_step();
     stow_stats_t b = ts_pool_stats(pool);
     cr_assert_leq(b.reserved_bytes[STOW_POOL_ALL].current, reserved,
                   "the unplanned step reserved %" PRIu64 " bytes beside the arena",
                   b.reserved_bytes[STOW_POOL_ALL].current - reserved);
-    run_step("long", -1, -1, 0, false);
+    run_step("train", -1, -1, 0, false);
     stow_stats_t c = ts_pool_stats(pool);
     cr_assert_eq(c.arena_bytes, a.arena_bytes);
     cr_assert_eq(c.num_planned_hits - b.num_planned_hits, STEP_ALLOCS);
@@ -552,17 +564,12 @@ Test(planned, a_step_without_a_plan_takes_the_idle_arenas_place_vmm)
  * reservation. */
 static void second_key_planned_in_the_lent_arena(const char *conf)
 {
-    make(conf, false);
-    for (int s = 0; s < 6; s++)
-        run_step("long", -1, -1, 0, false);
+    warm_and_trimmed(conf);
     stow_stats_t a = ts_pool_stats(pool);
     for (int s = 0; s < 8; s++) {
-        step("short");
-        void *x = alloc(90 * MIB), *y = alloc(8 * MIB);
-        release(x);
-        release(y);
+        short_step();
         if (s >= 4)
-            run_step("long", -1, -1, 0, false);
+            run_step("train", -1, -1, 0, false);
     }
     stow_stats_t b = ts_pool_stats(pool);
     cr_assert_eq(b.num_plans, 2);
