@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Ids are stored as uint32_t and streams as uint16_t in each event. */
 #define TRACE_MAX_IDS ((uint64_t)UINT32_MAX)
@@ -62,26 +63,47 @@ static void skip_blanks(const char **s, const char *end)
         (*s)++;
 }
 
-/* Parses an unsigned decimal field; rejects signs, overflow and garbage. */
-static bool parse_u64(const char **s, const char *end, uint64_t *out)
+/* What is wrong with a numeric field, each with its own message. */
+typedef enum { NUM_OK, NUM_MISSING, NUM_NEGATIVE, NUM_OVERFLOW, NUM_NOT_NUMBER } num_status_t;
+
+static const char *num_reason(num_status_t r)
+{
+    return r == NUM_NEGATIVE   ? "is negative"
+           : r == NUM_OVERFLOW ? "is beyond 2^64 - 1"
+                               : "is not a decimal number";
+}
+
+/* Reads the next blank-separated field as an unsigned decimal: *tok and *len
+ * hold the field (for messages); *s moves past it only when it is a number. */
+static num_status_t read_u64(const char **s, const char *end, uint64_t *out, const char **tok,
+                             int *len)
 {
     skip_blanks(s, end);
-    const char *q = *s;
+    const char *q = *s, *t = q;
+    if (q >= end)
+        return NUM_MISSING;
+    while (t < end && !is_blank(*t))
+        t++;
+    *tok = q;
+    *len = (int)(t - q > 40 ? 40 : t - q);
+    const char *digits = *q == '-' ? q + 1 : q;
+    if (digits == t)
+        return NUM_NOT_NUMBER;
+    for (const char *c = digits; c < t; c++)
+        if (*c < '0' || *c > '9')
+            return NUM_NOT_NUMBER;
+    if (digits != q)
+        return NUM_NEGATIVE;
     uint64_t v = 0;
-    if (q >= end || *q < '0' || *q > '9')
-        return false;
-    while (q < end && *q >= '0' && *q <= '9') {
+    for (; q < t; q++) {
         unsigned digit = (unsigned)(*q - '0');
         if (v > (UINT64_MAX - digit) / 10)
-            return false;
+            return NUM_OVERFLOW;
         v = v * 10 + digit;
-        q++;
     }
-    if (q < end && !is_blank(*q))
-        return false;
-    *s = q;
+    *s = t;
     *out = v;
-    return true;
+    return NUM_OK;
 }
 
 static bool at_line_end(const char *s, const char *end)
@@ -108,11 +130,35 @@ static stow_status_t parse_header(parser_t *p, uint64_t *ids, uint64_t *events)
      * against the text first: every event line takes at least 4 bytes
      * ("f 0\n"). The id table grows with the ids actually seen. */
     const char *b, *e;
+    if (p->cursor == p->end) {
+        if (p->err && p->err_len > 0)
+            snprintf(p->err, p->err_len,
+                     "%s: the file is empty; a trace starts with the header '<number of ids> "
+                     "<number of events>'",
+                     p->name);
+        return STOW_EPARSE;
+    }
     do {
         if (!next_line(p, &b, &e))
             return parse_error(p, "empty trace: missing header '<ids> <events>'");
     } while (is_skippable(b, e));
-    if (!parse_u64(&b, e, ids) || !parse_u64(&b, e, events) || !at_line_end(b, e))
+    static const char *const fields[] = {"<number of ids>", "<number of events>"};
+    uint64_t *values[] = {ids, events};
+    for (int k = 0; k < 2; k++) {
+        const char *tok = b;
+        int len = 0;
+        num_status_t r = read_u64(&b, e, values[k], &tok, &len);
+        if (r == NUM_MISSING)
+            return parse_error(p, "the header ends before its %s (header must be '<number of "
+                                  "ids> <number of events>')",
+                               fields[k]);
+        if (r != NUM_OK)
+            return parse_error(p, "%s '%.*s' %s (header must be '<number of ids> <number of "
+                                  "events>')",
+                               k == 0 ? "number of ids" : "number of events", len, tok,
+                               num_reason(r));
+    }
+    if (!at_line_end(b, e))
         return parse_error(p, "header must be '<number of ids> <number of events>'");
     if (*ids > TRACE_MAX_IDS)
         return parse_error(p, "too many ids (%llu, at most %llu)", (unsigned long long)*ids,
@@ -279,10 +325,16 @@ static stow_status_t parse_event(parser_t *p, const char *b, const char *e, stow
     skip_blanks(&b, e);
     char kind = *b++;
     uint64_t id, size = 0, stream = 0;
-    if ((kind != 'a' && kind != 'f') || b >= e || !is_blank(*b))
+    const char *form = kind == 'a' ? "'a <id> <size> <stream>'" : "'f <id>'";
+    if ((kind != 'a' && kind != 'f') || (b < e && !is_blank(*b)))
         return parse_error(p, "expected 'a <id> <size> <stream>' or 'f <id>'");
-    if (!parse_u64(&b, e, &id))
-        return parse_error(p, "bad id");
+    const char *tok = b;
+    int len = 0;
+    num_status_t r = read_u64(&b, e, &id, &tok, &len);
+    if (r == NUM_MISSING)
+        return parse_error(p, "the line ends before its <id>: expected %s", form);
+    if (r != NUM_OK)
+        return parse_error(p, "id '%.*s' %s", len, tok, num_reason(r));
     if (id >= t->id_count)
         return parse_error(p, "id %llu out of range (header says %u ids)",
                            (unsigned long long)id, t->id_count);
@@ -297,7 +349,19 @@ static stow_status_t parse_event(parser_t *p, const char *b, const char *e, stow
     id_state_t *st = &ids->v[id];
     stow_trace_event_t *ev = &t->events[t->event_count];
     if (kind == 'a') {
-        if (!parse_u64(&b, e, &size) || !parse_u64(&b, e, &stream) || !at_line_end(b, e))
+        static const char *const names[] = {"size", "stream"};
+        uint64_t *values[] = {&size, &stream};
+        for (int k = 0; k < 2; k++) {
+            r = read_u64(&b, e, values[k], &tok, &len);
+            if (r == NUM_MISSING)
+                return parse_error(p, "allocation %llu: the line ends before its <%s>: expected %s",
+                                   (unsigned long long)id, names[k], form);
+            if (r != NUM_OK)
+                return parse_error(p, "allocation %llu: %s '%.*s' %s (%s)",
+                                   (unsigned long long)id, names[k], len, tok, num_reason(r),
+                                   k == 0 ? "sizes are 1 to 2^62 bytes" : "streams are 0 to 65535");
+        }
+        if (!at_line_end(b, e))
             return parse_error(p, "allocation must be 'a <id> <size> <stream>'");
         if (size == 0)
             return parse_error(p, "allocation %llu has size 0", (unsigned long long)id);
@@ -414,6 +478,13 @@ stow_status_t stow_trace_load(const char *path, stow_trace_t **out, char *err, s
     if (!f) {
         if (err && err_len)
             snprintf(err, err_len, "%s: %s", path, strerror(errno));
+        return STOW_EIO;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (err && err_len)
+            snprintf(err, err_len, "%s: is a directory, not a trace file", path);
+        fclose(f);
         return STOW_EIO;
     }
     char *text = NULL;

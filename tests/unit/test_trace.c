@@ -314,23 +314,29 @@ Test(trace, random_traces_match_shadow)
 
 /* ---- header errors ---- */
 
+#define HEADER_FORM "(header must be '<number of ids> <number of events>')"
+#define SIZE_RANGE "(sizes are 1 to 2^62 bytes)"
+#define STREAM_RANGE "(streams are 0 to 65535)"
+
 Test(trace, header_errors)
 {
-    parse_err("", "t:0: empty trace: missing header '<ids> <events>'");
+    parse_err("", "t: the file is empty; a trace starts with the header '<number of ids> "
+                  "<number of events>'");
     parse_err("# only a comment\n\n", "t:2: empty trace: missing header '<ids> <events>'");
-    parse_err("2\n", "t:1: header must be '<number of ids> <number of events>'");
+    parse_err("2\n", "t:1: the header ends before its <number of events> (header must be "
+                     "'<number of ids> <number of events>')");
     parse_err("\n# c\n2 3 4\n", "t:3: header must be '<number of ids> <number of events>'");
-    parse_err("a 0 1 0\n", "t:1: header must be '<number of ids> <number of events>'");
-    parse_err("-1 2\n", "t:1: header must be '<number of ids> <number of events>'");
-    parse_err("2 -2\n", "t:1: header must be '<number of ids> <number of events>'");
-    parse_err("+2 2\n", "t:1: header must be '<number of ids> <number of events>'");
-    parse_err("2x 2\n", "t:1: header must be '<number of ids> <number of events>'");
+    parse_err("a 0 1 0\n", "t:1: number of ids 'a' is not a decimal number " HEADER_FORM);
+    parse_err("-1 2\n", "t:1: number of ids '-1' is negative " HEADER_FORM);
+    parse_err("2 -2\n", "t:1: number of events '-2' is negative " HEADER_FORM);
+    parse_err("+2 2\n", "t:1: number of ids '+2' is not a decimal number " HEADER_FORM);
+    parse_err("2x 2\n", "t:1: number of ids '2x' is not a decimal number " HEADER_FORM);
     parse_err("99999999999999999999999 1\n",
-              "t:1: header must be '<number of ids> <number of events>'");
+              "t:1: number of ids '99999999999999999999999' is beyond 2^64 - 1 " HEADER_FORM);
     parse_err("1 99999999999999999999999\n",
-              "t:1: header must be '<number of ids> <number of events>'");
+              "t:1: number of events '99999999999999999999999' is beyond 2^64 - 1 " HEADER_FORM);
     parse_err("18446744073709551616 0\n",
-              "t:1: header must be '<number of ids> <number of events>'");
+              "t:1: number of ids '18446744073709551616' is beyond 2^64 - 1 " HEADER_FORM);
     parse_err("4294967296 0\n", "t:1: too many ids (4294967296, at most 4294967295)");
     parse_err("18446744073709551615 0\n",
               "t:1: too many ids (18446744073709551615, at most 4294967295)");
@@ -347,25 +353,37 @@ Test(trace, malformed_event_lines)
 {
     const char *expect_kind = "t:3: expected 'a <id> <size> <stream>' or 'f <id>'";
     parse_err("2 2\na 0 1 0\nx 1\n", expect_kind);
-    parse_err("2 2\na 0 1 0\na\n", expect_kind);
-    parse_err("2 2\na 0 1 0\nf\n", expect_kind);
+    parse_err("2 2\na 0 1 0\na\n",
+              "t:3: the line ends before its <id>: expected 'a <id> <size> <stream>'");
+    parse_err("2 2\na 0 1 0\nf\n", "t:3: the line ends before its <id>: expected 'f <id>'");
     parse_err("2 2\na 0 1 0\na1 1 0\n", expect_kind);
     parse_err("2 2\na 0 1 0\nA 1 1 0\n", expect_kind);
     parse_err("2 2\na 0 1 0\nalloc 1 1 0\n", expect_kind);
-    parse_err("2 2\na 0 1 0\na x 1 0\n", "t:3: bad id");
-    parse_err("2 2\na 0 1 0\nf -1\n", "t:3: bad id");
-    parse_err("2 2\na 0 1 0\nf 99999999999999999999999\n", "t:3: bad id");
+    parse_err("2 2\na 0 1 0\na x 1 0\n", "t:3: id 'x' is not a decimal number");
+    parse_err("2 2\na 0 1 0\nf -1\n", "t:3: id '-1' is negative");
+    parse_err("2 2\na 0 1 0\nf 99999999999999999999999\n",
+              "t:3: id '99999999999999999999999' is beyond 2^64 - 1");
     const char *alloc_form = "t:3: allocation must be 'a <id> <size> <stream>'";
-    parse_err("2 2\na 0 1 0\na 1\n", alloc_form);
-    parse_err("2 2\na 0 1 0\na 1 100\n", alloc_form);
-    parse_err("2 2\na 0 1 0\na 1 100 \r\n", alloc_form);
+    const char *no_size = "t:3: allocation 1: the line ends before its <size>: expected "
+                          "'a <id> <size> <stream>'";
+    const char *no_stream = "t:3: allocation 1: the line ends before its <stream>: expected "
+                            "'a <id> <size> <stream>'";
+    parse_err("2 2\na 0 1 0\na 1\n", no_size);
+    parse_err("2 2\na 0 1 0\na 1 100\n", no_stream);
+    parse_err("2 2\na 0 1 0\na 1 100 \r\n", no_stream);
     parse_err("2 2\na 0 1 0\na 1 100 0 0\n", alloc_form);
-    parse_err("2 2\na 0 1 0\na 1 -100 0\n", alloc_form);
-    parse_err("2 2\na 0 1 0\na 1 100 -1\n", alloc_form);
-    parse_err("2 2\na 0 1 0\na 1 1e3 0\n", alloc_form);
+    parse_err("2 2\na 0 1 0\na 1 -100 0\n",
+              "t:3: allocation 1: size '-100' is negative " SIZE_RANGE);
+    parse_err("2 2\na 0 1 0\na 1 100 -1\n",
+              "t:3: allocation 1: stream '-1' is negative " STREAM_RANGE);
+    parse_err("2 2\na 0 1 0\na 1 1e3 0\n",
+              "t:3: allocation 1: size '1e3' is not a decimal number " SIZE_RANGE);
     parse_err("2 2\na 0 1 0\na 1 100 0 # trailing comment\n", alloc_form);
-    parse_err("2 2\na 0 1 0\na 1 99999999999999999999999 0\n", alloc_form);
-    parse_err("2 2\na 0 1 0\na 1 100 99999999999999999999999\n", alloc_form);
+    parse_err("2 2\na 0 1 0\na 1 99999999999999999999999 0\n",
+              "t:3: allocation 1: size '99999999999999999999999' is beyond 2^64 - 1 " SIZE_RANGE);
+    parse_err("2 2\na 0 1 0\na 1 100 99999999999999999999999\n",
+              "t:3: allocation 1: stream '99999999999999999999999' is beyond 2^64 - 1 "
+              STREAM_RANGE);
     parse_err("2 2\na 0 1 0\nf 0 100\n", "t:3: free must be 'f <id>'");
 }
 
@@ -500,6 +518,63 @@ Test(trace, load_file_and_name_in_errors)
     cr_assert_str_eq(err, want);
     cr_assert_eq(t, UNTOUCHED);
     unlink(bad);
+}
+
+/* Each way a number can be wrong has its own reason, for every field. */
+Test(trace, field_errors_name_the_field_and_the_reason)
+{
+    struct {
+        const char *text, *want;
+    } cases[] = {
+        {"1 1\na 0 -5 0\n", "t:2: allocation 0: size '-5' is negative " SIZE_RANGE},
+        {"1 1\na 0 18446744073709551616 0\n",
+         "t:2: allocation 0: size '18446744073709551616' is beyond 2^64 - 1 " SIZE_RANGE},
+        {"1 1\na 0 12x 0\n", "t:2: allocation 0: size '12x' is not a decimal number " SIZE_RANGE},
+        {"1 1\na 0 - 0\n", "t:2: allocation 0: size '-' is not a decimal number " SIZE_RANGE},
+        {"1 1\na 0\n",
+         "t:2: allocation 0: the line ends before its <size>: expected 'a <id> <size> <stream>'"},
+        {"1 1\na 0 5\n",
+         "t:2: allocation 0: the line ends before its <stream>: expected 'a <id> <size> "
+         "<stream>'"},
+        {"1 1\na 0 5 -0\n", "t:2: allocation 0: stream '-0' is negative " STREAM_RANGE},
+        {"1 1\na 0 5 s1\n", "t:2: allocation 0: stream 's1' is not a decimal number " STREAM_RANGE},
+        {"1 1\na -3 5 0\n", "t:2: id '-3' is negative"},
+        {"1 1\na\t\n", "t:2: the line ends before its <id>: expected 'a <id> <size> <stream>'"},
+        {"1 2\na 0 5 0\nf 0x0\n", "t:3: id '0x0' is not a decimal number"},
+        {"1\n", "t:1: the header ends before its <number of events> " HEADER_FORM},
+        {"x 1\n", "t:1: number of ids 'x' is not a decimal number " HEADER_FORM},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        parse_err(cases[i].text, cases[i].want);
+}
+
+Test(trace, empty_file_is_a_sentence_naming_it)
+{
+    char path[] = "/tmp/stow_trace_XXXXXX";
+    write_temp(path, "");
+    stow_trace_t *t = UNTOUCHED;
+    char err[512], want[600];
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_EPARSE);
+    snprintf(want, sizeof want,
+             "%s: the file is empty; a trace starts with the header '<number of ids> <number of "
+             "events>'",
+             path);
+    cr_assert_str_eq(err, want);
+    cr_assert_eq(t, UNTOUCHED);
+    unlink(path);
+}
+
+Test(trace, directory_is_not_a_trace_file)
+{
+    char dir[] = "/tmp/stow_trace_dir_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    stow_trace_t *t = UNTOUCHED;
+    char err[512], want[600];
+    cr_assert_eq(stow_trace_load(dir, &t, err, sizeof err), STOW_EIO);
+    snprintf(want, sizeof want, "%s: is a directory, not a trace file", dir);
+    cr_assert_str_eq(err, want);
+    cr_assert_eq(t, UNTOUCHED);
+    rmdir(dir);
 }
 
 Test(trace, load_large_file_crosses_read_chunks)
