@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "planner/plan_internal.h"
@@ -32,12 +33,18 @@ double stow__plan_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-stow_status_t stow__plan_read_file(const char *path, char **text, size_t *len, char *err,
-                                   size_t errlen)
+stow_status_t stow__plan_read_file(const char *path, const char *what, char **text, size_t *len,
+                                   char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         stow__plan_errf(err, errlen, "%s: %s", path, strerror(errno));
+        return STOW_EIO;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        stow__plan_errf(err, errlen, "%s: is a directory, not %s", path, what);
+        fclose(f);
         return STOW_EIO;
     }
     size_t cap = 1 << 16, n = 0;
@@ -160,6 +167,28 @@ static bool csv_u64(const char *s, const char *e, uint64_t *out)
     }
     *out = v;
     return true;
+}
+
+const char *stow__plan_number_error(const char *s, const char *e)
+{
+    if (s == e)
+        return "is empty";
+    const char *digits = *s == '-' ? s + 1 : s;
+    for (const char *q = digits; q < e; q++)
+        if (*q < '0' || *q > '9')
+            return "is not a decimal number";
+    if (digits == e)
+        return "is not a decimal number";
+    if (digits != s)
+        return "is negative";
+    uint64_t v = 0;
+    for (const char *q = s; q < e; q++) {
+        uint64_t d = (uint64_t)(*q - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return "is beyond 2^64 - 1";
+        v = v * 10 + d;
+    }
+    return NULL;
 }
 
 static uint64_t csv_hash(const char *s, size_t n)
@@ -315,14 +344,22 @@ stow_status_t stow_plan_parse_csv(const char *name, const char *text, size_t len
                         col = c;
                 if (col < 0) {
                     int w = (int)((fe - fs) > 40 ? 40 : (fe - fs));
-                    bool legacy = (fe - fs == 3 && memcmp(fs, "end", 3) == 0) ||
+                    /* MiniMalloc's legacy files: buffer,start,end,size with an
+                     * inclusive end (docs/planner.md). */
+                    bool legacy = (fe - fs == 6 && memcmp(fs, "buffer", 6) == 0) ||
+                                  (fe - fs == 3 && memcmp(fs, "end", 3) == 0) ||
                                   (fe - fs == 5 && memcmp(fs, "start", 5) == 0);
-                    stow__plan_errf(err, errlen,
-                                    "%s:%zu: unknown column '%.*s' (expected id,lower,upper,size"
-                                    "[,alignment][,offset][,hint]%s)",
-                                    name, line, w, fs,
-                                    legacy ? "; legacy inclusive 'end' files need upper = end + 1"
-                                           : "");
+                    if (legacy)
+                        stow__plan_errf(err, errlen,
+                                        "%s:%zu: unknown column '%.*s': a legacy MiniMalloc header "
+                                        "(buffer,start,end,size, inclusive end); write "
+                                        "id,lower,upper,size with upper = end + 1",
+                                        name, line, w, fs);
+                    else
+                        stow__plan_errf(err, errlen,
+                                        "%s:%zu: unknown column '%.*s' (expected "
+                                        "id,lower,upper,size[,alignment][,offset][,hint])",
+                                        name, line, w, fs);
                     rc = STOW_EPARSE;
                     goto fail;
                 }
@@ -384,9 +421,13 @@ stow_status_t stow_plan_parse_csv(const char *name, const char *text, size_t len
                 /* optional and empty: fine */
             } else if (!csv_u64(fs, fe, &v)) {
                 int w = (int)((fe - fs) > 40 ? 40 : (fe - fs));
-                stow__plan_errf(err, errlen,
-                                "%s:%zu: %s '%.*s' is not a decimal integer in [0, 2^64)", name,
-                                line, col_names[col], w, fs);
+                const char *why = stow__plan_number_error(fs, fe);
+                if (fs == fe)
+                    stow__plan_errf(err, errlen, "%s:%zu: %s is empty", name, line,
+                                    col_names[col]);
+                else
+                    stow__plan_errf(err, errlen, "%s:%zu: %s '%.*s' %s", name, line,
+                                    col_names[col], w, fs, why ? why : "is not a decimal number");
                 rc = STOW_EPARSE;
                 goto fail;
             } else if (col == COL_LOWER) {
@@ -403,8 +444,9 @@ stow_status_t stow_plan_parse_csv(const char *name, const char *text, size_t len
             f = next;
         }
         if (field != nfields) {
-            stow__plan_errf(err, errlen, "%s:%zu: expected %zu fields, got %zu", name, line,
-                            nfields, field);
+            stow__plan_errf(err, errlen, "%s:%zu: expected %zu fields, got %zu: the line ends "
+                                         "before its %s",
+                            name, line, nfields, field, col_names[col_of_field[field]]);
             rc = STOW_EPARSE;
             goto fail;
         }
@@ -424,6 +466,14 @@ stow_status_t stow_plan_parse_csv(const char *name, const char *text, size_t len
         st.id_off[st.count] = id_off;
         st.id_line[st.count] = line;
         st.count++;
+    }
+    if (!header_done && len == 0) {
+        stow__plan_errf(err, errlen,
+                        "%s: the file is empty; a plan CSV starts with the header "
+                        "id,lower,upper,size",
+                        name);
+        rc = STOW_EPARSE;
+        goto fail;
     }
     if (!header_done) {
         stow__plan_errf(err, errlen, "%s:%zu: no header line (expected id,lower,upper,size)", name,
@@ -459,7 +509,7 @@ stow_status_t stow_plan_load_csv(const char *path, stow_plan_problem_t *out, cha
         return STOW_EINVAL;
     char *text = NULL;
     size_t len = 0;
-    stow_status_t rc = stow__plan_read_file(path, &text, &len, err, errlen);
+    stow_status_t rc = stow__plan_read_file(path, "a CSV file", &text, &len, err, errlen);
     if (rc != STOW_OK)
         return rc;
     rc = stow_plan_parse_csv(path, text, len, out, err, errlen);
@@ -467,17 +517,18 @@ stow_status_t stow_plan_load_csv(const char *path, stow_plan_problem_t *out, cha
     return rc;
 }
 
-stow_status_t stow_plan_write_csv(const char *path, const stow_plan_problem_t *problem,
-                                  const uint64_t *offsets)
+bool stow__plan_has_alignment(const stow_plan_problem_t *problem)
 {
-    if (path == NULL || problem == NULL || (problem->count > 0 && offsets == NULL))
-        return STOW_EINVAL;
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        return STOW_EIO;
-    bool aligned = false;
     for (size_t i = 0; i < problem->count; i++)
-        aligned |= problem->buffers[i].alignment > 1;
+        if (problem->buffers[i].alignment > 1)
+            return true;
+    return false;
+}
+
+stow_status_t stow__plan_write_csv_to(FILE *f, const stow_plan_problem_t *problem,
+                                      const uint64_t *offsets)
+{
+    bool aligned = stow__plan_has_alignment(problem);
     fprintf(f, aligned ? "id,lower,upper,size,alignment,offset\n" : "id,lower,upper,size,offset\n");
     for (size_t i = 0; i < problem->count; i++) {
         const stow_plan_buffer_t *b = &problem->buffers[i];
@@ -491,7 +542,18 @@ stow_status_t stow_plan_write_csv(const char *path, const stow_plan_problem_t *p
             fprintf(f, "%llu,", (unsigned long long)b->alignment);
         fprintf(f, "%llu\n", (unsigned long long)offsets[i]);
     }
-    bool bad = ferror(f) != 0;
+    return ferror(f) ? STOW_EIO : STOW_OK;
+}
+
+stow_status_t stow_plan_write_csv(const char *path, const stow_plan_problem_t *problem,
+                                  const uint64_t *offsets)
+{
+    if (path == NULL || problem == NULL || (problem->count > 0 && offsets == NULL))
+        return STOW_EINVAL;
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return STOW_EIO;
+    bool bad = stow__plan_write_csv_to(f, problem, offsets) != STOW_OK;
     if (fclose(f) != 0 || bad)
         return STOW_EIO;
     return STOW_OK;

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "stowage/plan.h"
 
@@ -43,10 +44,26 @@ void stow__plan_errf(char *err, size_t errlen, const char *fmt, ...)
 #endif
     ;
 
-/* Reads a whole file into a NUL-terminated malloc'd buffer.
+/* Reads a whole file into a NUL-terminated malloc'd buffer. `what` names the
+ * file's kind in the message for a directory ("a CSV file").
  * STOW_EIO ("PATH: reason" in err) or STOW_EHOSTMEM. */
-stow_status_t stow__plan_read_file(const char *path, char **text, size_t *len, char *err,
-                                   size_t errlen);
+stow_status_t stow__plan_read_file(const char *path, const char *what, char **text, size_t *len,
+                                   char *err, size_t errlen);
+
+/* Writes the plan as CSV to f: id,lower,upper,size[,alignment],offset (the
+ * alignment column when a buffer has one above 1), as stow_plan_write_csv.
+ * STOW_EIO when a write fails (f stays open). */
+stow_status_t stow__plan_write_csv_to(FILE *f, const stow_plan_problem_t *problem,
+                                      const uint64_t *offsets);
+
+/* Whether a buffer of the problem has an alignment above 1 (the CSV then has
+ * the alignment column). */
+bool stow__plan_has_alignment(const stow_plan_problem_t *problem);
+
+/* Why the unsigned decimal [s, e) is not a number in [0, 2^64): "is negative",
+ * "is beyond 2^64 - 1", "is empty" or "is not a decimal number"; NULL when it
+ * is one. */
+const char *stow__plan_number_error(const char *s, const char *e);
 
 /* Monotonic wall clock in seconds. */
 double stow__plan_now(void);

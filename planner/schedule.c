@@ -256,15 +256,20 @@ stow_status_t stow_schedule_parse(const char *name, const char *text, size_t len
         if (nt == 0 || tok[0][0] == '#')
             continue;
         if (tl[0] == 6 && memcmp(tok[0], "tensor", 6) == 0) {
-            if (nt < 3 || nt > 4)
+            if (nt < 3)
+                PERR("%s:%zu: the line ends before its %s: expected 'tensor <id> <bytes> [name]'",
+                     name, line, nt == 1 ? "<id>" : "<bytes>");
+            if (nt > 4)
                 PERR("%s:%zu: expected 'tensor <id> <bytes> [name]'", name, line);
             if (memchr(tok[1], ',', tl[1]) != NULL || (tl[1] == 1 && tok[1][0] == '-'))
                 PERR("%s:%zu: tensor id '%.*s' may not contain ',' or be '-'", name, line,
                      (int)(tl[1] > 40 ? 40 : tl[1]), tok[1]);
             uint64_t bytes;
-            if (!parse_u64(tok[2], tl[2], &bytes))
-                PERR("%s:%zu: bytes '%.*s' is not a decimal integer in [0, 2^64)", name, line,
-                     (int)(tl[2] > 40 ? 40 : tl[2]), tok[2]);
+            if (!parse_u64(tok[2], tl[2], &bytes)) {
+                const char *why = stow__plan_number_error(tok[2], tok[2] + tl[2]);
+                PERR("%s:%zu: bytes '%.*s' %s", name, line, (int)(tl[2] > 40 ? 40 : tl[2]),
+                     tok[2], why ? why : "is not a decimal number");
+            }
             size_t dup = id_find(&b, tok[1], tl[1]);
             if (dup != NONE)
                 PERR("%s:%zu: tensor '%.*s' declared twice (first on line %zu)", name, line,
@@ -292,7 +297,12 @@ stow_status_t stow_schedule_parse(const char *name, const char *text, size_t len
                 PMEM();
             b.nt++;
         } else if (tl[0] == 2 && memcmp(tok[0], "op", 2) == 0) {
-            if (nt != 4)
+            static const char *const op_fields[] = {"<name>", "<inputs|->", "<outputs|->"};
+            if (nt < 4)
+                PERR("%s:%zu: the line ends before its %s: expected 'op <name> <inputs|-> "
+                     "<outputs|->' (ids comma-separated)",
+                     name, line, op_fields[nt - 1]);
+            if (nt > 4)
                 PERR("%s:%zu: expected 'op <name> <inputs|-> <outputs|->' (ids comma-separated)",
                      name, line);
             if (!grow((void **)&b.o, &b.co, b.no + 1, sizeof *b.o))
@@ -363,7 +373,7 @@ stow_status_t stow_schedule_load(const char *path, stow_schedule_t *out, char *e
         return STOW_EINVAL;
     char *text;
     size_t len;
-    stow_status_t rc = stow__plan_read_file(path, &text, &len, err, errlen);
+    stow_status_t rc = stow__plan_read_file(path, "a schedule file", &text, &len, err, errlen);
     if (rc != STOW_OK)
         return rc;
     rc = stow_schedule_parse(path, text, len, out, err, errlen);

@@ -6,7 +6,9 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "stowage/plan.h"
 
@@ -89,16 +91,47 @@ Test(schedule, error_messages_name_file_and_line)
                  "s.txt:2: tensor 'a' is both an input and an output of one op");
     expect_error("tensor a 1\nop x a,a -\n", "s.txt:2: tensor 'a' listed twice in one op");
     expect_error("tensor a 1\ntensor a 2\n", "s.txt:2: tensor 'a' declared twice (first on line 1)");
-    expect_error("tensor a x1\n", "s.txt:1: bytes 'x1' is not a decimal integer in [0, 2^64)");
+    expect_error("tensor a x1\n", "s.txt:1: bytes 'x1' is not a decimal number");
     expect_error("tensor a 18446744073709551616\n",
-                 "s.txt:1: bytes '18446744073709551616' is not a decimal integer in [0, 2^64)");
-    expect_error("tensor a\n", "s.txt:1: expected 'tensor <id> <bytes> [name]'");
+                 "s.txt:1: bytes '18446744073709551616' is beyond 2^64 - 1");
+    expect_error("tensor a\n",
+                 "s.txt:1: the line ends before its <bytes>: expected 'tensor <id> <bytes> [name]'");
     expect_error("tensor a 1 n extra\n", "s.txt:1: expected 'tensor <id> <bytes> [name]'");
     expect_error("tensor a,b 1\n", "s.txt:1: tensor id 'a,b' may not contain ',' or be '-'");
     expect_error("# c\nop x -\n",
-                 "s.txt:2: expected 'op <name> <inputs|-> <outputs|->' (ids comma-separated)");
+                 "s.txt:2: the line ends before its <outputs|->: expected 'op <name> <inputs|-> "
+                 "<outputs|->' (ids comma-separated)");
+    expect_error("op x - - y\n",
+                 "s.txt:1: expected 'op <name> <inputs|-> <outputs|->' (ids comma-separated)");
     expect_error("tensor a 1\nop x a, -\n", "s.txt:2: empty tensor id in input list");
     expect_error("layer x\n", "s.txt:1: unknown directive 'layer' (expected 'tensor' or 'op')");
+}
+
+/* Each way a field can be wrong has its own reason. */
+Test(schedule, field_errors_name_the_field_and_the_reason)
+{
+    expect_error("tensor a -5\n", "s.txt:1: bytes '-5' is negative");
+    expect_error("tensor a 99999999999999999999999 big\n",
+                 "s.txt:1: bytes '99999999999999999999999' is beyond 2^64 - 1");
+    expect_error("tensor a 1.5\n", "s.txt:1: bytes '1.5' is not a decimal number");
+    expect_error("tensor\n",
+                 "s.txt:1: the line ends before its <id>: expected 'tensor <id> <bytes> [name]'");
+    expect_error("op\n", "s.txt:1: the line ends before its <name>: expected 'op <name> "
+                         "<inputs|-> <outputs|->' (ids comma-separated)");
+    expect_error("op x\n", "s.txt:1: the line ends before its <inputs|->: expected 'op <name> "
+                           "<inputs|-> <outputs|->' (ids comma-separated)");
+}
+
+Test(schedule, directory_is_not_a_schedule_file)
+{
+    char dir[] = "/tmp/stow_schedule_dir_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    stow_schedule_t s;
+    char err[512], want[600];
+    cr_assert_eq(stow_schedule_load(dir, &s, err, sizeof err), STOW_EIO);
+    snprintf(want, sizeof want, "%s: is a directory, not a schedule file", dir);
+    cr_assert_str_eq(err, want);
+    rmdir(dir);
 }
 
 Test(schedule, overflow_is_reported)
