@@ -13,7 +13,16 @@ cmake --build "$B" -j"$JOBS" >/dev/null
 export UBSAN_OPTIONS=print_stacktrace=1
 # Criterion suites: LSan cannot see the workers (they _exit), and the Criterion
 # runner itself leaks 48 B at exit when a test is skipped, so leaks are off here.
-(cd "$B" && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j"$JOBS")
+# With STOW_TEST_RESULTS set (make test), ctest also writes every test's output to
+# $STOW_TEST_RESULTS/asan-ctest.xml, Criterion naming each skipped test with its
+# reason (verbosity 1), for tests/check/summary.py to count test by test.
+junit=()
+if [ -n "${STOW_TEST_RESULTS:-}" ]; then
+  junit=(--output-junit "$STOW_TEST_RESULTS/asan-ctest.xml" --test-output-size-passed 8000000
+         --test-output-size-failed 8000000)
+  export CRITERION_VERBOSITY_LEVEL=1
+fi
+(cd "$B" && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j"$JOBS" "${junit[@]}")
 export ASAN_OPTIONS=detect_leaks=1
 # LeakSanitizer at exit (Criterion workers leave with _exit, so not there):
 # the stress programs and the leak regressions.
