@@ -80,11 +80,21 @@ typedef struct stow_report {
     /* per event, after the event (arrays of trace->event_count) */
     uint64_t *live_bytes;             /* sum of live requested sizes */
     uint64_t *reserved_bytes;         /* the policy's reserved bytes; NULL: not observable */
-    /* fragmentation samples (classic/vmm): stow_stats_t.fragmentation after event */
+    /* Stranded free memory (classic only; stow__report_build): samples after
+     * events frag_event[0 .. frag_count), ascending, the last event included */
     size_t frag_count;
     size_t *frag_event;
-    double *frag_value;
-    double *waste_value;              /* 1 - allocated/reserved at the same events */
+    uint64_t *stranded_bytes;         /* stranded bytes after that event (below) */
+    uint64_t *free_bytes;             /* free (cached) bytes in the pool's segments then */
+    unsigned char *stranded_growth;   /* 1: the event raised reserved bytes to a new high */
+    bool has_stranded;                /* false: not computed for this policy */
+    uint64_t stranded_at_peak_bytes;  /* after peak_reserved_event */
+    uint64_t free_at_peak_bytes;      /* free (cached) bytes then */
+    uint64_t stranded_max_bytes;      /* the largest sample, and its event */
+    size_t stranded_max_event;
+    uint64_t stranded_growth_max_bytes; /* the largest sample at a new high, and its event */
+    size_t stranded_growth_max_event;
+    bool has_growth_sample;
     /* per allocation id, in id order */
     stow_report_alloc_t *allocs;
     size_t alloc_count;
@@ -102,11 +112,40 @@ typedef struct stow_report {
 } stow_report_t;
 
 /*
+ * Stranded bytes after event i, for a classic pool: the free bytes that
+ * neither the request of event i nor any later one could be served from as
+ * they lie. Free blocks are taken as maximal runs of adjacent free (cached)
+ * blocks of one segment (stow_pool_snapshot), because the pool merges
+ * neighbours before it grows. A run is stranded when
+ *   - its segment also holds an allocated or pending block (a segment with
+ *     none is idle: the pool gives it back before growing past its high), and
+ *   - the trace requests at least one block of the run's pool kind at event i
+ *     or later (small: at most 1 MiB; large: the rest), and every such request
+ *     is larger than the run.
+ * Event i's own request counts: at an event that made the pool grow, the runs
+ * that request did not fit are ones the pool grew beside. Streams are not told
+ * apart, and requests are compared by their size (with the default 512-byte
+ * rounding, a request fits a run exactly when its size does): with several
+ * streams or a coarser rounding the figure is a lower bound.
+ *
+ * Stranded bytes cost memory only where the pool grows beside them: at an
+ * event that raises reserved bytes to a new high they are reserved bytes the
+ * rest of the run cannot use, and at the reserved peak (stranded_at_peak_bytes)
+ * they are the part of the peak lost to fragmentation. Where the pool does not
+ * grow afterwards (near a trace's end, where few requests remain) they cost
+ * nothing.
+ */
+
+/*
  * Builds the report of `trace` under `policy` on a device of capacity_bytes
  * (0 = unlimited): one replay that samples reserved bytes after every event
  * (classic, vmm, pytorch, pytorch-expandable; other policies give the headline
- * figures of stow__replay_run and no reserved series) and fragmentation at
- * most ~frag_samples times (classic and vmm). min_capacity runs the search.
+ * figures of stow__replay_run and no reserved series). For classic it also
+ * computes stranded bytes (above) after about frag_samples evenly spaced
+ * events (every event when the trace has fewer), the last event, and each
+ * event that raises reserved bytes to a new high, so that
+ * stranded_at_peak_bytes is exact; each costs one stow_pool_snapshot, linear
+ * in the pool's blocks. min_capacity runs the search.
  * Errors: STOW_EINVAL (unknown policy), STOW_EHOSTMEM, what the policy returns.
  */
 stow_status_t stow__report_build(const stow_trace_t *trace, const char *policy,

@@ -1,8 +1,10 @@
 /*
- * report/report_data.c: the timeline replay, the allocations alive at a point,
- * and iteration boundaries with leak detection (contract: report/report.h). It samples the policies it can observe per event (the
- * Stowage pool through its public stats, the PyTorch model through its own)
- * and asks the replay engine for the headline figures of the others.
+ * report/report_data.c: the timeline replay, stranded memory, the allocations
+ * alive at a point, and iteration boundaries with leak detection (contract:
+ * report/report.h). It samples the policies it can observe per event (the
+ * Stowage pool through its public stats and snapshots, the PyTorch model
+ * through its own) and asks the replay engine for the headline figures of the
+ * others.
  */
 #include "report/report.h"
 
@@ -12,6 +14,7 @@
 
 #include "replay/pytorch_model.h"
 #include "stowage/sim.h"
+#include "stowage/snapshot.h"
 
 unsigned stow__report_size_class(uint64_t size_bytes)
 {
@@ -26,8 +29,9 @@ void stow__report_free(stow_report_t *r)
     free(r->live_bytes);
     free(r->reserved_bytes);
     free(r->frag_event);
-    free(r->frag_value);
-    free(r->waste_value);
+    free(r->stranded_bytes);
+    free(r->free_bytes);
+    free(r->stranded_growth);
     free(r->allocs);
     memset(r, 0, sizeof *r);
 }
@@ -112,6 +116,149 @@ static stow_status_t sampler_create(const char *policy, const stow_config_t *con
     return stow__ptm_create(&mc, &s->ptm);
 }
 
+/* ---- stranded free memory (classic pools; contract: report/report.h) ---- */
+
+/* Classic's small pool serves requests of at most 1 MiB (allocator/types.h). */
+#define SMALL_REQUEST_MAX_BYTES ((uint64_t)1 << 20)
+
+typedef struct stranded_scan {
+    uint64_t *later_min[2];     /* [0 small, 1 large][i]: smallest request of that kind
+                                   at event i or later; UINT64_MAX: none */
+    stow_snap_segment_t *segs;  /* stow_pool_snapshot's arrays, grown on demand */
+    size_t seg_cap;
+    stow_snap_block_t *blocks;
+    size_t block_cap;
+} stranded_scan_t;
+
+static void stranded_scan_free(stranded_scan_t *s)
+{
+    free(s->later_min[0]);
+    free(s->later_min[1]);
+    free(s->segs);
+    free(s->blocks);
+}
+
+/* The smallest request of each kind from every event on: one backward pass. */
+static stow_status_t stranded_scan_init(const stow_trace_t *t, stranded_scan_t *s)
+{
+    memset(s, 0, sizeof *s);
+    size_t n = t->event_count;
+    s->later_min[0] = malloc((n ? n : 1) * sizeof *s->later_min[0]);
+    s->later_min[1] = malloc((n ? n : 1) * sizeof *s->later_min[1]);
+    if (!s->later_min[0] || !s->later_min[1])
+        return STOW_EHOSTMEM;
+    uint64_t min[2] = {UINT64_MAX, UINT64_MAX};
+    for (size_t i = n; i-- > 0;) {
+        const stow_trace_event_t *e = &t->events[i];
+        if (e->kind == STOW_TRACE_ALLOC) {
+            unsigned k = e->size_bytes > SMALL_REQUEST_MAX_BYTES;
+            if (e->size_bytes < min[k])
+                min[k] = e->size_bytes;
+        }
+        s->later_min[0][i] = min[0];
+        s->later_min[1][i] = min[1];
+    }
+    return STOW_OK;
+}
+
+/* What a snapshot after event i says about fragmentation. */
+typedef struct stranded_view {
+    uint64_t stranded;       /* stranded bytes (report/report.h) */
+    uint64_t free_bytes;     /* free (cached) bytes in all segments */
+} stranded_view_t;
+
+static stow_status_t stranded_at(stranded_scan_t *s, stow_pool_t *pool, size_t i,
+                                 stranded_view_t *out)
+{
+    stow_snap_totals_t tot;
+    for (;;) {
+        stow_status_t st =
+            stow_pool_snapshot(pool, s->segs, s->seg_cap, s->blocks, s->block_cap, &tot);
+        if (st != STOW_OK)
+            return st;
+        if (tot.segment_count <= s->seg_cap && tot.block_count <= s->block_cap)
+            break;
+        size_t sc = 2 * tot.segment_count + 16, bc = 2 * tot.block_count + 64;
+        free(s->segs);
+        free(s->blocks);
+        s->segs = malloc(sc * sizeof *s->segs);
+        s->blocks = malloc(bc * sizeof *s->blocks);
+        s->seg_cap = s->segs ? sc : 0;
+        s->block_cap = s->blocks ? bc : 0;
+        if (!s->segs || !s->blocks)
+            return STOW_EHOSTMEM;
+    }
+    memset(out, 0, sizeof *out);
+    for (size_t k = 0; k < tot.segment_count; k++) {
+        const stow_snap_segment_t *seg = &s->segs[k];
+        uint64_t later = s->later_min[seg->pool_kind != STOW_POOL_SMALL][i];
+        uint64_t run = 0, short_runs = 0, seg_free = 0;
+        bool used = false;
+        for (uint64_t b = seg->first_block; b < seg->first_block + seg->block_count; b++) {
+            const stow_snap_block_t *blk = &s->blocks[b];
+            if (blk->state == STOW_SNAP_INACTIVE) {
+                run += blk->size_bytes;
+                seg_free += blk->size_bytes;
+                continue;
+            }
+            used = true;
+            if (run < later)
+                short_runs += run;
+            run = 0;
+        }
+        if (run < later)
+            short_runs += run;
+        if (used && later != UINT64_MAX)
+            out->stranded += short_runs;
+        out->free_bytes += seg_free;
+    }
+    return STOW_OK;
+}
+
+/* Appends one stranded-memory sample and keeps the figures drawn from them;
+ * `growth`: the event raised reserved bytes to a new high. */
+static stow_status_t stranded_sample(stow_report_t *r, size_t *cap, size_t event,
+                                     uint64_t stranded, uint64_t free_bytes, bool growth)
+{
+    if (r->frag_count == *cap) {
+        size_t c = *cap ? 2 * *cap : 256;
+        size_t *ev = realloc(r->frag_event, c * sizeof *ev);
+        if (ev)
+            r->frag_event = ev;
+        uint64_t *sb = realloc(r->stranded_bytes, c * sizeof *sb);
+        if (sb)
+            r->stranded_bytes = sb;
+        uint64_t *fb = realloc(r->free_bytes, c * sizeof *fb);
+        if (fb)
+            r->free_bytes = fb;
+        unsigned char *gr = realloc(r->stranded_growth, c);
+        if (gr)
+            r->stranded_growth = gr;
+        if (!ev || !sb || !fb || !gr)
+            return STOW_EHOSTMEM;
+        *cap = c;
+    }
+    r->frag_event[r->frag_count] = event;
+    r->stranded_bytes[r->frag_count] = stranded;
+    r->free_bytes[r->frag_count] = free_bytes;
+    r->stranded_growth[r->frag_count] = growth;
+    r->frag_count++;
+    if (stranded > r->stranded_max_bytes || r->frag_count == 1) {
+        r->stranded_max_bytes = stranded;
+        r->stranded_max_event = event;
+    }
+    if (growth) {
+        r->stranded_at_peak_bytes = stranded; /* the last new high is the peak */
+        r->free_at_peak_bytes = free_bytes;
+        if (stranded > r->stranded_growth_max_bytes || !r->has_growth_sample) {
+            r->stranded_growth_max_bytes = stranded;
+            r->stranded_growth_max_event = event;
+            r->has_growth_sample = true;
+        }
+    }
+    return STOW_OK;
+}
+
 static bool policy_observable(const char *p)
 {
     return !strcmp(p, "classic") || !strcmp(p, "vmm") || !strcmp(p, "pytorch") ||
@@ -129,14 +276,15 @@ static stow_status_t sample_replay(const stow_trace_t *t, const char *policy,
     unsigned char *ok = calloc(t->id_count ? t->id_count : 1, 1);
     r->reserved_bytes = malloc((n ? n : 1) * sizeof *r->reserved_bytes);
     size_t step = frag_samples && n > frag_samples ? (n + frag_samples - 1) / frag_samples : 1;
-    size_t cap = s.is_pool ? n / step + 2 : 1;
-    r->frag_event = malloc(cap * sizeof *r->frag_event);
-    r->frag_value = malloc(cap * sizeof *r->frag_value);
-    r->waste_value = malloc(cap * sizeof *r->waste_value);
-    if (st == STOW_OK && (!handles || !ok || !r->reserved_bytes || !r->frag_event ||
-                          !r->frag_value || !r->waste_value))
+    stranded_scan_t scan;
+    memset(&scan, 0, sizeof scan);
+    size_t frag_cap = 0;
+    r->has_stranded = s.is_pool && !strcmp(policy, "classic");
+    if (st == STOW_OK && r->has_stranded)
+        st = stranded_scan_init(t, &scan);
+    if (st == STOW_OK && (!handles || !ok || !r->reserved_bytes))
         st = STOW_EHOSTMEM;
-    stow_stats_t stats;
+    uint64_t high = 0; /* reserved bytes' high so far */
     for (size_t i = 0; st == STOW_OK && i < n; i++) {
         const stow_trace_event_t *e = &t->events[i];
         if (e->kind == STOW_TRACE_ALLOC) {
@@ -163,28 +311,29 @@ static stow_status_t sample_replay(const stow_trace_t *t, const char *policy,
             stow_sim_counters_t c;
             stow_sim_counters(s.sim, &c);
             reserved = c.reserved_bytes;
-            if (i % step == 0 || i + 1 == n) {
-                stow_pool_stats(s.pool, &stats);
-                uint64_t res = stats.reserved_bytes[STOW_POOL_ALL].current;
-                uint64_t all = stats.allocated_bytes[STOW_POOL_ALL].current;
-                r->frag_event[r->frag_count] = i;
-                r->frag_value[r->frag_count] = stats.fragmentation;
-                r->waste_value[r->frag_count] = res ? 1.0 - (double)all / (double)res : 0.0;
-                r->frag_count++;
-            }
         } else {
             stow_ptm_stats_t ps;
             stow__ptm_stats(s.ptm, &ps);
             reserved = ps.reserved_bytes_current;
         }
         r->reserved_bytes[i] = reserved;
+        bool new_high = reserved > high || i == 0;
+        if (new_high)
+            high = reserved;
         if (reserved > r->peak_reserved_bytes || r->peak_reserved_event == SIZE_MAX) {
             r->peak_reserved_bytes = reserved;
             r->peak_reserved_event = i;
         }
+        if (r->has_stranded && (new_high || i % step == 0 || i + 1 == n)) {
+            stranded_view_t v;
+            st = stranded_at(&scan, s.pool, i, &v);
+            if (st == STOW_OK)
+                st = stranded_sample(r, &frag_cap, i, v.stranded, v.free_bytes, new_high);
+        }
     }
     if (st == STOW_OK) {
         if (s.is_pool) {
+            stow_stats_t stats;
             stow_pool_stats(s.pool, &stats);
             r->backend_calls = stats.num_backend_calls;
         } else {
@@ -194,6 +343,7 @@ static stow_status_t sample_replay(const stow_trace_t *t, const char *policy,
         }
         r->has_backend_calls = true;
     }
+    stranded_scan_free(&scan);
     free(handles);
     free(ok);
     sampler_destroy(&s);

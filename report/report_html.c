@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define HEAT_COLUMNS 800
+#define MAX_MARKERS 4000 /* step markers drawn; the first ones */
 
 static void html_escape(FILE *f, const char *s)
 {
@@ -84,10 +85,13 @@ static const char page_css[] =
     "text-align:right}th{background:#f5f5f5}td.l,th.l{text-align:left}"
     ".warn{background:#fff3cd;border:1px solid #e0c060;padding:6px 10px;border-radius:6px}"
     ".ok{color:#2a7a2a}.legend{font-size:12px;color:#444}.legend i{display:inline-block;"
-    "width:12px;height:8px;margin:0 4px 0 12px}#tip{font-size:12px;color:#333;height:16px}";
+    "width:12px;height:8px;margin:0 4px 0 12px}#tip{font-size:12px;color:#333;height:16px}"
+    ".why{font-size:13px;color:#333;max-width:1300px;margin:4px 0 8px}";
 
-/* The drawing script: reads D, draws four canvases, then stamps the time it
- * took into document.title and body[data-drawn-ms] (read by the browser check). */
+/* The drawing script: reads D, draws three canvases (the third when there
+ * are stranded-memory samples), then stamps the time it took into
+ * document.title and body[data-drawn-ms] (read by the browser check). Every
+ * chart shares the x axis: the event index, with the trace's step markers. */
 static const char page_js[] =
     "(function(){var t0=performance.now();var D=JSON.parse(document.getElementById('data')"
     ".textContent);var L=60,R=12,T=10,B=24;"
@@ -96,17 +100,23 @@ static const char page_js[] =
     "function ctx(id){var c=document.getElementById(id),g=c.getContext('2d');"
     "g.font='11px sans-serif';return[c,g,c.width-L-R,c.height-T-B]}"
     "function xs(e,w){return L+e/Math.max(1,D.events-1)*w}"
+    "function xaxis(g,w,h){g.fillStyle='#555';for(var i=0;i<=5;i++){var e=Math.round((D.events-1)"
+    "*i/5);g.fillText((i?'':'event ')+e,Math.min(L+w-40,Math.max(L,xs(e,w)-12)),T+h+15)}}"
     "function axes(g,w,h,ymax,fmt){g.strokeStyle='#999';g.fillStyle='#555';g.beginPath();"
     "g.moveTo(L,T);g.lineTo(L,T+h);g.lineTo(L+w,T+h);g.stroke();for(var i=0;i<=4;i++){"
     "var y=T+h-h*i/4;g.fillText(fmt(ymax*i/4),2,y+4);g.strokeStyle='#eee';g.beginPath();"
-    "g.moveTo(L+1,y);g.lineTo(L+w,y);g.stroke()}for(i=0;i<=5;i++){var e=Math.round("
-    "(D.events-1)*i/5);g.fillText('event '+e,Math.min(L+w-70,xs(e,w)-20),T+h+15)}}"
+    "g.moveTo(L+1,y);g.lineTo(L+w,y);g.stroke()}xaxis(g,w,h)}"
     "function mark(g,e,w,h,col,lab){var x=xs(e,w);g.strokeStyle=col;g.setLineDash([4,3]);"
     "g.beginPath();g.moveTo(x,T);g.lineTo(x,T+h);g.stroke();g.setLineDash([]);"
-    "g.fillStyle=col;g.fillText(lab,Math.min(x+3,L+w-150),T+11)}"
+    "g.fillStyle=col;g.fillText(lab,Math.min(x+3,L+w-190),T+11)}"
+    /* step markers: grey lines, keys where there is room */
+    "function steps(g,w,h,lab){var S=D.steps,last=-1e9;g.strokeStyle='rgba(0,0,0,0.28)';"
+    "g.fillStyle='#666';for(var i=0;i<S.ev.length;i++){var x=Math.round(xs(S.ev[i]-0.5,w))+0.5;"
+    "g.beginPath();g.moveTo(x,T);g.lineTo(x,T+h);g.stroke();if(lab&&x-last>=70){"
+    "g.fillText(S.key[i],x+2,T+h-4);last=x}}}"
     /* memory chart */
     "var m=ctx('mem'),g=m[1],w=m[2],h=m[3],M=D.mem,ym=Math.max(D.peak_reserved,D.peak_live,1)*1.05;"
-    "function ys(v){return T+h-v/ym*h}axes(g,w,h,ym,hb);var n=M.ev.length,i,x,x2;"
+    "function ys(v){return T+h-v/ym*h}axes(g,w,h,ym,hb);steps(g,w,h,1);var n=M.ev.length,i,x,x2;"
     "g.fillStyle='rgba(60,110,200,0.35)';g.beginPath();g.moveTo(L,ys(0));for(i=0;i<n;i++){"
     "x=xs(M.ev[i],w);g.lineTo(x,ys(M.hi[i]))}g.lineTo(L+w,ys(0));g.closePath();g.fill();"
     "g.fillStyle='rgba(60,110,200,0.9)';for(i=0;i<n;i++){x=xs(M.ev[i],w);x2=i+1<n?xs(M.ev[i+1],w):L+w;"
@@ -121,6 +131,9 @@ static const char page_js[] =
     "(D.events-1),lo=0,hi=n-1;while(lo<hi){var mid=(lo+hi+1)>>1;if(M.ev[mid]<=e)lo=mid;else hi=mid-1}"
     "document.getElementById('tip').textContent=e<0?'':'events '+M.ev[lo]+'..: live '+hb(M.lo[lo])+"
     "' .. '+hb(M.hi[lo])+(M.rhi?', reserved '+hb(M.rlo[lo])+' .. '+hb(M.rhi[lo]):'')};"
+    ;
+/* The script's second half (C99 guarantees string literals of 4095 bytes). */
+static const char page_js_charts[] =
     /* lifetimes: heat map of the aggregated allocations, bars of the largest */
     "m=ctx('life');g=m[1];w=m[2];h=m[3];var H=D.heat,rows=H.rows,rh=h/Math.max(1,rows),cw=w/H.cols,"
     "vmax=1;for(i=0;i<H.v.length;i++)if(H.v[i]>vmax)vmax=H.v[i];var lv=Math.log(1+vmax);"
@@ -133,13 +146,25 @@ static const char page_js[] =
     "g.fillRect(xs(Bs.alloc[i],w),y,Math.max(1,xs(f,w)-xs(Bs.alloc[i],w)),2)}"
     "g.strokeStyle='#999';g.beginPath();g.moveTo(L,T);g.lineTo(L,T+h);g.lineTo(L+w,T+h);g.stroke();"
     "g.fillStyle='#555';for(r=0;r<rows;r+=Math.max(1,Math.ceil(rows/10)))g.fillText(hb(Math.pow(2,"
-    "H.row0+r)),2,T+h-r*rh-2);for(i=0;i<=5;i++){var e=Math.round((D.events-1)*i/5);"
-    "g.fillText('event '+e,Math.min(L+w-70,xs(e,w)-20),T+h+15)}mark(g,D.peak_live_event,w,h,'#c00','peak');"
-    /* fragmentation */
-    "if(D.frag.ev.length){m=ctx('frag');g=m[1];w=m[2];h=m[3];axes(g,w,h,1,function(v){"
-    "return v.toFixed(2)});[['f','#8030a0'],['w','#20a0a0']].forEach(function(s){g.strokeStyle=s[1];"
-    "g.beginPath();for(i=0;i<D.frag.ev.length;i++){x=xs(D.frag.ev[i],w);var y=T+h-D.frag[s[0]][i]*h;"
-    "if(i)g.lineTo(x,y);else g.moveTo(x,y)}g.stroke()})}"
+    "H.row0+r)),2,T+h-r*rh-2);xaxis(g,w,h);steps(g,w,h,0);"
+    "mark(g,D.peak_live_event,w,h,'#c00','peak');"
+    /* stranded memory: an area with its top edge drawn (at 0 B too), on its own scale */
+    "var S=D.stranded;if(S.ev.length){m=ctx('stranded');g=m[1];w=m[2];h=m[3];var sm=1048576;"
+    "for(i=0;i<S.ev.length;i++)sm=Math.max(sm,S.s[i]);sm*=1.15;"
+    "function yb(v){return T+h-v/sm*h}var lg=-1;for(i=0;i<S.ev.length;i++)if(S.g[i])lg=S.ev[i];"
+    "if(lg>=0&&lg<D.events-1){x=xs(lg,w);g.fillStyle='#f2f2f2';g.fillRect(x,T,L+w-x,h);"
+    "g.fillStyle='#777';g.fillText('after the last growth: costs no memory',Math.min(x+4,L+w-210),"
+    "T+24)}axes(g,w,h,sm,hb);steps(g,w,h,0);"
+    "g.beginPath();g.moveTo(L,yb(0));for(i=0;i<S.ev.length;i++){x=xs(S.ev[i],w);"
+    "g.lineTo(x,yb(S.s[i]));"
+    "g.lineTo(i+1<S.ev.length?xs(S.ev[i+1],w):x,yb(S.s[i]))}g.lineTo(x,yb(0));g.closePath();"
+    "g.fillStyle='rgba(150,40,170,0.45)';g.fill();g.strokeStyle='rgb(150,40,170)';g.lineWidth=2;"
+    "g.beginPath();for(i=0;i<S.ev.length;i++){x=xs(S.ev[i],w);var y=Math.min(yb(S.s[i]),T+h-1);"
+    "if(i)g.lineTo(x,y);else g.moveTo(x,y);g.lineTo(i+1<S.ev.length?xs(S.ev[i+1],w):x,y)}"
+    "g.stroke();g.lineWidth=1;"
+    "g.fillStyle='#e07020';for(i=0;i<S.ev.length;i++)"
+    "if(S.g[i])g.fillRect(xs(S.ev[i],w)-1,T+h-7,2,7);"
+    "mark(g,D.peak_reserved_event,w,h,'#e07020','reserved peak: '+hb(S.at_peak)+' stranded')}"
     "var ms=performance.now()-t0;document.body.setAttribute('data-drawn-ms',ms.toFixed(1));"
     "document.body.setAttribute('data-load-ms',performance.now().toFixed(1));"
     "document.title='drawn: '+document.title})();";
@@ -208,7 +233,7 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
     if (row_lo > row_hi)
         row_lo = row_hi = 0;
 
-    char title[64], buf[64];
+    char buf[64], buf2[64];
     fputs("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>\n<title>", f);
     const char *base = t->path ? strrchr(t->path, '/') : NULL;
     html_escape(f, base ? base + 1 : t->path ? t->path : "trace");
@@ -219,14 +244,17 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
             r->policy, n, t->id_count, t->stream_count);
     fputs("<div class=cards>", f);
     human(buf, sizeof buf, r->peak_live_bytes);
-    snprintf(title, sizeof title, "%s", buf);
-    card(f, "peak live (lower bound)", title);
+    card(f, "peak live (lower bound)", buf);
     human(buf, sizeof buf, r->peak_reserved_bytes);
     card(f, "peak reserved", buf);
     snprintf(buf, sizeof buf, "%.4f",
              r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes
                                 : 0.0);
     card(f, "reserved / live", buf);
+    if (r->has_stranded) {
+        human(buf, sizeof buf, r->stranded_at_peak_bytes);
+        card(f, "stranded at the reserved peak", buf);
+    }
     if (r->has_backend_calls) {
         snprintf(buf, sizeof buf, "%" PRIu64, r->backend_calls);
         card(f, "backend calls", buf);
@@ -239,7 +267,33 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
     }
     snprintf(buf, sizeof buf, "%zu", n ? r->peak_live_event : 0);
     card(f, "peak live at event", buf);
-    fputs("</div>\n", f);
+    fputs("</div>\n<p class=why>Peak live is the most bytes the program held at once, the least "
+          "any allocator needs; peak reserved is the most the policy held from the device, so "
+          "reserved / live is the price of the allocator: 1.0000 is the floor and lower is "
+          "better.",
+          f);
+    if (r->has_stranded)
+        fputs(" Stranded bytes are the part of the reserved peak that fragmentation made "
+              "unusable (below): 0 B means fragmentation cost nothing.",
+              f);
+    fputs(" Backend calls are the policy's requests to the device (each one costs a "
+          "synchronization or more on a GPU); OOM errors are allocations the policy refused.</p>\n",
+          f);
+
+    /* the x axis of every chart */
+    bool markers = t->marker_count > 0;
+    fputs("<p class=why>Every chart shares its x axis: the event index, each allocation or free "
+          "of the trace one event, in order (a .rep trace has no times). ",
+          f);
+    if (markers)
+        fprintf(f, "Grey lines mark the trace's %zu step markers (<code>m KEY</code> lines%s), "
+                   "labelled with their key where there is room.</p>\n",
+                t->marker_count, t->marker_count > MAX_MARKERS ? "; the first 4000 drawn" : "");
+    else
+        fputs("This trace has no step markers (<code>m KEY</code> lines, written by "
+              "<code>stowage.torch.step</code> or <code>stow_pool_step</code>); they would be "
+              "drawn as grey lines.</p>\n",
+              f);
 
     fputs("<h2>Memory over time</h2><div class=legend><i style='background:rgba(60,110,200,.6)'>"
           "</i>live bytes (min..max per bucket)",
@@ -251,7 +305,14 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
     fputs("<i style='background:#c00'></i>peak live", f);
     if (g && g->boundary_count)
         fputs("<i style='background:#080'></i>iteration boundaries", f);
+    if (markers)
+        fputs("<i style='background:#aaa'></i>step markers", f);
     fputs("</div><canvas id=mem width=1300 height=320></canvas><div id=tip></div>\n", f);
+    fputs("<p class=why>Bytes against events: live bytes (blue) are what the program holds, "
+          "reserved bytes (orange) what the policy holds from the device to serve it; the gap "
+          "between them is memory held but not in use, and the smaller it is at the peak, the "
+          "better (hover for a bucket's range).</p>\n",
+          f);
 
     fputs("<h2>Allocation lifetimes</h2><div class=legend>y: request size (log scale); "
           "x: events.",
@@ -263,12 +324,40 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
             " per size class and time bucket</div>\n",
             bars, allocated - bars);
     fputs("<canvas id=life width=1300 height=300></canvas>\n", f);
+    fputs("<p class=why>Each bar is one allocation, from its allocation to its free, at the "
+          "height of its size: red bars make up the peak of live bytes, so freeing them earlier "
+          "or making them smaller lowers it; the green shade sums the smaller allocations, the "
+          "darker the more bytes alive in that size class then.</p>\n",
+          f);
 
     if (r->frag_count) {
-        fputs("<h2>Fragmentation</h2><div class=legend><i style='background:#8030a0'></i>"
-              "fragmentation = 1 - largest free block / free reserved"
-              "<i style='background:#20a0a0'></i>1 - allocated / reserved</div>\n"
-              "<canvas id=frag width=1300 height=180></canvas>\n",
+        fputs("<h2>Stranded memory</h2><div class=legend>"
+              "<i style='background:rgb(150,40,170)'></i>stranded bytes: free, but in pieces no "
+              "request from then on fits<i style='background:#e07020'></i>the pool grows to a "
+              "new high (ticks); the reserved peak (dashed)<i style='background:#e4e4e4'></i>"
+              "after the last growth</div>\n"
+              "<canvas id=stranded width=1300 height=180></canvas>\n",
+              f);
+        human(buf, sizeof buf, r->stranded_at_peak_bytes);
+        human(buf2, sizeof buf2, r->free_at_peak_bytes);
+        char most[64];
+        human(most, sizeof most, r->stranded_growth_max_bytes);
+        fprintf(f,
+                "<p class=why>Stranded bytes are free bytes in segments that still hold live "
+                "blocks, in runs smaller than every request of their pool from that event on "
+                "(small: at most 1 MiB; large: the rest), so the pool can neither hand them out "
+                "nor give them back. They cost memory where the pool grows beside them (orange "
+                "ticks): at the reserved peak they are the part of it lost to fragmentation, "
+                "here %s of the %s then free (%s at most at a growth); high is bad, 0 B is "
+                "ideal. After the last growth they cost nothing (near the end of a trace few "
+                "requests remain, so free bytes strand easily). Sampled at %zu events, every "
+                "growth included.</p>\n",
+                buf, buf2, most, r->frag_count);
+    } else if (r->reserved_bytes) {
+        fputs("<h2>Stranded memory</h2><p class=why>Stranded bytes (free memory in pieces no "
+              "request from then on fits) are computed for policy classic only: a page-mapped "
+              "pool moves physical memory to where it is needed, and the models of other "
+              "allocators expose no blocks. Run <code>--policy classic</code> for them.</p>\n",
               f);
     }
 
@@ -297,6 +386,10 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
             }
             fprintf(f, "</table><div class=legend>boundaries: %s</div>\n", g->method);
         }
+        fputs("<p class=why>Live bytes at each iteration boundary (the lowest point near each "
+              "repetition of the live-bytes pattern, or the boundaries given), change in bytes: "
+              "a rise at every boundary is a leak, a flat column is healthy.</p>\n",
+              f);
     }
 
     human(buf, sizeof buf, r->peak_live_bytes);
@@ -326,6 +419,12 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);
+    fprintf(f, "<p class=why>The allocations alive at the peak of live bytes, largest first, "
+               "with their share of the peak: the bytes to cut to lower it. The tag says where "
+               "an allocation was made (<code>TRACE.tags</code>: the user's line for a PyTorch "
+               "snapshot or <code>stowage.record</code>, the thread's tag set with "
+               "<code>stow_tag_set</code>)%s.</p>\n",
+            r->tags ? "" : "; this trace has no tags file, so the column is empty");
 
     /* the data */
     fprintf(f, "<script id=data type=application/json>{\"events\":%zu,\"peak_live\":%" PRIu64
@@ -342,15 +441,29 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
         fputc(',', f);
         json_bucket_field(f, "rhi", res_b, nb, 2);
     }
-    fputs("},\"frag\":{\"ev\":[", f);
+    fputs("},\"stranded\":{\"ev\":[", f);
     for (size_t i = 0; i < r->frag_count; i++)
         fprintf(f, i ? ",%zu" : "%zu", r->frag_event[i]);
-    fputs("],\"f\":[", f);
+    fputs("],", f);
+    json_u64s(f, "s", r->stranded_bytes, r->frag_count);
+    fputc(',', f);
+    json_u64s(f, "free", r->free_bytes, r->frag_count);
+    fputs(",\"g\":[", f);
     for (size_t i = 0; i < r->frag_count; i++)
-        fprintf(f, i ? ",%.4f" : "%.4f", r->frag_value[i]);
-    fputs("],\"w\":[", f);
-    for (size_t i = 0; i < r->frag_count; i++)
-        fprintf(f, i ? ",%.4f" : "%.4f", r->waste_value[i]);
+        fprintf(f, i ? ",%u" : "%u", (unsigned)r->stranded_growth[i]);
+    fputc(']', f);
+    fprintf(f, ",\"at_peak\":%" PRIu64 "},\"peak_reserved_event\":%zu,\"steps\":{\"ev\":[",
+            r->stranded_at_peak_bytes,
+            r->peak_reserved_event == SIZE_MAX ? (size_t)0 : r->peak_reserved_event);
+    size_t shown_markers = t->marker_count < MAX_MARKERS ? t->marker_count : MAX_MARKERS;
+    for (size_t i = 0; i < shown_markers; i++)
+        fprintf(f, i ? ",%zu" : "%zu", t->markers[i].before_event);
+    fputs("],\"key\":[", f);
+    for (size_t i = 0; i < shown_markers; i++) {
+        uint32_t k = t->markers[i].key;
+        /* keys are [A-Za-z0-9_.:/-] (stowage/step_key.h): nothing to escape */
+        fprintf(f, i ? ",\"%s\"" : "\"%s\"", k == STOW_TRACE_STEP_END ? "end" : t->keys[k]);
+    }
     fputs("]},\"bars\":{\"id\":[", f);
     for (size_t i = 0; i < bars; i++)
         fprintf(f, i ? ",%u" : "%u", sorted[i].id);
@@ -387,8 +500,8 @@ stow_status_t stow__report_write_html(FILE *f, const stow_report_t *r, const sto
     fputs(",\"ev\":[", f);
     for (unsigned i = 0; i < gb; i++)
         fprintf(f, i ? ",%zu" : "%zu", g->boundary_event[i]);
-    fprintf(f, "],\"leak\":%s}}</script>\n<script>%s</script>\n</body></html>\n",
-            g && g->leak ? "true" : "false", page_js);
+    fprintf(f, "],\"leak\":%s}}</script>\n<script>%s%s</script>\n</body></html>\n",
+            g && g->leak ? "true" : "false", page_js, page_js_charts);
     free(live_b), free(res_b), free(sorted), free(peak), free(is_bar), free(at_peak);
     free(heat);
     return ferror(f) ? STOW_EIO : STOW_OK;
@@ -411,6 +524,11 @@ void stow__report_write_json(FILE *f, const stow_report_t *r, const stow_growth_
         fprintf(f, ",\"backend_calls\":%" PRIu64, r->backend_calls);
     if (r->has_min_capacity)
         fprintf(f, ",\"min_capacity_bytes\":%" PRIu64, r->min_capacity_bytes);
+    if (r->has_stranded)
+        fprintf(f,
+                ",\"stranded_at_peak_bytes\":%" PRIu64 ",\"stranded_at_growth_max_bytes\":%" PRIu64
+                ",\"stranded_max_bytes\":%" PRIu64,
+                r->stranded_at_peak_bytes, r->stranded_growth_max_bytes, r->stranded_max_bytes);
     if (g) {
         fprintf(f, ",\"iterations\":%u,\"boundaries\":\"%s\",\"boundary_live_bytes\":[",
                 g->iterations, g->method);

@@ -7,7 +7,7 @@
 #     chart is drawn;
 #   - a screenshot (BUILD/report_browser/NAME.png, kept), whose pixels
 #     tests/check/report_charts.py reads: the memory and lifetime charts in
-#     colour, and the fragmentation curves when the trace has them.
+#     colour, and the stranded-memory curve when the page has one.
 # A control runs first: the same page without its drawing script must fail
 # both checks, so that neither can pass on a blank page. Prints the times;
 # asserts no time (machines differ). ctest runs it (report_browser) in make

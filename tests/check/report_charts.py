@@ -4,14 +4,14 @@
     python3 tests/check/report_charts.py PAGE.html SHOT.png
 
 The page draws three canvases with its script (report/report_html.c): memory
-over time, allocation lifetimes and fragmentation, each inside a 1-pixel
+over time, allocation lifetimes and stranded memory, each inside a 1-pixel
 #dddddd border. Without the script a canvas stays white inside its border.
 The check finds the canvases in the screenshot by their borders (rows with a
 long run of #dddddd) and counts the coloured pixels inside each (the largest
 and smallest channel at least 30 apart: the data; the axes and labels are
 grey). The memory and lifetime canvases must each hold at least MIN_COLOURED
-of them, and the fragmentation canvas too when the page's data has
-fragmentation samples (else the script leaves it blank).
+of them, and the stranded-memory canvas too when the page's data has
+stranded-memory samples (policy classic; else the page has no such canvas).
 Prints the counts; exits 0 when all hold, 1 otherwise. Standard library only
 (the PNG is decoded here: 8-bit RGB or RGBA, not interlaced, as Chromium writes).
 """
@@ -75,12 +75,12 @@ def read_png(path):
     return width, height, ch, rows
 
 
-def has_fragmentation(html_path):
+def has_stranded(html_path):
     with open(html_path, encoding="utf-8") as f:
         m = re.search(r"<script id=data type=application/json>(.*?)</script>", f.read(), re.S)
     if not m:
         raise ValueError("%s: no data block" % html_path)
-    return bool(json.loads(m.group(1)).get("frag", {}).get("ev"))
+    return bool(json.loads(m.group(1)).get("stranded", {}).get("ev"))
 
 
 def _longest_run(line, ch, width, colour):
@@ -123,8 +123,8 @@ def main(argv):
         print("usage: report_charts.py PAGE.html SHOT.png", file=sys.stderr)
         return 2
     width, height, canvases = measure(argv[2])
-    names = ["memory", "lifetimes", "fragmentation"]
-    need = names if has_fragmentation(argv[1]) else names[:2]
+    names = ["memory", "lifetimes", "stranded"]
+    need = names if has_stranded(argv[1]) else names[:2]
     found = dict(zip(names, canvases))
     ok = all(n in found and found[n][2] >= MIN_COLOURED for n in need)
     print("%s: %dx%d, %s: %s" % (

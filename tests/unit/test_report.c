@@ -3,7 +3,9 @@
  * downsampling keeps the extremes, the allocations alive at the peak, the
  * HTML page is self-contained and carries the data of a small trace, growth
  * detection on a leaking and a steady synthetic trace (tests/data/report_*),
- * tags files, and the built CLI. No timing is asserted.
+ * stranded memory on hand-made traces whose answer is known, the page's
+ * explanations and step markers, tags files, and the built CLI. No timing is
+ * asserted.
  */
 #include <criterion/criterion.h>
 
@@ -123,6 +125,127 @@ Test(report, other_policies)
     stow_trace_free(t);
 }
 
+/* ---- stranded memory (report/report.h) ---- */
+
+/* Eight 256 KiB blocks fill one 2 MiB small segment; blocks 1, 3 and 5 are
+ * freed, leaving three 256 KiB holes between live blocks. */
+#define EIGHT_QUARTERS "a 0 262144 0\na 1 262144 0\na 2 262144 0\na 3 262144 0\n" \
+                       "a 4 262144 0\na 5 262144 0\na 6 262144 0\na 7 262144 0\n" \
+                       "f 1\nf 3\nf 5\n"
+
+static void expect_stranded(const stow_report_t *r, const uint64_t *want, size_t n)
+{
+    cr_assert(r->has_stranded);
+    cr_assert_eq(r->frag_count, n, "a small trace is sampled at every event");
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(r->frag_event[i], i);
+        cr_assert_eq(r->stranded_bytes[i], want[i], "event %zu: %llu stranded", i,
+                     (unsigned long long)r->stranded_bytes[i]);
+    }
+}
+
+/* Later requests of the holes' size fill them: nothing is stranded. */
+Test(report_stranded, none_when_later_requests_fit_the_holes)
+{
+    stow_trace_t *t = parse("11 22\n" EIGHT_QUARTERS "a 8 262144 0\na 9 262144 0\na 10 262144 0\n"
+                            "f 0\nf 2\nf 4\nf 6\nf 7\nf 8\nf 9\nf 10\n");
+    stow_report_t r = build(t, "classic");
+    uint64_t want[22] = {0};
+    expect_stranded(&r, want, 22);
+    cr_assert_eq(r.peak_reserved_bytes, 2 << 20, "the holes took the later requests");
+    cr_assert_eq(r.stranded_at_peak_bytes, 0);
+    cr_assert_eq(r.stranded_max_bytes, 0);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+/* The holes are too small for the 512 KiB requests that follow: the pool
+ * grows a second segment beside 768 KiB it cannot use. Once no small request
+ * is left, nothing is stranded. */
+Test(report_stranded, exact_bytes_of_holes_no_later_request_fits)
+{
+    stow_trace_t *t = parse("10 20\n" EIGHT_QUARTERS "a 8 524288 0\na 9 524288 0\n"
+                            "f 0\nf 2\nf 4\nf 6\nf 7\nf 8\nf 9\n");
+    stow_report_t r = build(t, "classic");
+    const uint64_t q = 262144;
+    uint64_t want[20] = {0, 0, 0, 0, 0, 0, 0, 0, q, 2 * q, 3 * q, 3 * q, 3 * q};
+    expect_stranded(&r, want, 20);
+    cr_assert_eq(r.peak_reserved_bytes, 4 << 20);
+    cr_assert_eq(r.peak_reserved_event, 11);
+    cr_assert_eq(r.stranded_at_peak_bytes, 3 * q);
+    cr_assert_eq(r.stranded_growth_max_bytes, 3 * q);
+    cr_assert_eq(r.stranded_growth_max_event, 11);
+    cr_assert_eq(r.stranded_max_bytes, 3 * q);
+    cr_assert_eq(r.stranded_max_event, 10, "the first event with the most");
+    for (size_t i = 0; i < 20; i++)
+        cr_assert_eq(r.stranded_growth[i], i == 0 || i == 11, "event %zu", i);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+/* Large-pool holes are judged against large requests only: two 4 MiB holes in
+ * a 32 MiB segment stay stranded while small requests come, and the 8 MiB
+ * request that makes the reserved peak grows beside them. */
+Test(report_stranded, pool_kinds_apart_and_the_peak_growth_beside_the_holes)
+{
+    stow_trace_t *t = parse("11 14\n"
+                            "a 0 4194304 0\na 1 4194304 0\na 2 4194304 0\na 3 4194304 0\n"
+                            "a 4 4194304 0\na 5 4194304 0\na 6 4194304 0\na 7 4194304 0\n"
+                            "f 1\nf 3\na 8 4096 0\na 9 8388608 0\na 10 4096 0\nf 0\n");
+    stow_report_t r = build(t, "classic");
+    const uint64_t m4 = 4 << 20;
+    uint64_t want[14] = {0, 0, 0, 0, 0, 0, 0, 0, m4, 2 * m4, 2 * m4, 2 * m4, 0, 0};
+    expect_stranded(&r, want, 14);
+    cr_assert_eq(r.peak_reserved_event, 11);
+    cr_assert_eq(r.peak_reserved_bytes, (32 + 2 + 8) << 20);
+    cr_assert_eq(r.stranded_at_peak_bytes, 2 * m4);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+/* On a long trace the samples are spaced out, but every event that raises
+ * reserved bytes to a new high is one, so the figure at the peak is exact. */
+Test(report_stranded, every_growth_sampled)
+{
+    stow_trace_t *t = load_data("report_leak.rep");
+    stow_config_t c;
+    stow_config_default(&c);
+    stow_report_t r;
+    cr_assert_eq(stow__report_build(t, "classic", &c, 0, false, 10, &r), STOW_OK);
+    cr_assert_lt(r.frag_count, t->event_count / 4);
+    cr_assert_eq(r.frag_event[r.frag_count - 1], t->event_count - 1, "the last event too");
+    uint64_t high = 0;
+    size_t k = 0, growths = 0;
+    for (size_t i = 0; i < t->event_count; i++) {
+        if (r.reserved_bytes[i] <= high && i > 0)
+            continue;
+        high = r.reserved_bytes[i];
+        while (k < r.frag_count && r.frag_event[k] < i)
+            k++;
+        cr_assert(k < r.frag_count && r.frag_event[k] == i && r.stranded_growth[k],
+                  "growth at event %zu not sampled", i);
+        growths++;
+        if (i == r.peak_reserved_event)
+            cr_assert_eq(r.stranded_at_peak_bytes, r.stranded_bytes[k]);
+    }
+    cr_assert_gt(growths, 1);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+Test(report_stranded, classic_only)
+{
+    stow_trace_t *t = parse(small_trace);
+    stow_report_t r = build(t, "vmm");
+    cr_assert_not(r.has_stranded);
+    cr_assert_eq(r.frag_count, 0);
+    stow__report_free(&r);
+    r = build(t, "pytorch");
+    cr_assert_not(r.has_stranded);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
 static char *html_of(const stow_report_t *r, const stow_growth_t *g, const stow_html_opts_t *o)
 {
     char *buf = NULL;
@@ -159,6 +282,70 @@ Test(report_html, self_contained_with_the_data)
     /* the memory series and the bars */
     cr_assert_not_null(strstr(html, "\"hi\":[1000,1500,3000,2500,1000,3000,2000]"), "%s", html);
     cr_assert_not_null(strstr(html, "\"bars\":{\"id\":[3,2,0,1]"));
+    free(html);
+    stow__report_free(&r);
+    stow_trace_free(t);
+}
+
+/* Every section of the page, and the cards, carries a sentence saying what it
+ * shows and how to read it, before the next section begins. */
+static void expect_explained(const char *html)
+{
+    const char *cards = strstr(html, "<div class=cards>");
+    cr_assert_not_null(cards);
+    const char *why = strstr(cards, "<p class=why>");
+    const char *h2 = strstr(cards, "<h2>");
+    cr_assert(why && h2 && why < h2, "the cards are explained");
+    size_t sections = 0;
+    for (const char *s = h2; s; s = strstr(s + 4, "<h2>"), sections++) {
+        const char *next = strstr(s + 4, "<h2>");
+        const char *w = strstr(s, "<p class=why>");
+        cr_assert(w && (!next || w < next), "section %zu unexplained: %.60s", sections, s);
+    }
+    cr_assert_geq(sections, 4);
+}
+
+Test(report_html, explains_every_figure)
+{
+    stow_trace_t *t = parse(small_trace);
+    const char *policies[] = {"classic", "vmm", "pytorch", "naive"};
+    for (size_t i = 0; i < sizeof policies / sizeof *policies; i++) {
+        stow_report_t r = build(t, policies[i]);
+        stow_growth_t g;
+        stow__report_growth(&r, NULL, 0, 0, &g);
+        char *html = html_of(&r, &g, NULL);
+        expect_explained(html);
+        cr_assert_not_null(strstr(html, "the event index"), "%s: the x axis", policies[i]);
+        cr_assert_not_null(strstr(html, "no step markers"), "%s", policies[i]);
+        if (r.has_stranded) {
+            cr_assert_not_null(strstr(html, "stranded at the reserved peak"));
+            cr_assert_not_null(strstr(html, "<canvas id=stranded"));
+        } else {
+            cr_assert_null(strstr(html, "<canvas id=stranded"));
+        }
+        if (!strcmp(policies[i], "vmm"))
+            cr_assert_not_null(strstr(html, "computed for policy classic only"));
+        free(html);
+        stow__report_free(&r);
+    }
+    stow_trace_free(t);
+}
+
+/* The stranded samples and the step markers reach the page's data. */
+Test(report_html, stranded_samples_and_step_markers)
+{
+    stow_trace_t *t = parse("4 7\nm train\na 0 1000 0\na 1 500 0\na 2 1500 0\nf 1\n"
+                            "m train\nf 2\na 3 2000 0\ne\nm eval\nf 0\n");
+    stow_report_t r = build(t, "classic");
+    char *html = html_of(&r, NULL, NULL);
+    cr_assert_not_null(strstr(html, "\"steps\":{\"ev\":[0,4,6,6],"
+                                    "\"key\":[\"train\",\"train\",\"end\",\"eval\"]}"),
+                       "%s", html);
+    cr_assert_not_null(strstr(html, "step markers (<code>m KEY</code> lines)"));
+    cr_assert_null(strstr(html, "no step markers"));
+    /* the 512-byte hole id 1 leaves is smaller than the 2000-byte request after it */
+    cr_assert_not_null(strstr(html, "\"s\":[0,0,0,512,0,0,0]"), "%s", html);
+    cr_assert_not_null(strstr(html, "\"g\":[1,0,0,0,0,0,0]"));
     free(html);
     stow__report_free(&r);
     stow_trace_free(t);
@@ -350,6 +537,7 @@ Test(report_cli, growth_exit_status_and_html)
     cr_assert_eq(cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "\"peak_live_bytes\":169869312"), "%s", out);
     cr_assert_not_null(strstr(out, "\"leak\":false"), "%s", out);
+    cr_assert_not_null(strstr(out, "\"stranded_at_peak_bytes\":"), "%s", out);
     FILE *f = fopen(html, "r");
     char head[64] = "";
     cr_assert_gt(fread(head, 1, 15, f), 0);
