@@ -138,6 +138,22 @@ static bool parse_u64(const char *s, int base, uint64_t *out)
     return true;
 }
 
+/* Why parse_u64 refused s: each case its own reason. */
+static const char *number_error(const char *s, int base)
+{
+    if (!*s)
+        return "empty";
+    const char *digits = base == 10 ? "0123456789" : "0123456789abcdefABCDEFxX";
+    if (*s == '-' && s[1] && strspn(s + 1, digits) == strlen(s + 1))
+        return "negative";
+    errno = 0;
+    char *end;
+    (void)strtoull(*s == '+' ? s + 1 : s, &end, base);
+    if (errno == ERANGE && !*end)
+        return "beyond 2^64 - 1";
+    return base == 10 ? "not a decimal number" : "not a number";
+}
+
 stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_len, FILE *out,
                                stow_rmm_import_stats_t *stats, char *err, size_t err_len)
 {
@@ -189,11 +205,13 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
         }
         uint64_t ptr, size, stream;
         if (!parse_u64(f[3], 0, &ptr)) {
-            st = fail(err, err_len, name, lineno, "bad pointer '%s'", f[3]);
+            st = fail(err, err_len, name, lineno, "bad pointer '%s': %s", f[3],
+                      number_error(f[3], 0));
             break;
         }
         if (!parse_u64(f[4], 10, &size)) {
-            st = fail(err, err_len, name, lineno, "bad size '%s'", f[4]);
+            st = fail(err, err_len, name, lineno, "bad size '%s': %s", f[4],
+                      number_error(f[4], 10));
             break;
         }
         if (size > STOW_TRACE_MAX_SIZE_BYTES) {
@@ -202,7 +220,8 @@ stow_status_t stow__rmm_import(const char *name, const char *text, size_t text_l
             break;
         }
         if (!parse_u64(f[5], 0, &stream)) {
-            st = fail(err, err_len, name, lineno, "bad stream '%s'", f[5]);
+            st = fail(err, err_len, name, lineno, "bad stream '%s': %s", f[5],
+                      number_error(f[5], 0));
             break;
         }
         bool is_alloc = !strcmp(f[2], "allocate");

@@ -129,6 +129,21 @@ static int cli(const char *args, char *out, size_t out_len)
     return ts_cli("import", args, out, out_len);
 }
 
+/* Each way a number can be wrong has its own reason. */
+Test(rmm_import, number_errors_say_why)
+{
+    expect_error(HDR "1,t,allocate,0x10,-5,0\n", "log.csv:2: bad size '-5': negative");
+    expect_error(HDR "1,t,allocate,0x10,99999999999999999999999,0\n",
+                 "log.csv:2: bad size '99999999999999999999999': beyond 2^64 - 1");
+    expect_error(HDR "1,t,allocate,0x10,64k,0\n",
+                 "log.csv:2: bad size '64k': not a decimal number");
+    expect_error(HDR "1,t,allocate,0x10,,0\n", "log.csv:2: bad size '': empty");
+    expect_error(HDR "1,t,allocate,0x10,64,-1\n", "log.csv:2: bad stream '-1': negative");
+    expect_error(HDR "1,t,allocate,-0x10,64,0\n", "log.csv:2: bad pointer '-0x10': negative");
+    expect_error(HDR "1,t,allocate,0x10000000000000000,64,0\n",
+                 "log.csv:2: bad pointer '0x10000000000000000': beyond 2^64 - 1");
+}
+
 Test(rmm_import_cli, file_line_and_exit_status)
 {
     char in[] = "/tmp/stow_rmm_XXXXXX", out_path[] = "/tmp/stow_rmm_out_XXXXXX";
