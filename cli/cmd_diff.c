@@ -20,8 +20,10 @@ static void diff_usage(FILE *f)
                "                   [--conf S]\n"
                "\n"
                "Compares trace B with trace A: peak live bytes, peak reserved bytes under\n"
-               "the policy (default classic), the minimum capacity (--min-capacity), the\n"
-               "size classes and tags (A.rep.tags, B.rep.tags) holding more at the peak.\n"
+               "the policy (default: the pool the settings select, classic unless --conf\n"
+               "or STOWAGE_CONF says policy:vmm), the minimum capacity (--min-capacity),\n"
+               "the size classes and tags (A.rep.tags, B.rep.tags) holding more at the peak.\n"
+               "A setting the policy cannot apply is an error naming it.\n"
                "Exit status: 0 within the threshold (default 2%%), 1 when peak live or peak\n"
                "reserved grew by more than it, 2 bad usage or input.\n");
 }
@@ -95,55 +97,64 @@ static void print_tags(const stow_trace_t *ta, const char **ga, const stow_trace
 
 int stow__cli_diff(int argc, char **argv)
 {
-    const char *path[2] = {NULL, NULL}, *policy_name = "classic", *conf = NULL;
+    const char *path[2] = {NULL, NULL}, *policy_name = NULL, *conf = NULL;
     double threshold = 2.0;
-    bool min_capacity = false;
+    bool min_capacity = false, have_threshold = false;
     unsigned paths = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes_value = !strcmp(a, "--policy") || !strcmp(a, "--conf") ||
+                           !strcmp(a, "--threshold");
+        if (takes_value && !v)
+            return stow__cli_usage_error("diff", "option '%s' needs a value", a);
+        if ((!strcmp(a, "--policy") && policy_name) || (!strcmp(a, "--conf") && conf) ||
+            (!strcmp(a, "--threshold") && have_threshold))
+            return stow__cli_usage_error("diff", "%s given twice", a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             diff_usage(stdout);
             return 0;
         } else if (!strcmp(a, "--min-capacity")) {
             min_capacity = true;
-        } else if (!strcmp(a, "--policy") && v) {
+        } else if (!strcmp(a, "--policy")) {
             policy_name = v, i++;
-        } else if (!strcmp(a, "--conf") && v) {
+        } else if (!strcmp(a, "--conf")) {
             conf = v, i++;
-        } else if (!strcmp(a, "--threshold") && v) {
+        } else if (!strcmp(a, "--threshold")) {
             char *end;
             errno = 0;
             threshold = strtod(v, &end);
-            if (errno || end == v || *end || threshold < 0) {
-                fprintf(stderr, "stowage diff: bad --threshold '%s'\n", v);
-                return 2;
-            }
+            if (errno || end == v || *end || !(threshold >= 0))
+                return stow__cli_usage_error("diff", "--threshold: '%s' is not a percentage >= 0",
+                                             v);
+            have_threshold = true;
             i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "stowage diff: unknown option or missing value '%s'\n", a);
-            return 2;
+            return stow__cli_usage_error("diff", "unknown option '%s'", a);
         } else if (paths < 2) {
             path[paths++] = a;
         } else {
-            fprintf(stderr, "stowage diff: two traces only ('%s')\n", a);
-            return 2;
+            return stow__cli_usage_error("diff", "two traces only ('%s' is a third)", a);
         }
     }
-    if (paths != 2) {
-        diff_usage(stderr);
-        return 2;
-    }
-    const stow_replay_policy_t *policy = stow__replay_policy_find(policy_name);
-    if (!policy) {
-        fprintf(stderr, "stowage diff: unknown policy '%s'\n", policy_name);
-        return 2;
-    }
+    if (paths != 2)
+        return stow__cli_usage_error("diff", "two traces needed, A.rep and B.rep (%u given)",
+                                     paths);
+    const stow_replay_policy_t *policy = &stow__replay_policy_classic;
+    if (policy_name && !(policy = stow__replay_policy_find(policy_name)))
+        return stow__cli_usage_error("diff", "unknown policy '%s'", policy_name);
     stow_config_t config;
     char err[512] = "";
-    if (stow__replay_load_config(conf, &config, err, sizeof err) != STOW_OK) {
-        fprintf(stderr, "stowage diff: %s\n", err);
-        return 2;
-    }
+    if (stow__replay_load_config(conf, &config, err, sizeof err) != STOW_OK)
+        return stow__cli_usage_error("diff", "%s", err);
+    unsigned count = 1;
+    if (stow__replay_conf_resolve(conf, &config, policy_name != NULL, &policy, &count, stderr,
+                                  "stowage diff", err, sizeof err) != STOW_OK)
+        return stow__cli_usage_error("diff", "%s", err);
+    if (min_capacity && !policy->device)
+        return stow__cli_usage_error("diff", "--min-capacity searches the simulated device; "
+                                             "policy %s runs on host memory: drop it or use a "
+                                             "device policy",
+                                     policy->name);
     stow_trace_t *t[2] = {NULL, NULL};
     const char **tags[2] = {NULL, NULL};
     stow_diff_side_t side[2];
@@ -154,6 +165,7 @@ int stow__cli_diff(int argc, char **argv)
             rc = 2;
             break;
         }
+        stow__replay_note_no_steps(stderr, "stowage diff", t[k], policy, &config);
         stow_status_t st = stow__diff_side(t[k], policy, &config, min_capacity, &side[k]);
         if (st != STOW_OK) {
             fprintf(stderr, "stowage diff: %s: %s\n", path[k], stow_strerror(st));

@@ -2,7 +2,6 @@
  * cli/cmd_peak.c: `stowage peak`, the exact memory peak of an operator schedule
  * and the budget it implies.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +15,10 @@ static void peak_usage(FILE *f)
     fprintf(f, "usage: stowage peak [--alpha A] [--capacity BYTES] [--json] FILE\n"
                "  FILE lines: 'tensor <id> <bytes> [name]' and\n"
                "              'op <name> <inputs|-> <outputs|->' in execution order\n"
-               "  budget = ceil(peak * (1 + A)), A = 0.2 by default\n"
-               "  exit 0: fits (or no capacity), 1: budget exceeds capacity, 2: bad input\n");
+               "  budget = ceil(peak * (1 + A)), A = 0.2 by default; BYTES may end in K, M, G\n"
+               "  or T (powers of 1024)\n"
+               "  exit 0: fits (or no capacity), 1: budget exceeds capacity, 2: bad usage or\n"
+               "  input\n");
 }
 
 /* Alpha is read as an exact decimal num / 10^k so that budgets are exact:
@@ -59,25 +60,28 @@ int stow__cli_peak(int argc, char **argv)
     unsigned long long capacity = 0;
     int have_capacity = 0, json = 0;
     const char *file = NULL;
+    int have_alpha = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if ((strcmp(a, "--alpha") == 0 || strcmp(a, "--capacity") == 0) && v == NULL)
+            return stow__cli_usage_error("peak", "option '%s' needs a value", a);
+        if ((strcmp(a, "--alpha") == 0 && have_alpha) ||
+            (strcmp(a, "--capacity") == 0 && have_capacity))
+            return stow__cli_usage_error("peak", "%s given twice", a);
         if (strcmp(a, "--alpha") == 0) {
-            if (peak_parse_alpha(v, &alpha_num, &alpha_den) != 0) {
-                fprintf(stderr, "stowage peak: --alpha needs a decimal >= 0 (at most 9 "
-                                "fractional digits)\n");
-                return 2;
-            }
+            if (peak_parse_alpha(v, &alpha_num, &alpha_den) != 0)
+                return stow__cli_usage_error("peak", "--alpha: '%s' is not a decimal >= 0 (at "
+                                                     "most 9 fractional digits)",
+                                             v);
             alpha = (double)alpha_num / (double)alpha_den;
+            have_alpha = 1;
             i++;
         } else if (strcmp(a, "--capacity") == 0) {
-            char *end = NULL;
-            errno = 0;
-            capacity = v && v[0] >= '0' && v[0] <= '9' ? strtoull(v, &end, 10) : 0;
-            if (v == NULL || end == NULL || *end != '\0' || errno != 0) {
-                fprintf(stderr, "stowage peak: --capacity needs a byte count\n");
-                return 2;
-            }
+            size_t bytes;
+            if (!stow__replay_parse_bytes(v, &bytes))
+                return stow__cli_usage_error("peak", "--capacity: '%s' is not a byte count", v);
+            capacity = bytes;
             have_capacity = 1;
             i++;
         } else if (strcmp(a, "--json") == 0) {
@@ -86,31 +90,26 @@ int stow__cli_peak(int argc, char **argv)
             peak_usage(stdout);
             return 0;
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "stowage peak: unknown option '%s'\n", a);
-            peak_usage(stderr);
-            return 2;
+            return stow__cli_usage_error("peak", "unknown option '%s'", a);
         } else if (file != NULL) {
-            fprintf(stderr, "stowage peak: only one FILE\n");
-            return 2;
+            return stow__cli_usage_error("peak", "one FILE only ('%s' and '%s')", file, a);
         } else {
             file = a;
         }
     }
-    if (file == NULL) {
-        peak_usage(stderr);
-        return 2;
-    }
+    if (file == NULL)
+        return stow__cli_usage_error("peak", "no FILE given (an op schedule)");
     char err[512] = "";
     stow_schedule_t s;
     stow_status_t rc = stow_schedule_load(file, &s, err, sizeof err);
     if (rc != STOW_OK) {
-        fprintf(stderr, "%s\n", err[0] ? err : stow_strerror(rc));
+        fprintf(stderr, "stowage peak: %s\n", err[0] ? err : stow_strerror(rc));
         return 2;
     }
     stow_schedule_peak_t pk;
     rc = stow_schedule_peak(&s, &pk);
     if (rc != STOW_OK) {
-        fprintf(stderr, "%s: %s\n", file, stow_strerror(rc));
+        fprintf(stderr, "stowage peak: %s: %s\n", file, stow_strerror(rc));
         stow_schedule_free(&s);
         return 2;
     }

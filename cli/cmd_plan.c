@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "planner/plan_internal.h"
 #include "replay/replay_engine.h"
 #include "stowage/plan.h"
 #include "stowage/trace.h"
@@ -21,7 +22,41 @@ static void plan_usage(FILE *f)
                "                    [-o OUT.csv] FILE | --from-trace TRACE.rep\n"
                "  FILE: CSV with header id,lower,upper,size[,alignment]; lifetimes [lower, upper)\n"
                "  TRACE.rep: allocation trace; event index = time, height compared with peak live\n"
-               "  exit 0: a valid plan fits (or no capacity), 1: none found in time, 2: bad input\n");
+               "  -o OUT.csv: the plan as CSV, id,lower,upper,size[,alignment],offset ('-':\n"
+               "  standard output, the summary then goes to standard error). Without -o the\n"
+               "  summary is followed by the same columns as a table (with --json, the JSON\n"
+               "  line alone: give -o for the offsets)\n"
+               "  exit 0: a valid plan fits (or no capacity), 1: no valid plan within the\n"
+               "  capacity found in time, 2: bad usage or input\n");
+}
+
+/* The offsets as a table with the columns of the CSV, ids left-aligned. */
+static void print_offsets(FILE *f, const stow_plan_problem_t *problem, const uint64_t *offsets)
+{
+    int aligned = stow__plan_has_alignment(problem), w = 2;
+    char idbuf[32];
+    for (size_t i = 0; i < problem->count; i++) {
+        const char *id = problem->buffers[i].id;
+        size_t n = id ? strlen(id) : (size_t)snprintf(idbuf, sizeof idbuf, "%zu", i);
+        if ((int)n > w)
+            w = n > 40 ? 40 : (int)n;
+    }
+    fprintf(f, "%-*s %20s %20s %20s", w, "id", "lower", "upper", "size");
+    if (aligned)
+        fprintf(f, " %20s", "alignment");
+    fprintf(f, " %20s\n", "offset");
+    for (size_t i = 0; i < problem->count; i++) {
+        const stow_plan_buffer_t *b = &problem->buffers[i];
+        if (b->id)
+            fprintf(f, "%-*s", w, b->id);
+        else
+            fprintf(f, "%-*zu", w, i);
+        fprintf(f, " %20llu %20llu %20llu", (unsigned long long)b->lower,
+                (unsigned long long)b->upper, (unsigned long long)b->size);
+        if (aligned)
+            fprintf(f, " %20llu", (unsigned long long)b->alignment);
+        fprintf(f, " %20llu\n", (unsigned long long)offsets[i]);
+    }
 }
 
 /* Decimal with an optional binary suffix K, M, G, T (1K = 1024). */
@@ -54,65 +89,64 @@ int stow__cli_plan(int argc, char **argv)
     unsigned long long seed = 1;
     int json = 0;
     const char *out_path = NULL, *file = NULL;
-    int from_trace = 0;
+    int from_trace = 0, have_capacity = 0, have_limit = 0, have_seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes_value = strcmp(a, "--capacity") == 0 || strcmp(a, "--time-limit") == 0 ||
+                          strcmp(a, "--seed") == 0 || strcmp(a, "--from-trace") == 0 ||
+                          strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0;
+        if (takes_value && v == NULL)
+            return stow__cli_usage_error("plan", "option '%s' needs a value", a);
+        if ((strcmp(a, "--capacity") == 0 && have_capacity) ||
+            (strcmp(a, "--time-limit") == 0 && have_limit) ||
+            (strcmp(a, "--seed") == 0 && have_seed) ||
+            ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && out_path != NULL))
+            return stow__cli_usage_error("plan", "%s given twice", a);
         if (strcmp(a, "--capacity") == 0) {
-            if (plan_parse_bytes(v, &capacity) != 0) {
-                fprintf(stderr, "stowage plan: --capacity needs a byte count\n");
-                return 2;
-            }
+            if (plan_parse_bytes(v, &capacity) != 0)
+                return stow__cli_usage_error("plan", "--capacity: '%s' is not a byte count", v);
+            have_capacity = 1;
             i++;
         } else if (strcmp(a, "--time-limit") == 0) {
             char *end = NULL;
-            limit = v ? strtod(v, &end) : -1;
-            if (v == NULL || end == v || *end != '\0' || !(limit >= 0) || limit > 1e9) {
-                fprintf(stderr, "stowage plan: --time-limit needs seconds >= 0\n");
-                return 2;
-            }
+            limit = strtod(v, &end);
+            if (end == v || *end != '\0' || !(limit >= 0) || limit > 1e9)
+                return stow__cli_usage_error("plan", "--time-limit: '%s' is not seconds >= 0", v);
+            have_limit = 1;
             i++;
         } else if (strcmp(a, "--seed") == 0) {
-            if (plan_parse_bytes(v, &seed) != 0) {
-                fprintf(stderr, "stowage plan: --seed needs a number\n");
-                return 2;
-            }
+            if (plan_parse_bytes(v, &seed) != 0)
+                return stow__cli_usage_error("plan", "--seed: '%s' is not a number", v);
+            have_seed = 1;
             i++;
         } else if (strcmp(a, "--from-trace") == 0) {
-            if (v == NULL || file != NULL) {
-                fprintf(stderr, "stowage plan: --from-trace needs one trace file\n");
-                return 2;
-            }
+            if (file != NULL)
+                return stow__cli_usage_error("plan", "--from-trace and FILE: give one input");
             file = v;
             from_trace = 1;
             i++;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (v == NULL) {
-                fprintf(stderr, "stowage plan: -o needs a file name\n");
-                return 2;
-            }
             out_path = v;
             i++;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             plan_usage(stdout);
             return 0;
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "stowage plan: unknown option '%s'\n", a);
-            plan_usage(stderr);
-            return 2;
+            return stow__cli_usage_error("plan", "unknown option '%s'", a);
         } else if (file != NULL) {
-            fprintf(stderr, "stowage plan: only one FILE\n");
-            return 2;
+            return stow__cli_usage_error("plan", "one input only ('%s' and '%s')", file, a);
         } else {
             file = a;
         }
     }
-    if (file == NULL) {
-        plan_usage(stderr);
-        return 2;
-    }
+    if (file == NULL)
+        return stow__cli_usage_error("plan", "no input: give a CSV FILE or --from-trace TRACE.rep");
+    if (json && stow__cli_is_stdout(out_path))
+        return stow__cli_usage_error("plan", "--json and -o - both write standard output: give "
+                                             "-o a file name");
     struct timespec started;
     clock_gettime(CLOCK_MONOTONIC, &started);
     char err[512] = "";
@@ -131,7 +165,7 @@ int stow__cli_plan(int argc, char **argv)
         rc = stow_plan_load_csv(file, &problem, err, sizeof err);
     }
     if (rc != STOW_OK) {
-        fprintf(stderr, "%s\n", err[0] ? err : stow_strerror(rc));
+        fprintf(stderr, "stowage plan: %s\n", err[0] ? err : stow_strerror(rc));
         return 2;
     }
     stow_plan_options_t opts = stow_plan_options_default();
@@ -148,7 +182,7 @@ int stow__cli_plan(int argc, char **argv)
     stow_plan_result_t res;
     rc = stow_plan_solve(&problem, &opts, &res);
     if (rc != STOW_OK) {
-        fprintf(stderr, "%s: %s\n", file, stow_strerror(rc));
+        fprintf(stderr, "stowage plan: %s: %s\n", file, stow_strerror(rc));
         stow_plan_problem_free(&problem);
         return 2;
     }
@@ -160,7 +194,11 @@ int stow__cli_plan(int argc, char **argv)
         valid = stow_plan_validate(&problem, res.offsets, 0, why, sizeof why) == STOW_OK;
     int wrote = 0;
     if (out_path != NULL) {
-        if (stow_plan_write_csv(out_path, &problem, res.offsets) != STOW_OK) {
+        FILE *f = stow__cli_open_out(out_path, "w");
+        int bad = f == NULL || stow__plan_write_csv_to(f, &problem, res.offsets) != STOW_OK;
+        if (f != NULL && stow__cli_close_out(f) != 0)
+            bad = 1;
+        if (bad) {
             fprintf(stderr, "stowage plan: cannot write %s\n", out_path);
             stow_plan_result_free(&res);
             stow_plan_problem_free(&problem);
@@ -168,50 +206,58 @@ int stow__cli_plan(int argc, char **argv)
         }
         wrote = 1;
     }
+    /* With the plan on standard output, the summary goes to standard error. */
+    FILE *out = stow__cli_is_stdout(out_path) ? stderr : stdout;
     double ratio = res.lower_bound ? (double)res.height / (double)res.lower_bound : 1.0;
     if (json) {
-        printf("{\"file\":");
-        stow__json_string(stdout, file);
-        printf(",\"buffers\":%zu,\"lower_bound\":%llu,\"height\":%llu,\"ratio\":%.6f,"
-               "\"greedy_height\":%llu,\"capacity\":%llu,\"fits\":%s,\"valid\":%s,"
-               "\"optimal\":%s,\"method\":\"%s\",\"seconds\":%.6f",
-               res.count, (unsigned long long)res.lower_bound, (unsigned long long)res.height,
-               ratio, (unsigned long long)res.greedy_height, capacity,
-               res.fits ? "true" : "false", valid ? "true" : "false",
-               res.optimal ? "true" : "false", res.method, res.seconds);
+        fprintf(out, "{\"file\":");
+        stow__json_string(out, file);
+        fprintf(out, ",\"buffers\":%zu,\"lower_bound\":%llu,\"height\":%llu,\"ratio\":%.6f,"
+                "\"greedy_height\":%llu,\"capacity\":%llu,\"fits\":%s,\"valid\":%s,"
+                "\"optimal\":%s,\"method\":\"%s\",\"seconds\":%.6f",
+                res.count, (unsigned long long)res.lower_bound, (unsigned long long)res.height,
+                ratio, (unsigned long long)res.greedy_height, capacity,
+                res.fits ? "true" : "false", valid ? "true" : "false",
+                res.optimal ? "true" : "false", res.method, res.seconds);
         if (from_trace)
-            printf(",\"trace\":true,\"peak_live_bytes\":%llu,\"height_over_peak_live\":%.6f",
-                   peak_live, peak_live ? (double)res.height / (double)peak_live : 1.0);
+            fprintf(out, ",\"trace\":true,\"peak_live_bytes\":%llu,\"height_over_peak_live\":%.6f",
+                    peak_live, peak_live ? (double)res.height / (double)peak_live : 1.0);
         if (!valid) {
-            printf(",\"invalid_reason\":");
-            stow__json_string(stdout, why);
+            fprintf(out, ",\"invalid_reason\":");
+            stow__json_string(out, why);
         }
         if (wrote) {
-            printf(",\"output\":");
-            stow__json_string(stdout, out_path);
+            fprintf(out, ",\"output\":");
+            stow__json_string(out, out_path);
         }
-        printf("}\n");
+        fprintf(out, "}\n");
     } else {
-        printf("file:         %s\n", file);
-        printf("buffers:      %zu\n", res.count);
-        printf("lower bound:  %llu (maximum live load)\n", (unsigned long long)res.lower_bound);
-        printf("height:       %llu\n", (unsigned long long)res.height);
-        printf("ratio:        %.6f (height / lower bound)%s\n", ratio,
-               res.optimal ? ", optimal" : "");
-        printf("greedy:       %llu\n", (unsigned long long)res.greedy_height);
+        fprintf(out, "file:         %s\n", file);
+        fprintf(out, "buffers:      %zu\n", res.count);
+        fprintf(out, "lower bound:  %llu (maximum live load)\n",
+                (unsigned long long)res.lower_bound);
+        fprintf(out, "height:       %llu\n", (unsigned long long)res.height);
+        fprintf(out, "ratio:        %.6f (height / lower bound)%s\n", ratio,
+                res.optimal ? ", optimal" : "");
+        fprintf(out, "greedy:       %llu\n", (unsigned long long)res.greedy_height);
         if (from_trace)
-            printf("peak live:    %llu (from the trace); height / peak live = %.6f\n", peak_live,
-                   peak_live ? (double)res.height / (double)peak_live : 1.0);
+            fprintf(out, "peak live:    %llu (from the trace); height / peak live = %.6f\n",
+                    peak_live, peak_live ? (double)res.height / (double)peak_live : 1.0);
         if (capacity != 0)
-            printf("capacity:     %llu: %s\n", capacity, res.fits ? "fits" : "DOES NOT FIT");
+            fprintf(out, "capacity:     %llu: %s\n", capacity, res.fits ? "fits" : "DOES NOT FIT");
         else
-            printf("capacity:     none\n");
-        printf("validator:    %s%s%s\n", valid ? "valid" : "INVALID", valid ? "" : ": ",
-               valid ? "" : why);
-        printf("method:       %s\n", res.method);
-        printf("seconds:      %.3f\n", res.seconds);
+            fprintf(out, "capacity:     none\n");
+        fprintf(out, "validator:    %s%s%s\n", valid ? "valid" : "INVALID", valid ? "" : ": ",
+                valid ? "" : why);
+        fprintf(out, "method:       %s\n", res.method);
+        fprintf(out, "seconds:      %.3f\n", res.seconds);
         if (wrote)
-            printf("plan written: %s\n", out_path);
+            fprintf(out, "plan written: %s\n",
+                    stow__cli_is_stdout(out_path) ? "standard output" : out_path);
+    }
+    if (out_path == NULL && !json) {
+        fprintf(out, "\n");
+        print_offsets(out, &problem, res.offsets);
     }
     int code = valid && res.fits ? 0 : 1;
     stow_plan_result_free(&res);

@@ -4,6 +4,9 @@
  * naive, the jemalloc references, or all) and reports peak live bytes (the
  * lower bound), peak reserved bytes, their ratio, the minimum device capacity
  * (--min-capacity), backend calls, OOM errors and host nanoseconds per event.
+ * The settings (--conf, STOWAGE_CONF) pick the policy when --policy is not
+ * given, and a setting or option that no policy of the run applies is a usage
+ * error (stow__replay_conf_resolve). OOM errors exit 1 unless --allow-oom.
  *
  * Only argument handling and printing live here; the engine, the policies and
  * the search are in replay/replay_engine.h, where the tests reach them.
@@ -15,6 +18,7 @@
  * policies' passes alternate so that their ratio is taken on the same machine:
  * this VM's speed changes from one second to the next.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -85,24 +89,63 @@ static stow_status_t time_side_by_side(const stow_replay_opts_t *o, const stow_t
     return STOW_OK;
 }
 
+/* Settings and options that some of the policies cannot apply: an error when
+ * none of them can, a note for the others. Returns 2 or 0. */
+static int check_policies(stow_replay_opts_t *o, const stow_config_t *config)
+{
+    char err[512];
+    if (stow__replay_conf_resolve(o->conf, config, o->policy_given, o->policies, &o->policy_count,
+                                  stderr, "stowage replay", err, sizeof err) != STOW_OK)
+        return stow__cli_usage_error("replay", "%s", err);
+    unsigned host = 0;
+    for (unsigned k = 0; k < o->policy_count; k++) {
+        const stow_replay_policy_t *p = o->policies[k];
+        host += !p->device;
+        /* The summary is a Stowage pool's: classic, vmm and their planned variants. */
+        if (o->summary && !stow__replay_planned_base(p) && p != &stow__replay_policy_classic &&
+            p != &stow__replay_policy_vmm)
+            return stow__cli_usage_error("replay",
+                                         "--summary prints a Stowage pool's summary; policy %s "
+                                         "has none: drop --summary or that policy",
+                                         p->name);
+    }
+    if (o->capacity_bytes && host) {
+        if (host == o->policy_count)
+            return stow__cli_usage_error("replay",
+                                         "--capacity sets the simulated device; policy %s runs "
+                                         "on host memory: drop --capacity or add a device "
+                                         "policy",
+                                         o->policies[0]->name);
+        for (unsigned k = 0; k < o->policy_count; k++)
+            if (!o->policies[k]->device)
+                fprintf(stderr,
+                        "stowage replay: note: %s runs on host memory, without --capacity\n",
+                        o->policies[k]->name);
+    }
+    if (o->min_capacity && host == o->policy_count)
+        return stow__cli_usage_error("replay",
+                                     "--min-capacity searches the simulated device; policy %s "
+                                     "runs on host memory: drop --min-capacity or add a device "
+                                     "policy",
+                                     o->policies[0]->name);
+    return 0;
+}
+
 int stow__cli_replay(int argc, char **argv)
 {
     stow_replay_opts_t o;
     char err[512];
-    if (stow__replay_opts_parse(argc, argv, &o, err, sizeof err) != STOW_OK) {
-        fprintf(stderr, "stowage replay: %s\n", err);
-        stow__replay_usage(stderr);
-        return 2;
-    }
+    if (stow__replay_opts_parse(argc, argv, &o, err, sizeof err) != STOW_OK)
+        return stow__cli_usage_error("replay", "%s", err);
     if (o.help) {
         stow__replay_usage(stdout);
         return 0;
     }
     stow_config_t config;
-    if (stow__replay_load_config(o.conf, &config, err, sizeof err) != STOW_OK) {
-        fprintf(stderr, "stowage replay: %s\n", err);
+    if (stow__replay_load_config(o.conf, &config, err, sizeof err) != STOW_OK)
+        return stow__cli_usage_error("replay", "%s", err);
+    if (check_policies(&o, &config) != 0)
         return 2;
-    }
     bool table = o.all && !o.json;
     bool tty = !o.json && isatty(STDERR_FILENO);
     int rc = 0;
@@ -111,7 +154,7 @@ int stow__cli_replay(int argc, char **argv)
     for (int i = o.first_trace; i < argc; i++) {
         stow_trace_t *t = NULL;
         if (stow_trace_load(argv[i], &t, err, sizeof err) != STOW_OK) {
-            fprintf(stderr, "%s\n", err);
+            fprintf(stderr, "stowage replay: %s\n", err);
             return 2;
         }
         stow_replay_result_t res[STOW_REPLAY_MAX_POLICIES];
@@ -120,6 +163,7 @@ int stow__cli_replay(int argc, char **argv)
             ok[k] = false;
             if (o.all && o.policies[k]->markers_only && t->marker_count == 0)
                 continue; /* no row: nothing to plan */
+            stow__replay_note_no_steps(stderr, "stowage replay", t, o.policies[k], &config);
             stow_status_t st =
                 stow__replay_run(o.policies[k], t, &config, o.capacity_bytes, 0, o.min_capacity,
                                  tty ? progress_tty : NULL, NULL, &res[k]);
@@ -150,6 +194,19 @@ int stow__cli_replay(int argc, char **argv)
                     print_summary(r);
             }
             fflush(stdout);
+        }
+        /* Out-of-memory errors fail the replay unless --allow-oom accepts them. */
+        for (unsigned k = 0; k < o.policy_count; k++) {
+            if (!ok[k] || !res[k].ooms)
+                continue;
+            fprintf(stderr,
+                    "stowage replay: %s: %" PRIu64 " out-of-memory error%s under policy %s on "
+                    "a %zu-byte device%s\n",
+                    argv[i], res[k].ooms, res[k].ooms == 1 ? "" : "s", o.policies[k]->name,
+                    o.capacity_bytes,
+                    o.allow_oom ? " (--allow-oom)" : "; --allow-oom accepts them");
+            if (!o.allow_oom)
+                rc = 1;
         }
         stow_trace_free(t);
     }

@@ -24,8 +24,8 @@ static void report_usage(FILE *f)
             "HTML page: memory over time (live and reserved bytes, peak marked), allocation\n"
             "lifetimes, fragmentation, growth across iterations, the allocations alive at\n"
             "the peak, and the headline figures (docs/report.md).\n"
-            "  -o FILE         the page (default report.html; not written with --json or\n"
-            "                  --growth unless -o is given)\n"
+            "  -o FILE         the page (default report.html; '-': standard output; not\n"
+            "                  written with --json or --growth unless -o is given)\n"
             "  --json          one JSON line of headline figures and the growth verdict\n"
             "  --growth        live bytes at each iteration boundary and a leak warning;\n"
             "                  exit 1 when live bytes grow steadily\n"
@@ -34,6 +34,10 @@ static void report_usage(FILE *f)
             "  --tags FILE     '<id> <tag>' lines (default TRACE.tags when present)\n"
             "  --bars N        lifetimes drawn one by one (default 2000)\n"
             "  --points N      memory-chart buckets (default 4000)\n"
+            "  --policy P      a policy of 'stowage replay --help'; default: the pool the\n"
+            "                  settings select (classic, or vmm with policy:vmm)\n"
+            "  --conf S        settings in STOWAGE_CONF syntax (also read from STOWAGE_CONF);\n"
+            "                  a key the policy cannot apply is an error naming it\n"
             "Exit status: 0 ok, 1 leak (--growth), 2 bad usage or input.\n");
 }
 
@@ -50,12 +54,19 @@ static bool parse_count(const char *s, size_t *out)
     return true;
 }
 
+/* Value options, each at most once. */
+static const char *const report_value_opts[] = {"--policy", "--conf",   "-o",     "--tags",
+                                                "--capacity", "--iterations", "--bars",
+                                                "--points", "--boundary"};
+#define REPORT_VALUE_OPTS (sizeof report_value_opts / sizeof report_value_opts[0])
+
 int stow__cli_report(int argc, char **argv)
 {
-    const char *trace_path = NULL, *out_path = NULL, *policy = "classic", *conf = NULL;
+    const char *trace_path = NULL, *out_path = NULL, *policy_name = NULL, *conf = NULL;
     const char *tags_path = NULL;
     size_t capacity = 0, iterations = 0;
     bool json = false, growth = false, min_capacity = false;
+    bool seen[REPORT_VALUE_OPTS] = {false};
     static size_t given[STOW_REPORT_MAX_BOUNDARIES];
     unsigned given_count = 0;
     stow_html_opts_t hopts = {0, 0, 0};
@@ -63,6 +74,15 @@ int stow__cli_report(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
+        for (size_t k = 0; k < REPORT_VALUE_OPTS; k++) {
+            if (strcmp(a, report_value_opts[k]))
+                continue;
+            if (!v)
+                return stow__cli_usage_error("report", "option '%s' needs a value", a);
+            if (seen[k])
+                return stow__cli_usage_error("report", "%s given twice", a);
+            seen[k] = true;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             report_usage(stdout);
             return 0;
@@ -72,24 +92,24 @@ int stow__cli_report(int argc, char **argv)
             growth = true;
         } else if (!strcmp(a, "--min-capacity")) {
             min_capacity = true;
-        } else if (!strcmp(a, "--policy") && v) {
-            policy = v, i++;
-        } else if (!strcmp(a, "--conf") && v) {
+        } else if (!strcmp(a, "--policy")) {
+            policy_name = v, i++;
+        } else if (!strcmp(a, "--conf")) {
             conf = v, i++;
-        } else if (!strcmp(a, "-o") && v) {
+        } else if (!strcmp(a, "-o")) {
             out_path = v, i++;
-        } else if (!strcmp(a, "--tags") && v) {
+        } else if (!strcmp(a, "--tags")) {
             tags_path = v, i++;
-        } else if (!strcmp(a, "--capacity") && v) {
+        } else if (!strcmp(a, "--capacity")) {
             ok = stow__replay_parse_bytes(v, &capacity), i++;
-        } else if (!strcmp(a, "--iterations") && v) {
+        } else if (!strcmp(a, "--iterations")) {
             ok = parse_count(v, &iterations) && iterations >= 2 &&
                  iterations <= STOW_REPORT_MAX_BOUNDARIES, i++;
-        } else if (!strcmp(a, "--bars") && v) {
+        } else if (!strcmp(a, "--bars")) {
             ok = parse_count(v, &hopts.max_bars) && hopts.max_bars > 0, i++;
-        } else if (!strcmp(a, "--points") && v) {
+        } else if (!strcmp(a, "--points")) {
             ok = parse_count(v, &hopts.max_points) && hopts.max_points > 0, i++;
-        } else if (!strcmp(a, "--boundary") && v) {
+        } else if (!strcmp(a, "--boundary")) {
             char *copy = strdup(v);
             for (char *tok = strtok(copy, ","); ok && tok; tok = strtok(NULL, ",")) {
                 size_t e;
@@ -100,38 +120,54 @@ int stow__cli_report(int argc, char **argv)
             free(copy);
             i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "stowage report: unknown option or missing value '%s'\n", a);
-            return 2;
+            return stow__cli_usage_error("report", "unknown option '%s'", a);
         } else if (!trace_path) {
             trace_path = a;
         } else {
-            fprintf(stderr, "stowage report: one trace only ('%s')\n", a);
-            return 2;
+            return stow__cli_usage_error("report", "one trace only ('%s' and '%s')", trace_path,
+                                         a);
         }
-        if (!ok) {
-            fprintf(stderr, "stowage report: bad value for %s\n", a);
-            return 2;
-        }
+        if (!ok)
+            return stow__cli_usage_error("report", "%s: bad value '%s'", a, v);
     }
-    if (!trace_path) {
-        report_usage(stderr);
-        return 2;
-    }
-    if (!stow__replay_policy_find(policy)) {
-        fprintf(stderr, "stowage report: unknown policy '%s'\n", policy);
-        return 2;
-    }
+    if (!trace_path)
+        return stow__cli_usage_error("report", "no trace given");
+    /* The page is written with -o, or by default when nothing else is asked. */
+    bool page = out_path || (!json && !growth);
+    if (stow__cli_is_stdout(out_path) && (json || growth))
+        return stow__cli_usage_error("report", "-o - and %s both write standard output: give -o "
+                                               "a file name",
+                                     json ? "--json" : "--growth");
+    if (iterations && given_count)
+        return stow__cli_usage_error("report", "--iterations and --boundary both set the "
+                                               "iterations: give one");
+    if (!page && (hopts.max_bars || hopts.max_points || tags_path))
+        return stow__cli_usage_error("report", "%s shapes the HTML page, which %s without -o does "
+                                               "not write: add -o FILE.html or drop it",
+                                     hopts.max_bars ? "--bars" : hopts.max_points ? "--points"
+                                                                                  : "--tags",
+                                     json ? "--json" : "--growth");
+    const stow_replay_policy_t *policy = &stow__replay_policy_classic;
+    if (policy_name && !(policy = stow__replay_policy_find(policy_name)))
+        return stow__cli_usage_error("report", "unknown policy '%s'", policy_name);
     stow_config_t config;
     char err[512] = "";
-    if (stow__replay_load_config(conf, &config, err, sizeof err) != STOW_OK) {
-        fprintf(stderr, "stowage report: %s\n", err);
-        return 2;
-    }
+    if (stow__replay_load_config(conf, &config, err, sizeof err) != STOW_OK)
+        return stow__cli_usage_error("report", "%s", err);
+    unsigned count = 1;
+    if (stow__replay_conf_resolve(conf, &config, policy_name != NULL, &policy, &count, stderr,
+                                  "stowage report", err, sizeof err) != STOW_OK)
+        return stow__cli_usage_error("report", "%s", err);
+    if (!policy->device && (capacity || min_capacity))
+        return stow__cli_usage_error("report", "%s sets the simulated device; policy %s runs on "
+                                               "host memory: drop it or use a device policy",
+                                     capacity ? "--capacity" : "--min-capacity", policy->name);
     stow_trace_t *t = NULL;
     if (stow_trace_load(trace_path, &t, err, sizeof err) != STOW_OK) {
         fprintf(stderr, "stowage report: %s\n", err);
         return 2;
     }
+    stow__replay_note_no_steps(stderr, "stowage report", t, policy, &config);
     char sidecar[4096];
     snprintf(sidecar, sizeof sidecar, "%s.tags", trace_path);
     if (!tags_path && access(sidecar, R_OK) == 0)
@@ -143,7 +179,8 @@ int stow__cli_report(int argc, char **argv)
         return 2;
     }
     stow_report_t r;
-    stow_status_t st = stow__report_build(t, policy, &config, capacity, min_capacity, 2000, &r);
+    stow_status_t st =
+        stow__report_build(t, policy->name, &config, capacity, min_capacity, 2000, &r);
     if (st != STOW_OK) {
         fprintf(stderr, "stowage report: %s: %s\n", trace_path, stow_strerror(st));
         stow__report_tags_free(tags, t->id_count);
@@ -164,16 +201,16 @@ int stow__cli_report(int argc, char **argv)
         stow__report_growth_print(stdout, &r, g);
         rc = g->leak ? 1 : 0;
     }
-    if (out_path || (!json && !growth)) {
+    if (page) {
         const char *path = out_path ? out_path : "report.html";
-        FILE *f = fopen(path, "w");
-        if (!f || stow__report_write_html(f, &r, g, &hopts) != STOW_OK) {
+        FILE *f = stow__cli_open_out(path, "w");
+        if (!f || stow__report_write_html(f, &r, g, &hopts) != STOW_OK)
+            rc = 2;
+        if (f && stow__cli_close_out(f) != 0)
+            rc = 2;
+        if (rc == 2)
             fprintf(stderr, "stowage report: cannot write %s\n", path);
-            rc = 2;
-        }
-        if (f && fclose(f) != 0)
-            rc = 2;
-        if (rc != 2 && !json && !growth)
+        else if (!json && !growth && !stow__cli_is_stdout(path))
             fprintf(stderr, "wrote %s\n", path);
     }
 done:

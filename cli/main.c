@@ -2,6 +2,7 @@
  * cli/main.c: build/stowage, the command-line tool. Dispatches to one
  * subcommand per file (cli/cli.h).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,15 +23,48 @@ static void usage(FILE *f)
             "  import   convert an RMM log (CSV) to a .rep trace\n"
             "  version  print the library version\n"
             "\n"
-            "'stowage <command> --help' describes each command.\n");
+            "'stowage <command> --help' describes each command; '-' as an output file is\n"
+            "standard output.\n"
+            "Exit status: 0 ok, 1 the command's answer is no (see its --help), 2 bad usage\n"
+            "or input.\n");
+}
+
+int stow__cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    const char *sp = cmd && *cmd ? " " : "";
+    fprintf(stderr, "stowage%s%s: ", sp, cmd ? cmd : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nsee 'stowage%s%s --help'\n", sp, cmd ? cmd : "");
+    return 2;
+}
+
+int stow__cli_is_stdout(const char *path) { return path && !strcmp(path, "-"); }
+
+FILE *stow__cli_open_out(const char *path, const char *mode)
+{
+    if (stow__cli_is_stdout(path))
+        return stdout;
+    return fopen(path, mode);
+}
+
+int stow__cli_close_out(FILE *f)
+{
+    if (f == stdout) {
+        int bad = fflush(stdout) != 0 || ferror(stdout);
+        return bad ? -1 : 0;
+    }
+    int bad = ferror(f) != 0;
+    return fclose(f) != 0 || bad ? -1 : 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
+    if (argc < 2)
+        return stow__cli_usage_error(
+            NULL, "no command given (replay, plan, peak, report, diff, import or version)");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "replay"))
         return stow__cli_replay(argc - 1, argv + 1);
@@ -53,7 +87,7 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "stowage: unknown command '%s'\n", cmd);
-    usage(stderr);
-    return 2;
+    return stow__cli_usage_error(NULL, "unknown command '%s' (replay, plan, peak, report, diff, "
+                                       "import or version)",
+                                 cmd);
 }

@@ -52,32 +52,349 @@ stow_status_t stow__replay_load_config(const char *conf, stow_config_t *out, cha
     return st;
 }
 
+static stow_status_t opts_error(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return STOW_EINVAL;
+}
+
+/* ---- settings against policies ---- */
+
+/* The groups of policies a STOWAGE_CONF key applies to (conf_keys). */
+enum {
+    APPLY_CLASSIC = 1u << 0, /* classic, classic-planned */
+    APPLY_VMM = 1u << 1,     /* vmm, vmm-planned */
+    APPLY_PLANNED = 1u << 2, /* classic-planned, vmm-planned */
+    APPLY_PYTORCH = 1u << 3, /* pytorch, pytorch-expandable */
+    APPLY_POOLS = APPLY_CLASSIC | APPLY_VMM,
+};
+
+/* How a key meets a policy: applied or not (KEY_PLAIN), or a choice between
+ * pools that must agree with the policy's own. */
+typedef enum {
+    KEY_PLAIN,
+    KEY_PAGE_MAPPED,   /* policy, expandable_segments: page-mapped or not */
+    KEY_PLANNED_STEPS, /* planned_steps: planned or not */
+    KEY_PLANNED_ASYNC, /* planned_async: replays plan inline (false) */
+    KEY_PLANNED_LAYER, /* applies to planned pools, or to any pool with planned_auto */
+} key_kind_t;
+
+typedef struct conf_key {
+    const char *name;
+    unsigned groups;
+    key_kind_t kind;
+} conf_key_t;
+
+/* Every key of stow_config_parse. The pools apply what stowage.h says of each
+ * field (the vmm_* keys, page-mapped pools only; keep_idle_max,
+ * quick_mid_slots, release_idle_on_grow and garbage_collection_threshold,
+ * the classic pool's segment growth; max_split_size_mb and
+ * max_non_split_rounding_mb, classic only: docs/design.md), the PyTorch models
+ * what replay_policies.c hands them. */
+static const conf_key_t conf_keys[] = {
+    {"policy", APPLY_POOLS, KEY_PAGE_MAPPED},
+    {"expandable_segments", APPLY_POOLS | APPLY_PYTORCH, KEY_PAGE_MAPPED},
+    {"planned_steps", APPLY_POOLS, KEY_PLANNED_STEPS},
+    {"planned_async", APPLY_POOLS, KEY_PLANNED_ASYNC},
+    {"planned_warmup_steps", APPLY_PLANNED, KEY_PLANNED_LAYER},
+    {"planned_headroom", APPLY_PLANNED, KEY_PLANNED_LAYER},
+    {"planned_auto", APPLY_POOLS, KEY_PLAIN},
+    {"max_split_size_mb", APPLY_CLASSIC | APPLY_PYTORCH, KEY_PLAIN},
+    {"max_non_split_rounding_mb", APPLY_CLASSIC | APPLY_PYTORCH, KEY_PLAIN},
+    {"garbage_collection_threshold", APPLY_CLASSIC | APPLY_PYTORCH, KEY_PLAIN},
+    {"roundup_power2_divisions", APPLY_POOLS | APPLY_PYTORCH, KEY_PLAIN},
+    {"per_process_memory_fraction", APPLY_POOLS | APPLY_PYTORCH, KEY_PLAIN},
+    {"memory_fraction", APPLY_POOLS | APPLY_PYTORCH, KEY_PLAIN},
+    {"release_idle_on_grow", APPLY_CLASSIC, KEY_PLAIN},
+    {"keep_idle_max", APPLY_CLASSIC, KEY_PLAIN},
+    {"quick_mid_slots", APPLY_CLASSIC, KEY_PLAIN},
+    {"scrub_on_free", APPLY_POOLS, KEY_PLAIN},
+    {"record_events", APPLY_POOLS, KEY_PLAIN},
+    {"quick_depth", APPLY_POOLS, KEY_PLAIN},
+    {"reuse_other_streams_on_miss", APPLY_POOLS, KEY_PLAIN},
+    {"vmm_slack", APPLY_VMM, KEY_PLAIN},
+    {"vmm_slack_max", APPLY_VMM, KEY_PLAIN},
+    {"vmm_small_kb", APPLY_VMM, KEY_PLAIN},
+    {"vmm_learn_step", APPLY_VMM, KEY_PLAIN},
+    {"vmm_handle_mb", APPLY_VMM, KEY_PLAIN},
+};
+
+static unsigned policy_groups(const stow_replay_policy_t *p)
+{
+    if (p == &stow__replay_policy_classic)
+        return APPLY_CLASSIC;
+    if (p == &stow__replay_policy_vmm)
+        return APPLY_VMM;
+    if (p == &stow__replay_policy_classic_planned)
+        return APPLY_CLASSIC | APPLY_PLANNED;
+    if (p == &stow__replay_policy_vmm_planned)
+        return APPLY_VMM | APPLY_PLANNED;
+    if (p == &stow__replay_policy_pytorch || p == &stow__replay_policy_pytorch_expandable)
+        return APPLY_PYTORCH;
+    return 0; /* naive, jemalloc, ideal-remap: no setting */
+}
+
+static bool policy_page_mapped(const stow_replay_policy_t *p)
+{
+    return p == &stow__replay_policy_vmm || p == &stow__replay_policy_vmm_planned ||
+           p == &stow__replay_policy_pytorch_expandable;
+}
+
+/* The Stowage pool that is page-mapped or not, planned or not. */
+static const stow_replay_policy_t *pool_policy(bool page_mapped, bool planned)
+{
+    if (page_mapped)
+        return planned ? &stow__replay_policy_vmm_planned : &stow__replay_policy_vmm;
+    return planned ? &stow__replay_policy_classic_planned : &stow__replay_policy_classic;
+}
+
+const stow_replay_policy_t *stow__replay_planned_base(const stow_replay_policy_t *p)
+{
+    if (p == &stow__replay_policy_classic_planned)
+        return &stow__replay_policy_classic;
+    if (p == &stow__replay_policy_vmm_planned)
+        return &stow__replay_policy_vmm;
+    return NULL;
+}
+
+/* One key as given: its last occurrence in STOWAGE_CONF, then --conf. */
+typedef struct given_key {
+    const conf_key_t *key;
+    char text[96]; /* "key:value" as written (cut at 95 characters) */
+    bool from_env;
+} given_key_t;
+
+#define CONF_KEY_COUNT (sizeof conf_keys / sizeof conf_keys[0])
+
+/* Adds the keys of `text` (stow_config_parse syntax, already accepted) to
+ * given[]; a key given again replaces its earlier entry. */
+static void scan_keys(const char *text, bool from_env, given_key_t *given, unsigned *n)
+{
+    int depth = 0;
+    const char *item = text;
+    for (const char *c = text;; c++) {
+        if (*c == '[')
+            depth++;
+        else if (*c == ']')
+            depth--;
+        if (*c && (*c != ',' || depth > 0))
+            continue;
+        const char *b = item, *e = c;
+        while (b < e && (*b == ' ' || *b == '\t'))
+            b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        const char *colon = memchr(b, ':', (size_t)(e - b));
+        const char *ke = colon ? colon : e;
+        while (ke > b && (ke[-1] == ' ' || ke[-1] == '\t'))
+            ke--;
+        for (unsigned k = 0; colon && k < CONF_KEY_COUNT; k++) {
+            if (strlen(conf_keys[k].name) != (size_t)(ke - b) ||
+                memcmp(conf_keys[k].name, b, (size_t)(ke - b)))
+                continue;
+            unsigned j = 0;
+            while (j < *n && given[j].key != &conf_keys[k])
+                j++;
+            if (j == *n)
+                (*n)++;
+            given[j].key = &conf_keys[k];
+            given[j].from_env = from_env;
+            snprintf(given[j].text, sizeof given[j].text, "%.*s", (int)(e - b), b);
+        }
+        if (!*c)
+            break;
+        item = c + 1;
+    }
+}
+
+/* "--conf policy:vmm" or "STOWAGE_CONF's policy:vmm". */
+static void key_origin(const given_key_t *g, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s", g->from_env ? "STOWAGE_CONF's " : "--conf ", g->text);
+}
+
+/* The names of the policies of the table in `groups`, as "a, b and c". */
+static void policies_in(unsigned groups, char *buf, size_t len)
+{
+    const stow_replay_policy_t *in[STOW_REPLAY_MAX_POLICIES];
+    unsigned n = 0;
+    for (size_t i = 0; stow__replay_policies[i] && n < STOW_REPLAY_MAX_POLICIES; i++)
+        if (policy_groups(stow__replay_policies[i]) & groups)
+            in[n++] = stow__replay_policies[i];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (unsigned k = 0; k < n && used < len; k++) {
+        int w = snprintf(buf + used, len - used, "%s%s", k == 0 ? "" : k + 1 == n ? " and " : ", ",
+                         in[k]->name);
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* The groups a key applies to, with the settings in force. */
+static unsigned key_groups(const conf_key_t *key, const stow_config_t *config)
+{
+    if (key->kind == KEY_PLANNED_LAYER && config->planned_auto)
+        return key->groups | APPLY_POOLS;
+    return key->groups;
+}
+
+/* For a key that picks a pool: the policy it wants in place of p, or NULL when
+ * p agrees with it. *none_fits: no policy can take the key's value (a replay
+ * always plans inline). */
+static const stow_replay_policy_t *key_wants(const conf_key_t *key, const stow_config_t *config,
+                                             const stow_replay_policy_t *p, bool *none_fits)
+{
+    *none_fits = false;
+    unsigned g = policy_groups(p);
+    bool planned = (g & APPLY_PLANNED) != 0;
+    switch (key->kind) {
+    case KEY_PAGE_MAPPED: {
+        bool want = config->policy == STOW_POLICY_VMM;
+        if (policy_page_mapped(p) == want)
+            return NULL;
+        if (g & APPLY_PYTORCH)
+            return want ? &stow__replay_policy_pytorch_expandable : &stow__replay_policy_pytorch;
+        return pool_policy(want, planned);
+    }
+    case KEY_PLANNED_STEPS:
+        return planned == config->planned_steps ? NULL
+                                                : pool_policy(policy_page_mapped(p),
+                                                              config->planned_steps);
+    case KEY_PLANNED_ASYNC:
+        *none_fits = config->planned_async;
+        return config->planned_async ? p : NULL;
+    default:
+        return NULL;
+    }
+}
+
+stow_status_t stow__replay_conf_resolve(const char *conf, const stow_config_t *config,
+                                        bool policy_given, const stow_replay_policy_t **policies,
+                                        unsigned *count, FILE *notes, const char *who, char *err,
+                                        size_t err_len)
+{
+    if (!config || !policies || !count || !*count || *count > STOW_REPLAY_MAX_POLICIES)
+        return opts_error(err, err_len, "no policy");
+    given_key_t given[CONF_KEY_COUNT];
+    unsigned n = 0;
+    const char *env = getenv("STOWAGE_CONF");
+    if (env)
+        scan_keys(env, true, given, &n);
+    if (conf)
+        scan_keys(conf, false, given, &n);
+    if (!policy_given) {
+        policies[0] = pool_policy(config->policy == STOW_POLICY_VMM, config->planned_steps);
+        *count = 1;
+    }
+    char origin[128], names[256];
+    for (unsigned j = 0; j < n; j++) {
+        const conf_key_t *key = given[j].key;
+        key_origin(&given[j], origin, sizeof origin);
+        unsigned groups = key_groups(key, config);
+        const stow_replay_policy_t *without[STOW_REPLAY_MAX_POLICIES];
+        unsigned applied = 0, left = 0;
+        for (unsigned k = 0; k < *count; k++) {
+            const stow_replay_policy_t *p = policies[k];
+            if (!(policy_groups(p) & groups)) {
+                without[left++] = p;
+                continue;
+            }
+            bool none_fits;
+            const stow_replay_policy_t *want = key_wants(key, config, p, &none_fits);
+            if (none_fits)
+                return opts_error(err, err_len,
+                                  "%s: a replay plans inline, so that its figures repeat "
+                                  "(docs/planned.md): drop the key",
+                                  origin);
+            if (want)
+                return opts_error(err, err_len,
+                                  "%s selects %s, not the policy %s given with --policy: use "
+                                  "--policy %s in its place, or drop the key",
+                                  origin, want->name, p->name, want->name);
+            applied++;
+        }
+        if (!applied) {
+            policies_in(groups, names, sizeof names);
+            if (*count == 1)
+                return opts_error(err, err_len,
+                                  "%s applies to %s only; the policy %s%s cannot apply it: use "
+                                  "--policy with one of those, or drop the key",
+                                  origin, names, policies[0]->name,
+                                  policy_given ? "" : " (the one the settings select)");
+            return opts_error(err, err_len,
+                              "%s applies to %s only, none of the policies given: add one of "
+                              "those with --policy, or drop the key",
+                              origin, names);
+        }
+        if (left && notes) {
+            size_t used = 0;
+            names[0] = '\0';
+            for (unsigned k = 0; k < left && used < sizeof names; k++) {
+                int w = snprintf(names + used, sizeof names - used, "%s%s",
+                                 k == 0 ? "" : k + 1 == left ? " and " : ", ", without[k]->name);
+                used += w > 0 ? (size_t)w : 0;
+            }
+            fprintf(notes, "%s: note: %s does not apply to %s, which %s without it\n", who,
+                    origin, names, left == 1 ? "runs" : "run");
+        }
+    }
+    return STOW_OK;
+}
+
+bool stow__replay_note_no_steps(FILE *f, const char *who, const stow_trace_t *trace,
+                                const stow_replay_policy_t *policy, const stow_config_t *config)
+{
+    const stow_replay_policy_t *base = stow__replay_planned_base(policy);
+    if (!base || !trace || trace->marker_count || (config && config->planned_auto))
+        return false;
+    fprintf(f,
+            "%s: note: %s has no step markers ('m' lines), so %s plans nothing on it: its "
+            "figures equal %s's\n",
+            who, trace->path ? trace->path : "the trace", policy->name, base->name);
+    return true;
+}
+
 void stow__replay_usage(FILE *f)
 {
     fprintf(f,
-            "usage: stowage replay [--policy P] [--capacity BYTES | --min-capacity] [--json]\n"
-            "                      [--repeats N] [--conf KEY:VALUE,...] [--summary] TRACE...\n"
+            "usage: stowage replay [--policy P]... [--capacity BYTES [--allow-oom] |\n"
+            "                      --min-capacity] [--json] [--repeats N]\n"
+            "                      [--conf KEY:VALUE,...] [--summary] TRACE...\n"
             "\n"
             "Replays each .rep trace under a policy and prints peak live bytes (the lower\n"
             "bound), peak reserved bytes, their ratio, backend calls, OOM errors and host\n"
             "ns/event (median of N warm repeats, default 5; the policies of a trace are\n"
             "timed in rounds, each replaying it untimed and then timed in turn).\n"
             "  --policy P      a policy below, or all (one table row per trace and policy);\n"
-            "                  may be repeated\n"
-            "  --capacity B    simulated device memory in bytes (suffixes K, M, G, T);\n"
-            "                  default unlimited; device policies only\n"
+            "                  may be repeated. Default: the pool the settings select:\n"
+            "                  classic; vmm with policy:vmm or expandable_segments:True;\n"
+            "                  classic-planned or vmm-planned with planned_steps:true\n"
+            "  --capacity B    simulated device memory in bytes (suffixes K, M, G, T), at\n"
+            "                  least 2M; default unlimited; device policies only\n"
+            "  --allow-oom     out-of-memory errors do not fail the replay (capacity\n"
+            "                  studies); without it they exit 1\n"
             "  --min-capacity  also find the smallest device capacity (a multiple of 2 MiB)\n"
             "                  at which the trace runs with no OOM error (binary search)\n"
             "  --conf S        settings in STOWAGE_CONF syntax (also read from STOWAGE_CONF);\n"
-            "                  max_split_size_mb, roundup_power2_divisions and\n"
-            "                  garbage_collection_threshold apply to the pytorch models too\n"
+            "                  a key that no policy given applies is an error naming it;\n"
+            "                  max_split_size_mb, max_non_split_rounding_mb,\n"
+            "                  roundup_power2_divisions, garbage_collection_threshold,\n"
+            "                  per_process_memory_fraction and expandable_segments apply\n"
+            "                  to the pytorch models too\n"
             "  --json          one JSON object per trace and policy, one per line\n"
-            "  --summary       print the pool's memory summary (classic)\n"
+            "  --summary       print the pool's memory summary (classic, vmm and their\n"
+            "                  planned variants; text output)\n"
             "Policies:\n");
     for (size_t i = 0; stow__replay_policies[i]; i++)
         fprintf(f, "  %-19s %s\n", stow__replay_policies[i]->name,
                 stow__replay_policies[i]->summary);
-    fprintf(f, "Exit status: 0 ok, 1 replay failure, 2 bad usage or malformed trace.\n");
+    fprintf(f, "Exit status: 0 ok; 1 a replay failed, or had OOM errors without --allow-oom;\n"
+               "2 bad usage, settings or trace.\n");
 }
 
 bool stow__replay_parse_bytes(const char *s, size_t *out)
@@ -107,17 +424,6 @@ bool stow__replay_parse_bytes(const char *s, size_t *out)
     return true;
 }
 
-static stow_status_t opts_error(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return STOW_EINVAL;
-}
-
 static bool opts_add_policy(stow_replay_opts_t *o, const stow_replay_policy_t *p)
 {
     for (unsigned k = 0; k < o->policy_count; k++)
@@ -136,6 +442,7 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
         return opts_error(err, err_len, "no arguments");
     memset(o, 0, sizeof *o);
     o->repeats = 5;
+    bool capacity_given = false, repeats_given = false;
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
         const char *a = argv[i];
@@ -144,6 +451,12 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
                            !strcmp(a, "--repeats") || !strcmp(a, "--conf");
         if (takes_value && !v)
             return opts_error(err, err_len, "option '%s' needs a value", a);
+        /* A value given twice would leave one of them unused. */
+        if ((!strcmp(a, "--capacity") && capacity_given) ||
+            (!strcmp(a, "--repeats") && repeats_given) || (!strcmp(a, "--conf") && o->conf))
+            return opts_error(err, err_len, "%s given twice%s", a,
+                              !strcmp(a, "--conf") ? ": join the settings with ',' in one --conf"
+                                                   : "");
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             o->help = true;
             return STOW_OK;
@@ -151,10 +464,13 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
             o->json = true;
         } else if (!strcmp(a, "--summary")) {
             o->summary = true;
+        } else if (!strcmp(a, "--allow-oom")) {
+            o->allow_oom = true;
         } else if (!strcmp(a, "--min-capacity")) {
             o->min_capacity = true;
         } else if (!strcmp(a, "--policy")) {
             i++;
+            o->policy_given = true;
             if (!strcmp(v, "all")) {
                 o->all = true;
                 for (size_t k = 0; stow__replay_policies[k]; k++)
@@ -169,10 +485,17 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
             }
         } else if (!strcmp(a, "--capacity")) {
             i++;
+            capacity_given = true;
             if (!stow__replay_parse_bytes(v, &o->capacity_bytes))
                 return opts_error(err, err_len, "--capacity: '%s' is not a byte count", v);
+            if (o->capacity_bytes < STOW_REPLAY_CAPACITY_STEP_BYTES)
+                return opts_error(err, err_len,
+                                  "--capacity: '%s' is below 2 MiB, the simulated device's "
+                                  "granule",
+                                  v);
         } else if (!strcmp(a, "--repeats")) {
             i++;
+            repeats_given = true;
             char *end;
             errno = 0;
             unsigned long n = strtoul(v, &end, 10);
@@ -186,8 +509,18 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
             return opts_error(err, err_len, "unknown option '%s'", a);
         }
     }
-    if (o->min_capacity && o->capacity_bytes)
+    if (o->min_capacity && capacity_given)
         return opts_error(err, err_len, "--min-capacity searches the capacity: drop --capacity");
+    if (o->allow_oom && !capacity_given)
+        return opts_error(err, err_len,
+                          "--allow-oom accepts the OOM errors of a --capacity run; without "
+                          "--capacity the device is unlimited: add --capacity or drop it");
+    if (o->summary && o->json)
+        return opts_error(err, err_len, "--summary prints text, which --json replaces: drop one");
+    if (o->summary && o->all)
+        return opts_error(err, err_len,
+                          "--summary prints one pool's text, which the --policy all table "
+                          "replaces: name the pools with --policy classic, --policy vmm");
     if (i == argc)
         return opts_error(err, err_len, "no trace given");
     if (!o->policy_count)

@@ -139,14 +139,18 @@ typedef struct stow_replay_opts {
     bool help;             /* --help / -h given: print usage, exit 0 */
     const char *conf;      /* --conf, applied after STOWAGE_CONF */
     int first_trace;       /* argv index of the first trace */
+    bool policy_given;     /* --policy named the policies; false: classic, until the
+                              settings pick another (stow__replay_conf_resolve) */
+    bool allow_oom;        /* --allow-oom: out-of-memory errors do not fail the replay */
 } stow_replay_opts_t;
 
 /*
  * Parses argv (argv[0] is "replay"). On success *out holds the options; traces
  * are argv[out->first_trace .. argc). --help sets out->help and stops parsing.
- * Errors: STOW_EINVAL with a message in err (unknown option or policy, missing
- * value, bad byte count, repeats out of 0..1000, --min-capacity with
- * --capacity, no trace). *out is unspecified on error.
+ * Errors: STOW_EINVAL with a one-line message in err (unknown option or
+ * policy, missing value, an option given twice, bad byte count, repeats out of
+ * 0..1000, --min-capacity with --capacity, --summary with --json or --policy
+ * all, no trace). *out is unspecified on error.
  */
 stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t *out, char *err,
                                       size_t err_len);
@@ -158,6 +162,40 @@ bool stow__replay_parse_bytes(const char *text, size_t *out);
  * Errors: STOW_EINVAL with the offending key in err. */
 stow_status_t stow__replay_load_config(const char *conf, stow_config_t *out, char *err,
                                        size_t err_len);
+
+/*
+ * Checks the settings of STOWAGE_CONF and `conf` (--conf; may be NULL), merged
+ * into *config by stow__replay_load_config, against the policies a command
+ * replays, so that no setting is dropped unseen:
+ *   - without --policy (policy_given false; *count is 1), the settings pick the
+ *     policy: policy:vmm or expandable_segments:True a page-mapped pool,
+ *     planned_steps:true a planned one (classic, vmm, classic-planned or
+ *     vmm-planned; policies[0] is set to it);
+ *   - a key that selects a pool (policy, expandable_segments, planned_steps,
+ *     planned_async) and disagrees with a policy given is an error that names
+ *     the key and the policy to use instead;
+ *   - a key that none of the policies applies (a Stowage pool key for the
+ *     PyTorch models, a vmm key for classic, any key for naive, jemalloc and
+ *     ideal-remap) is an error that names the key and the policies that apply
+ *     it; one that some of them apply gets a one-line note on `notes`
+ *     ("WHO: note: ...") naming those that run without it.
+ * Errors: STOW_EINVAL with the message in err; STOW_EHOSTMEM.
+ */
+stow_status_t stow__replay_conf_resolve(const char *conf, const stow_config_t *config,
+                                        bool policy_given, const stow_replay_policy_t **policies,
+                                        unsigned *count, FILE *notes, const char *who, char *err,
+                                        size_t err_len);
+
+/* The pool a planned policy (classic-planned, vmm-planned) runs on: classic or
+ * vmm; NULL for any other policy. */
+const stow_replay_policy_t *stow__replay_planned_base(const stow_replay_policy_t *policy);
+
+/* When `policy` is a planned pool, `trace` has no step markers and the settings
+ * do not find steps on their own (planned_auto), writes one line to f,
+ * "WHO: note: ...", saying that the policy plans nothing on this trace and that
+ * its figures are its base pool's. Returns whether it wrote it. */
+bool stow__replay_note_no_steps(FILE *f, const char *who, const stow_trace_t *trace,
+                                const stow_replay_policy_t *policy, const stow_config_t *config);
 
 /* The --help text. */
 void stow__replay_usage(FILE *f);

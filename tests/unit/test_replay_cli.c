@@ -401,6 +401,248 @@ Test(replay_opts, bad_input_is_einval_with_a_message)
     }
 }
 
+/* An option that would leave a value or a flag unused is an error. */
+Test(replay_opts, options_that_would_go_unused_are_errors)
+{
+    stow_replay_opts_t o;
+    char err[256];
+    struct {
+        int argc;
+        const char *argv[7];
+        const char *msg;
+    } cases[] = {
+        {6, {"replay", "--conf", "a:1", "--conf", "b:2", "t"}, "--conf given twice"},
+        {6, {"replay", "--capacity", "1G", "--capacity", "2G", "t"}, "--capacity given twice"},
+        {6, {"replay", "--repeats", "1", "--repeats", "2", "t"}, "--repeats given twice"},
+        {4, {"replay", "--summary", "--json", "t"}, "--summary prints text"},
+        {5, {"replay", "--summary", "--policy", "all", "t"}, "--policy all table"},
+        {3, {"replay", "--allow-oom", "t"}, "add --capacity"},
+        {5, {"replay", "--allow-oom", "--min-capacity", "t"}, "add --capacity"},
+        {5, {"replay", "--capacity", "4M", "--min-capacity", "t"}, "drop --capacity"},
+        {4, {"replay", "--capacity", "1M", "t"}, "below 2 MiB"},
+        {4, {"replay", "--capacity", "0", "t"}, "below 2 MiB"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[8] = {0};
+        for (int k = 0; k < cases[i].argc; k++)
+            argv[k] = (char *)cases[i].argv[k];
+        err[0] = 0;
+        cr_assert_eq(stow__replay_opts_parse(cases[i].argc, argv, &o, err, sizeof err),
+                     STOW_EINVAL, "case %zu", i);
+        cr_assert_not_null(strstr(err, cases[i].msg), "case %zu: '%s'", i, err);
+        cr_assert_null(strchr(err, '\n'), "case %zu: one line: '%s'", i, err);
+    }
+    cr_assert_eq(parse(&o, err, sizeof err, 5, "replay", "--capacity", "1G", "--allow-oom", "t"),
+                 STOW_OK, "%s", err);
+    cr_assert(o.allow_oom);
+    cr_assert_not(o.policy_given);
+    cr_assert_eq(parse(&o, err, sizeof err, 4, "replay", "--policy", "vmm", "t"), STOW_OK);
+    cr_assert(o.policy_given);
+}
+
+/* ---- settings against the policies (stow__replay_conf_resolve) ---- */
+
+/* Resolves `conf` (STOWAGE_CONF unset) for the named policies (none: the
+ * default); returns the status, with the first policy in *first and any note
+ * in notes. */
+static stow_status_t resolve(const char *conf, const char *const *names, unsigned n,
+                             const stow_replay_policy_t **first, unsigned *count, char *err,
+                             char *notes, size_t notes_len)
+{
+    unsetenv("STOWAGE_CONF");
+    stow_config_t c;
+    cr_assert_eq(stow__replay_load_config(conf, &c, err, 256), STOW_OK, "%s", err);
+    const stow_replay_policy_t *ps[STOW_REPLAY_MAX_POLICIES] = {&stow__replay_policy_classic};
+    for (unsigned k = 0; k < n; k++)
+        cr_assert_not_null(ps[k] = stow__replay_policy_find(names[k]), "%s", names[k]);
+    *count = n ? n : 1;
+    FILE *f = fmemopen(notes, notes_len, "w");
+    cr_assert_not_null(f);
+    err[0] = 0;
+    stow_status_t st = stow__replay_conf_resolve(conf, &c, n > 0, ps, count, f, "who", err, 256);
+    fclose(f);
+    *first = ps[0];
+    return st;
+}
+
+Test(replay_conf_resolve, settings_pick_the_pool_without_policy)
+{
+    struct {
+        const char *conf, *want;
+    } cases[] = {
+        {NULL, "classic"},
+        {"policy:vmm", "vmm"},
+        {"expandable_segments:True", "vmm"},
+        {"expandable_segments:False", "classic"},
+        {"planned_steps:true", "classic-planned"},
+        {"policy:vmm,planned_steps:true", "vmm-planned"},
+        {"policy:vmm,vmm_slack:0.02", "vmm"},
+        {"planned_steps:true,planned_warmup_steps:2", "classic-planned"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const stow_replay_policy_t *p;
+        unsigned n;
+        char err[256], notes[512] = "";
+        cr_assert_eq(resolve(cases[i].conf, NULL, 0, &p, &n, err, notes, sizeof notes), STOW_OK,
+                     "%s: %s", cases[i].conf, err);
+        cr_assert_eq(n, 1);
+        cr_assert_str_eq(p->name, cases[i].want, "%s", cases[i].conf);
+        cr_assert_str_empty(notes);
+    }
+}
+
+Test(replay_conf_resolve, environment_picks_the_pool_too)
+{
+    cr_assert_eq(setenv("STOWAGE_CONF", "policy:vmm", 1), 0);
+    stow_config_t c;
+    char err[256];
+    cr_assert_eq(stow__replay_load_config(NULL, &c, err, sizeof err), STOW_OK);
+    const stow_replay_policy_t *ps[1] = {&stow__replay_policy_classic};
+    unsigned n = 1;
+    cr_assert_eq(stow__replay_conf_resolve(NULL, &c, false, ps, &n, NULL, "who", err, sizeof err),
+                 STOW_OK, "%s", err);
+    cr_assert_eq(ps[0], &stow__replay_policy_vmm);
+    ps[0] = &stow__replay_policy_classic;
+    cr_assert_eq(stow__replay_conf_resolve(NULL, &c, true, ps, &n, NULL, "who", err, sizeof err),
+                 STOW_EINVAL);
+    cr_assert_str_eq(err, "STOWAGE_CONF's policy:vmm selects vmm, not the policy classic given "
+                          "with --policy: use --policy vmm in its place, or drop the key");
+    unsetenv("STOWAGE_CONF");
+}
+
+Test(replay_conf_resolve, a_key_that_contradicts_the_policy_names_the_one_to_use)
+{
+    struct {
+        const char *conf, *policy, *want;
+    } cases[] = {
+        {"policy:vmm", "classic",
+         "--conf policy:vmm selects vmm, not the policy classic given with --policy: use "
+         "--policy vmm in its place, or drop the key"},
+        {"expandable_segments:True", "pytorch",
+         "--conf expandable_segments:True selects pytorch-expandable, not the policy pytorch "
+         "given with --policy: use --policy pytorch-expandable in its place, or drop the key"},
+        {"policy:classic", "vmm-planned",
+         "--conf policy:classic selects classic-planned, not the policy vmm-planned given with "
+         "--policy: use --policy classic-planned in its place, or drop the key"},
+        {"planned_steps:true", "vmm",
+         "--conf planned_steps:true selects vmm-planned, not the policy vmm given with --policy: "
+         "use --policy vmm-planned in its place, or drop the key"},
+        {"planned_steps:false", "classic-planned",
+         "--conf planned_steps:false selects classic, not the policy classic-planned given with "
+         "--policy: use --policy classic in its place, or drop the key"},
+        {"planned_async:true", "classic-planned",
+         "--conf planned_async:true: a replay plans inline, so that its figures repeat "
+         "(docs/planned.md): drop the key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const stow_replay_policy_t *p;
+        unsigned n;
+        char err[256], notes[512] = "";
+        const char *names[] = {cases[i].policy};
+        cr_assert_eq(resolve(cases[i].conf, names, 1, &p, &n, err, notes, sizeof notes),
+                     STOW_EINVAL, "%s", cases[i].conf);
+        cr_assert_str_eq(err, cases[i].want);
+    }
+}
+
+Test(replay_conf_resolve, a_key_no_policy_applies_is_an_error_naming_it)
+{
+    struct {
+        const char *conf, *policy, *want;
+    } cases[] = {
+        {"keep_idle_max:0.1", "pytorch",
+         "--conf keep_idle_max:0.1 applies to classic and classic-planned only; the policy "
+         "pytorch cannot apply it: use --policy with one of those, or drop the key"},
+        {"vmm_slack:0.02", NULL,
+         "--conf vmm_slack:0.02 applies to vmm and vmm-planned only; the policy classic (the one "
+         "the settings select) cannot apply it: use --policy with one of those, or drop the key"},
+        {"max_split_size_mb:64", "vmm",
+         "--conf max_split_size_mb:64 applies to classic, classic-planned, pytorch and "
+         "pytorch-expandable only; the policy vmm cannot apply it: use --policy with one of "
+         "those, or drop the key"},
+        {"quick_depth:8", "naive",
+         "--conf quick_depth:8 applies to classic, vmm, classic-planned and vmm-planned only; "
+         "the policy naive cannot apply it: use --policy with one of those, or drop the key"},
+        {"planned_warmup_steps:3", "classic",
+         "--conf planned_warmup_steps:3 applies to classic-planned and vmm-planned only; the "
+         "policy classic cannot apply it: use --policy with one of those, or drop the key"},
+        {"policy:vmm", "pytorch-expandable",
+         "--conf policy:vmm applies to classic, vmm, classic-planned and vmm-planned only; the "
+         "policy pytorch-expandable cannot apply it: use --policy with one of those, or drop "
+         "the key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const stow_replay_policy_t *p;
+        unsigned n;
+        char err[256], notes[512] = "";
+        const char *names[] = {cases[i].policy};
+        cr_assert_eq(resolve(cases[i].conf, names, cases[i].policy ? 1 : 0, &p, &n, err, notes,
+                             sizeof notes),
+                     STOW_EINVAL, "%s", cases[i].conf);
+        cr_assert_str_eq(err, cases[i].want);
+    }
+    /* planned_auto finds steps without markers: the planned layer's keys apply. */
+    const stow_replay_policy_t *p;
+    unsigned n;
+    char err[256], notes[512] = "";
+    const char *classic[] = {"classic"};
+    cr_assert_eq(resolve("planned_auto:true,planned_warmup_steps:3", classic, 1, &p, &n, err,
+                         notes, sizeof notes),
+                 STOW_OK, "%s", err);
+}
+
+/* Several policies: a key some of them apply runs there, and a note names the
+ * others; a key none of them applies is still an error. */
+Test(replay_conf_resolve, several_policies_note_those_without_the_key)
+{
+    const stow_replay_policy_t *p;
+    unsigned n;
+    char err[256], notes[512] = "";
+    const char *names[] = {"vmm", "pytorch-expandable", "ideal-remap"};
+    cr_assert_eq(resolve("vmm_handle_mb:2", names, 3, &p, &n, err, notes, sizeof notes), STOW_OK,
+                 "%s", err);
+    cr_assert_eq(n, 3);
+    cr_assert_str_eq(notes, "who: note: --conf vmm_handle_mb:2 does not apply to "
+                            "pytorch-expandable and ideal-remap, which run without it\n");
+    notes[0] = 0;
+    cr_assert_eq(resolve("expandable_segments:True", names, 3, &p, &n, err, notes, sizeof notes),
+                 STOW_OK, "%s", err);
+    cr_assert_str_eq(notes, "who: note: --conf expandable_segments:True does not apply to "
+                            "ideal-remap, which runs without it\n");
+    const char *refs[] = {"naive", "jemalloc"};
+    cr_assert_eq(resolve("roundup_power2_divisions:4", refs, 2, &p, &n, err, notes, sizeof notes),
+                 STOW_EINVAL);
+    cr_assert_str_eq(err, "--conf roundup_power2_divisions:4 applies to classic, vmm, "
+                          "classic-planned, vmm-planned, pytorch and pytorch-expandable only, "
+                          "none of the policies given: add one of those with --policy, or drop "
+                          "the key");
+    /* A list value keeps its commas: one key. */
+    const char *pt[] = {"pytorch"};
+    cr_assert_eq(resolve("roundup_power2_divisions:[256:1,512:2,>:8], max_split_size_mb:64", pt, 1,
+                         &p, &n, err, notes, sizeof notes),
+                 STOW_OK, "%s", err);
+}
+
+Test(replay_conf_resolve, planned_policy_without_markers_gets_a_note)
+{
+    stow_trace_t *plain = parse_trace(naive_trace);
+    stow_trace_t *marked = parse_trace("1 2\nm train\na 0 512 0\nf 0\n");
+    stow_config_t c = ts_config(NULL), autoc = ts_config("planned_auto:true");
+    char buf[512] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    cr_assert(stow__replay_note_no_steps(f, "who", plain, &stow__replay_policy_vmm_planned, &c));
+    cr_assert_not(stow__replay_note_no_steps(f, "who", marked, &stow__replay_policy_vmm_planned,
+                                             &c));
+    cr_assert_not(stow__replay_note_no_steps(f, "who", plain, &stow__replay_policy_vmm, &c));
+    cr_assert_not(stow__replay_note_no_steps(f, "who", plain,
+                                             &stow__replay_policy_classic_planned, &autoc));
+    fclose(f);
+    cr_assert_str_eq(buf, "who: note: synthetic has no step markers ('m' lines), so vmm-planned "
+                          "plans nothing on it: its figures equal vmm's\n");
+    stow_trace_free(plain);
+    stow_trace_free(marked);
+}
+
 Test(replay_opts, byte_counts)
 {
     size_t v = 0;
@@ -912,4 +1154,425 @@ Test(replay_cli, all_policies_add_planned_rows_for_markers)
     cr_assert_not_null(hits);
     cr_assert_gt(atoi(hits + strlen("\"planned_hits\": ")), 0, "%s", row);
     cr_assert_not_null(strstr(row, "\"plans\": 1"), "%s", row);
+}
+
+/* ---- every subcommand of the built CLI: settings, exit statuses, usage ---- */
+
+/* Runs `build/stowage ARGS` (a shell fragment) with STOWAGE_CONF set to
+ * env_conf (NULL: unset): standard output in out, standard error in err.
+ * Returns the exit status. */
+static int cli_exec(const char *env_conf, const char *args, char *out, size_t out_len, char *err,
+                    size_t err_len)
+{
+    char exe[4096], cmd[8192], err_path[] = "/tmp/stow_cli_err_XXXXXX";
+    if (!cli_path(exe, sizeof exe))
+        cr_skip_test("build/stowage not built");
+    int fd = mkstemp(err_path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    if (env_conf)
+        snprintf(cmd, sizeof cmd, "env STOWAGE_CONF='%s' '%s' %s 2>'%s'", env_conf, exe, args,
+                 err_path);
+    else
+        snprintf(cmd, sizeof cmd, "env -u STOWAGE_CONF '%s' %s 2>'%s'", exe, args, err_path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, out_len - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    FILE *e = fopen(err_path, "r");
+    cr_assert_not_null(e);
+    n = fread(err, 1, err_len - 1, e);
+    err[n] = 0;
+    fclose(e);
+    unlink(err_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* A temporary file holding text; path is a mkstemp template. */
+static void temp_with(char *path, const char *text)
+{
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    size_t n = strlen(text);
+    cr_assert_eq(write(fd, text, n), (ssize_t)n);
+    close(fd);
+}
+
+/* The (policy NAME) label of each text block and the JSON's policy show the
+ * pool the settings picked, from --conf or STOWAGE_CONF. */
+Test(cli_settings, conf_and_environment_pick_the_pool_the_label_shows)
+{
+    char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096];
+    temp_with(path, naive_trace);
+    struct {
+        const char *env, *conf, *want;
+    } cases[] = {
+        {NULL, "policy:vmm", "(policy vmm)"},
+        {"policy:vmm", NULL, "(policy vmm)"},
+        {NULL, "expandable_segments:True", "(policy vmm)"},
+        {"expandable_segments:True", NULL, "(policy vmm)"},
+        {NULL, "planned_steps:true,planned_auto:true", "(policy classic-planned)"},
+        {NULL, NULL, "(policy classic)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "replay --repeats 0 %s%s%s %s",
+                 cases[i].conf ? "--conf '" : "", cases[i].conf ? cases[i].conf : "",
+                 cases[i].conf ? "'" : "", path);
+        cr_assert_eq(cli_exec(cases[i].env, args, out, sizeof out, err, sizeof err), 0,
+                     "case %zu: %s", i, err);
+        cr_assert_not_null(strstr(out, cases[i].want), "case %zu: %s", i, out);
+        cr_assert_str_empty(err, "case %zu", i);
+    }
+    snprintf(args, sizeof args, "replay --json --repeats 0 %s", path);
+    cr_assert_eq(cli_exec("policy:vmm", args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(strstr(out, "\"policy\": \"vmm\""), "%s", out);
+    unlink(path);
+}
+
+/* A setting that contradicts --policy, or that no policy given applies, is a
+ * usage error naming the key and what to use: nothing is replayed. */
+Test(cli_settings, settings_no_policy_applies_exit_2_naming_the_key)
+{
+    char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096];
+    temp_with(path, naive_trace);
+    struct {
+        const char *env, *rest, *key, *instead;
+    } cases[] = {
+        {NULL, "--policy classic --conf policy:vmm", "--conf policy:vmm", "--policy vmm"},
+        {"policy:vmm", "--policy classic", "STOWAGE_CONF's policy:vmm", "--policy vmm"},
+        {NULL, "--policy classic --conf expandable_segments:True",
+         "--conf expandable_segments:True", "--policy vmm"},
+        {NULL, "--policy pytorch --conf expandable_segments:True", "expandable_segments:True",
+         "--policy pytorch-expandable"},
+        {NULL, "--policy all --conf policy:vmm", "--conf policy:vmm", "--policy vmm"},
+        {NULL, "--policy pytorch --conf keep_idle_max:0.1", "keep_idle_max:0.1",
+         "classic and classic-planned"},
+        {NULL, "--conf vmm_slack:0.02", "vmm_slack:0.02", "vmm and vmm-planned"},
+        {NULL, "--policy naive --policy jemalloc --conf quick_depth:4", "quick_depth:4",
+         "classic, vmm"},
+        {NULL, "--conf planned_async:true", "planned_async:true", "drop the key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "replay --repeats 0 %s %s", cases[i].rest, path);
+        cr_assert_eq(cli_exec(cases[i].env, args, out, sizeof out, err, sizeof err), 2,
+                     "case %zu: %s", i, out);
+        cr_assert_str_empty(out, "case %zu", i);
+        cr_assert_eq(count_lines(err), 2, "case %zu: %s", i, err);
+        cr_assert_not_null(strstr(err, cases[i].key), "case %zu: %s", i, err);
+        cr_assert_not_null(strstr(err, cases[i].instead), "case %zu: %s", i, err);
+        cr_assert_not_null(strstr(err, "\nsee 'stowage replay --help'\n"), "case %zu", i);
+    }
+    /* report and diff apply the same rule to their one policy. */
+    snprintf(args, sizeof args, "report %s --json --policy pytorch --conf vmm_small_kb:64", path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 2);
+    cr_assert_not_null(strstr(err, "vmm_small_kb:64 applies to vmm and vmm-planned only"), "%s",
+                       err);
+    snprintf(args, sizeof args, "diff %s %s --policy classic", path, path);
+    cr_assert_eq(cli_exec("policy:vmm", args, out, sizeof out, err, sizeof err), 2);
+    cr_assert_not_null(strstr(err, "STOWAGE_CONF's policy:vmm selects vmm"), "%s", err);
+    snprintf(args, sizeof args, "report %s --json", path);
+    cr_assert_eq(cli_exec("policy:vmm", args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(strstr(out, "\"policy\":\"vmm\""), "%s", out);
+    unlink(path);
+}
+
+/* A key some of the policies apply runs there; one note names the others. */
+Test(cli_settings, key_some_policies_apply_gets_a_note)
+{
+    char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096];
+    temp_with(path, naive_trace);
+    snprintf(args, sizeof args,
+             "replay --json --repeats 0 --policy classic --policy pytorch --conf keep_idle_max:0.1 "
+             "%s",
+             path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(count_lines(out), 2, "%s", out);
+    cr_assert_str_eq(err, "stowage replay: note: --conf keep_idle_max:0.1 does not apply to "
+                          "pytorch, which runs without it\n");
+    unlink(path);
+}
+
+/* classic-planned on a trace with no step markers: one note, and classic's
+ * figures. */
+Test(cli_settings, planned_policy_without_markers_says_it_plans_nothing)
+{
+    char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096], base[16384];
+    temp_with(path, churn_trace);
+    snprintf(args, sizeof args, "replay --json --repeats 0 --policy classic %s", path);
+    cr_assert_eq(cli_exec(NULL, args, base, sizeof base, err, sizeof err), 0, "%s", err);
+    snprintf(args, sizeof args, "replay --json --repeats 0 --policy classic-planned %s", path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "stowage replay: note: %s has no step markers ('m' lines), so classic-planned plans "
+             "nothing on it: its figures equal classic's\n",
+             path);
+    cr_assert_str_eq(err, want);
+    const char *key = "\"peak_reserved_bytes\": ";
+    const char *a = strstr(base, key), *b = strstr(out, key);
+    cr_assert(a && b);
+    cr_assert_eq(strtoull(a + strlen(key), NULL, 10), strtoull(b + strlen(key), NULL, 10));
+    /* The same through the settings. */
+    snprintf(args, sizeof args, "replay --repeats 0 --conf planned_steps:true %s", path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(err, want);
+    unlink(path);
+}
+
+/* OOM errors fail the replay (exit 1, one line naming the policy and the
+ * count) unless --allow-oom accepts them; --min-capacity is unaffected. */
+Test(cli_settings, oom_exits_1_unless_allow_oom)
+{
+    char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096], want[1024];
+    temp_with(path, naive_trace);
+    snprintf(args, sizeof args, "replay --repeats 0 --policy naive --capacity 6M %s", path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 1, "%s", err);
+    cr_assert_not_null(strstr(out, "OOM errors             1\n"), "%s", out);
+    snprintf(want, sizeof want,
+             "stowage replay: %s: 1 out-of-memory error under policy naive on a 6291456-byte "
+             "device; --allow-oom accepts them\n",
+             path);
+    cr_assert_str_eq(err, want);
+    snprintf(args, sizeof args,
+             "replay --repeats 0 --policy naive --capacity 6M --allow-oom --json %s", path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(strstr(out, "\"ooms\": 1"), "%s", out);
+    snprintf(args, sizeof args, "replay --repeats 0 --policy all --min-capacity %s", path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    snprintf(args, sizeof args, "replay --repeats 0 --policy naive --capacity 8M %s", path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    unlink(path);
+}
+
+/* Options a policy cannot use: an error when no policy of the run can, a note
+ * for the others. */
+Test(cli_settings, options_the_policies_cannot_use)
+{
+    char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096];
+    temp_with(path, naive_trace);
+    const char *bad[] = {
+        "replay --summary --policy pytorch",
+        "replay --capacity 1G --policy jemalloc",
+        "replay --min-capacity --policy jemalloc",
+        "replay --conf quick_depth:1 --conf quick_depth:2",
+        "report --json --bars 10",
+        "report --growth --tags /dev/null",
+        "report --iterations 2 --boundary 1",
+        "report --policy jemalloc --capacity 1G",
+        "diff --policy jemalloc --min-capacity",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        /* diff takes the trace twice. */
+        snprintf(args, sizeof args, "%s %s%s%s", bad[i], path, bad[i][0] == 'd' ? " " : "",
+                 bad[i][0] == 'd' ? path : "");
+        cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 2, "%s: %s", bad[i],
+                     err);
+        cr_assert_eq(count_lines(err), 2, "%s: %s", bad[i], err);
+    }
+    snprintf(args, sizeof args, "replay --json --repeats 0 --capacity 1G --policy classic "
+                                "--policy jemalloc %s",
+             path);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(err, "stowage replay: note: jemalloc runs on host memory, without "
+                          "--capacity\n");
+    unlink(path);
+}
+
+/* Every usage error of every subcommand is one line saying what is wrong and
+ * one pointing at its --help; nothing on standard output. */
+Test(cli_usage, usage_errors_are_two_lines)
+{
+    struct {
+        const char *args, *cmd, *what;
+    } cases[] = {
+        {"", "", "no command given"},
+        {"frobnicate", "", "unknown command 'frobnicate'"},
+        {"replay", "replay", "no trace given"},
+        {"replay --bogus t.rep", "replay", "unknown option '--bogus'"},
+        {"replay --policy", "replay", "needs a value"},
+        {"replay --conf nokey t.rep", "replay", "'nokey' is not key:value"},
+        {"plan", "plan", "no input"},
+        {"plan --capacity x f.csv", "plan", "--capacity: 'x' is not a byte count"},
+        {"plan a.csv b.csv", "plan", "one input only"},
+        {"plan --seed", "plan", "needs a value"},
+        {"plan --time-limit 1 --time-limit 2 f.csv", "plan", "--time-limit given twice"},
+        {"peak", "peak", "no FILE given"},
+        {"peak --alpha -1 f", "peak", "--alpha: '-1'"},
+        {"peak --nope f", "peak", "unknown option '--nope'"},
+        {"report", "report", "no trace given"},
+        {"report t.rep --bars 0", "report", "--bars: bad value '0'"},
+        {"report t.rep -o", "report", "needs a value"},
+        {"report t.rep --policy nope", "report", "unknown policy 'nope'"},
+        {"diff a.rep", "diff", "two traces needed"},
+        {"diff a b c", "diff", "two traces only"},
+        {"diff a b --threshold x", "diff", "--threshold: 'x'"},
+        {"import", "import", "give a format and an input"},
+        {"import rmm in.csv", "import", "no output"},
+        {"import csv in.csv -o x.rep", "import", "unknown format 'csv'"},
+        {"import rmm in.csv -o a -o b", "import", "-o given twice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[16384], err[4096], want[256];
+        cr_assert_eq(cli_exec(NULL, cases[i].args, out, sizeof out, err, sizeof err), 2, "'%s'",
+                     cases[i].args);
+        cr_assert_str_empty(out, "'%s'", cases[i].args);
+        cr_assert_eq(count_lines(err), 2, "'%s': %s", cases[i].args, err);
+        snprintf(want, sizeof want, "stowage%s%s: ", *cases[i].cmd ? " " : "", cases[i].cmd);
+        cr_assert_eq(strncmp(err, want, strlen(want)), 0, "'%s': %s", cases[i].args, err);
+        cr_assert_not_null(strstr(err, cases[i].what), "'%s': %s", cases[i].args, err);
+        snprintf(want, sizeof want, "\nsee 'stowage%s%s --help'\n", *cases[i].cmd ? " " : "",
+                 cases[i].cmd);
+        cr_assert_not_null(strstr(err, want), "'%s': %s", cases[i].args, err);
+    }
+}
+
+/* --help prints the whole help, with its exit statuses, to standard output
+ * and exits 0. */
+Test(cli_usage, help_is_whole_on_stdout)
+{
+    const char *cmds[] = {"", "replay", "plan", "peak", "report", "diff", "import"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char args[64], out[16384], err[4096];
+        snprintf(args, sizeof args, "%s --help", cmds[i]);
+        cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", cmds[i]);
+        cr_assert_str_empty(err, "%s", cmds[i]);
+        cr_assert_not_null(strstr(out, "usage: stowage"), "%s", cmds[i]);
+        cr_assert(strstr(out, "xit status") || strstr(out, "exit 0"), "%s: %s", cmds[i], out);
+        cr_assert_gt(count_lines(out), 4, "%s", cmds[i]);
+    }
+}
+
+/* The exit statuses each --help states: 0, 1 and 2 where it names them. */
+Test(cli_usage, exit_statuses_are_those_help_states)
+{
+    char small[] = "/tmp/stow_cli_XXXXXX", large[] = "/tmp/stow_cli_XXXXXX";
+    char leak[] = "/tmp/stow_cli_XXXXXX", csv[] = "/tmp/stow_cli_XXXXXX";
+    char sched[] = "/tmp/stow_cli_XXXXXX", rmm[] = "/tmp/stow_cli_XXXXXX";
+    char bad[] = "/tmp/stow_cli_XXXXXX", rep[] = "/tmp/stow_cli_XXXXXX";
+    temp_with(small, "1 2\na 0 1048576 0\nf 0\n");
+    temp_with(large, "1 2\na 0 3145728 0\nf 0\n");
+    char text[2048] = "16 24\n";
+    for (int i = 0; i < 8; i++)
+        snprintf(text + strlen(text), sizeof text - strlen(text),
+                 "a %d 1048576 0\nf %d\na %d 4096 0\n", 2 * i, 2 * i, 2 * i + 1);
+    temp_with(leak, text);
+    temp_with(csv, "id,lower,upper,size\na,0,4,100\nb,1,5,100\n");
+    temp_with(sched, "tensor a 10\ntensor b 20\nop x - a\nop y a b\n");
+    temp_with(rmm, "Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,64,0\n"
+                   "1,t,free,0x10,64,0\n");
+    temp_with(bad, "1 1\na 0 -5 0\n");
+    temp_with(rep, "");
+    struct {
+        const char *fmt;
+        int want;
+    } cases[] = {
+        {"replay --repeats 0 %1$s", 0},
+        {"replay --repeats 0 --capacity 2M %2$s", 1},
+        {"replay --repeats 0 --capacity 2M --allow-oom %2$s", 0},
+        {"replay %5$s", 2},
+        {"plan %3$s", 0},
+        {"plan --capacity 150 --time-limit 0 %3$s", 1},
+        {"plan %5$s", 2},
+        {"peak %4$s", 0},
+        {"peak --capacity 35 %4$s", 1},
+        {"peak --capacity 1K %4$s", 0},
+        {"peak %5$s", 2},
+        {"diff %1$s %1$s", 0},
+        {"diff %1$s %2$s", 1},
+        {"diff %1$s %5$s", 2},
+        {"report %1$s --json", 0},
+        {"report %6$s --growth --iterations 8", 1},
+        {"report %5$s --json", 2},
+        {"import rmm %7$s -o %8$s", 0},
+        {"import rmm %5$s -o %8$s", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024], out[65536], err[4096];
+        snprintf(args, sizeof args, cases[i].fmt, small, large, csv, sched, bad, leak, rmm, rep);
+        cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), cases[i].want,
+                     "'%s': %s", args, err);
+    }
+    const char *files[] = {small, large, leak, csv, sched, rmm, bad, rep};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        unlink(files[i]);
+}
+
+/* '-' is standard output for every file a command writes; plan without -o
+ * prints its offsets after the summary. */
+Test(cli_output, dash_is_standard_output)
+{
+    char csv[] = "/tmp/stow_cli_XXXXXX", trace[] = "/tmp/stow_cli_XXXXXX";
+    char rmm[] = "/tmp/stow_cli_XXXXXX", args[512], out[65536], err[4096];
+    temp_with(csv, "id,lower,upper,size\nconv1.out,0,4,100\nb,1,5,200\n");
+    temp_with(trace, naive_trace);
+    temp_with(rmm, "Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,64,0\n"
+                   "1,t,free,0x10,64,0\n");
+
+    snprintf(args, sizeof args, "plan -o - %s", csv);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(out, "id,lower,upper,size,offset\nconv1.out,0,4,100,200\nb,1,5,200,0\n");
+    cr_assert_not_null(strstr(err, "validator:    valid\n"), "%s", err);
+    cr_assert_not_null(strstr(err, "plan written: standard output\n"), "%s", err);
+
+    snprintf(args, sizeof args, "plan %s", csv);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_str_empty(err);
+    const char *table = strstr(out, "\nid ");
+    cr_assert_not_null(table, "%s", out);
+    cr_assert_not_null(strstr(table, "lower"));
+    cr_assert_not_null(strstr(table, " offset\n"), "%s", table);
+    cr_assert_not_null(strstr(table, "\nconv1.out "), "%s", table);
+    cr_assert_not_null(strstr(table, " 200\nb "), "%s", table);
+
+    snprintf(args, sizeof args, "plan --json %s", csv);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(count_lines(out), 1, "%s", out);
+    snprintf(args, sizeof args, "plan --json -o - %s", csv);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 2);
+
+    bool dash_file = access("-", F_OK) == 0;
+    snprintf(args, sizeof args, "report %s -o -", trace);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(strncmp(out, "<!DOCTYPE html>", 15), 0, "%.40s", out);
+    cr_assert_str_empty(err);
+    cr_assert(dash_file || access("-", F_OK) != 0, "no file named '-'");
+
+    snprintf(args, sizeof args, "import rmm %s -o -", rmm);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(out, "1 2\na 0 64 0\nf 0\n");
+    cr_assert_not_null(strstr(err, "wrote standard output: 1 allocations"), "%s", err);
+    unlink(csv);
+    unlink(trace);
+    unlink(rmm);
+}
+
+/* Trace errors through the CLI: one line each, exit 2. */
+Test(cli_output, trace_errors_are_sentences)
+{
+    char dir[] = "/tmp/stow_cli_dir_XXXXXX", empty[] = "/tmp/stow_cli_XXXXXX";
+    char args[512], out[4096], err[4096], want[600];
+    cr_assert_not_null(mkdtemp(dir));
+    temp_with(empty, "");
+    snprintf(args, sizeof args, "replay %s", dir);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 2);
+    snprintf(want, sizeof want, "stowage replay: %s: is a directory, not a trace file\n", dir);
+    cr_assert_str_eq(err, want);
+    snprintf(args, sizeof args, "replay %s", empty);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 2);
+    snprintf(want, sizeof want,
+             "stowage replay: %s: the file is empty; a trace starts with the header '<number of "
+             "ids> <number of events>'\n",
+             empty);
+    cr_assert_str_eq(err, want);
+    rmdir(dir);
+    unlink(empty);
 }
