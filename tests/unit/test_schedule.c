@@ -95,7 +95,8 @@ Test(schedule, error_messages_name_file_and_line)
     expect_error("tensor a 18446744073709551616\n",
                  "s.txt:1: bytes '18446744073709551616' is beyond 2^64 - 1");
     expect_error("tensor a\n",
-                 "s.txt:1: the line ends before its <bytes>: expected 'tensor <id> <bytes> [name]'");
+                 "s.txt:1: the line ends before its <bytes>: expected 'tensor <id> <bytes> "
+                 "[name]'");
     expect_error("tensor a 1 n extra\n", "s.txt:1: expected 'tensor <id> <bytes> [name]'");
     expect_error("tensor a,b 1\n", "s.txt:1: tensor id 'a,b' may not contain ',' or be '-'");
     expect_error("# c\nop x -\n",
