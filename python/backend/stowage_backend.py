@@ -149,10 +149,11 @@ def _metadata_text(version):
 
 
 def _package_files():
-    """(arcname, path) of the package's Python files (no caches, no built library)."""
+    """(arcname, path) of the package's Python files and the C source that `stowage predict`
+    compiles at first use (fake_cuda.c); no caches, no built library."""
     out = []
     for name in sorted(os.listdir(PACKAGE)):
-        if name.endswith(".py"):
+        if name.endswith(".py") or name == "fake_cuda.c":
             out.append(("stowage/" + name, os.path.join(PACKAGE, name)))
     return out
 

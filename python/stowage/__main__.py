@@ -3,13 +3,15 @@
     python -m stowage replay|report|plan|peak|diff ARGS...
     python -m stowage import rmm IN.csv -o OUT.rep
     python -m stowage import pytorch IN.pickle -o OUT.rep [--device N]
+    python -m stowage predict [--gpu H100] [--json] [-o TRACE] SCRIPT [ARGS...]
     python -m stowage version
 
-Every command but `import pytorch` is the C program `stowage`, built with the
-library and run in this process's place (its exit status is the command's).
-`import pytorch` reads a PyTorch memory snapshot (a pickle) in Python
-(stowage/snapshot_import.py). `pip install ./python` also puts a `stowage`
-command on PATH that does the same.
+Every command but `import pytorch` and `predict` is the C program `stowage`,
+built with the library and run in this process's place (its exit status is the
+command's). `import pytorch` reads a PyTorch memory snapshot (a pickle) in
+Python (stowage/snapshot_import.py); `predict` runs a PyTorch script on an
+emulated GPU and predicts its memory (stowage/predict.py). `pip install
+./python` also puts a `stowage` command on PATH that does the same.
 
 The program is looked for, in order: stowage/bin/stowage in this package (the
 wheel carries the one built with its library, so the two always match);
@@ -54,6 +56,9 @@ def main(argv=None):
     if len(argv) >= 2 and argv[0] == "import" and argv[1] in _SNAPSHOT_FORMATS:
         from . import snapshot_import
         return snapshot_import.main(argv[2:])
+    if argv[:1] == ["predict"]:
+        from . import predict
+        return predict.main(argv[1:])
     path = cli_path()
     if path is None:
         if argv[:1] in (["version"], ["--version"]):
