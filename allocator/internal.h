@@ -167,7 +167,7 @@ typedef struct stow_rec_event {
     uint16_t stream; /* index of the stream state (0 = shared lists) */
     uint8_t kind;    /* stow_rec_kind_t */
     uint8_t tag;
-    uint32_t reserved_;
+    uint32_t site;   /* ALLOC: the thread's site (stow_record_site_set); 0: none */
 } stow_rec_event_t;
 
 typedef struct stow_recorder {
@@ -182,6 +182,8 @@ typedef struct stow_recorder {
 } stow_recorder_t;
 
 extern _Thread_local unsigned char stow__current_tag;
+extern _Thread_local uint32_t stow__current_site;
+extern _Atomic bool stow__sites_used; /* a site was interned: recordings read the thread's */
 uint64_t stow__record_clock(void);
 void stow__record_free(stow_pool_t *pool);
 /* Records a step marker (key NULL: the step ends) when recording; a key that
@@ -350,7 +352,11 @@ static inline void stow__record(stow_pool_t *pool, stow_rec_kind_t kind, uint64_
     e->stream = (uint16_t)stream;
     e->kind = (uint8_t)kind;
     e->tag = (uint8_t)tag;
-    e->reserved_ = 0;
+    /* A thread-local read costs a call in a shared library: none until sites exist. */
+    e->site = kind == STOW_REC_ALLOC &&
+                      atomic_load_explicit(&stow__sites_used, memory_order_relaxed)
+                  ? stow__current_site
+                  : 0;
 }
 
 /* Inserts a FREE block into its owner's index (with accounting). */

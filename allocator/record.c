@@ -1,6 +1,7 @@
 /*
  * allocator/record.c: the event ring buffer of a live pool, allocation tags
- * with per-tag accounting, and stow_trace_dump (stowage/record.h).
+ * with per-tag accounting, allocation sites, and stow_trace_dump
+ * (stowage/record.h).
  *
  * Recording sits on the alloc/free fast path, so an event is 32 bytes written
  * into a preallocated ring with a cycle-counter timestamp (converted to
@@ -9,6 +10,7 @@
 #include "allocator/internal.h"
 #include "stowage/record.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -73,6 +75,115 @@ stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t out[STOW_T
     memcpy(out, pool->tag_stats, sizeof pool->tag_stats);
     stow__unlock(&pool->lock);
     return STOW_OK;
+}
+
+/* ---- sites ---- */
+
+/* Texts are copied once and never freed, so a pointer handed out stays valid
+ * without the lock; the table that finds a text's id is open addressing over
+ * the ids, grown to keep it at most half full. */
+static pthread_mutex_t site_lock = PTHREAD_MUTEX_INITIALIZER;
+static char **site_texts;         /* [0 .. site_cap); [0] unused; Synchronization: site_lock */
+static uint32_t site_cap;
+static _Atomic uint32_t site_count = 1; /* ids in use, 0 included */
+static uint32_t *site_slots;      /* [site_slot_cap]: id, 0 = empty; Synchronization: site_lock */
+static uint32_t site_slot_cap;
+_Thread_local uint32_t stow__current_site;
+_Atomic bool stow__sites_used;
+
+static uint64_t site_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of text in site_slots: its id's, or the empty one it would take. */
+static uint32_t *site_slot(const char *text, uint64_t h)
+{
+    uint32_t mask = site_slot_cap - 1, i = (uint32_t)h & mask;
+    while (site_slots[i] && strcmp(site_texts[site_slots[i]], text))
+        i = (i + 1) & mask;
+    return &site_slots[i];
+}
+
+/* Room for one more id (lock held). */
+static stow_status_t site_reserve(void)
+{
+    uint32_t n = atomic_load_explicit(&site_count, memory_order_relaxed);
+    if (n >= site_cap) {
+        uint32_t cap = site_cap ? 2 * site_cap : 256;
+        char **texts = realloc(site_texts, cap * sizeof *texts);
+        if (!texts)
+            return STOW_EHOSTMEM;
+        site_texts = texts;
+        site_cap = cap;
+    }
+    if (2 * (size_t)n >= site_slot_cap) {
+        uint32_t cap = site_slot_cap ? 2 * site_slot_cap : 512;
+        uint32_t *slots = calloc(cap, sizeof *slots), *old = site_slots;
+        if (!slots)
+            return STOW_EHOSTMEM;
+        site_slots = slots;
+        site_slot_cap = cap;
+        for (uint32_t id = 1; id < n; id++)
+            *site_slot(site_texts[id], site_hash(site_texts[id])) = id;
+        free(old);
+    }
+    return STOW_OK;
+}
+
+stow_status_t stow_record_site_intern(const char *text, uint32_t *id_out)
+{
+    /* TRACE.tags holds a site per line after "<id> ", and its reader drops the blanks there. */
+    if (!text || !id_out || !*text ||
+        strnlen(text, STOW_RECORD_SITE_TEXT_MAX) >= STOW_RECORD_SITE_TEXT_MAX ||
+        strpbrk(text, "\r\n") || strchr(" \t\v\f", text[0]))
+        return STOW_EINVAL;
+    uint64_t h = site_hash(text);
+    pthread_mutex_lock(&site_lock);
+    stow_status_t st = STOW_OK;
+    uint32_t id = site_slot_cap ? *site_slot(text, h) : 0;
+    if (!id) {
+        uint32_t n = atomic_load_explicit(&site_count, memory_order_relaxed);
+        char *copy = NULL;
+        if (n >= STOW_RECORD_SITES_MAX)
+            st = STOW_EBUSY;
+        else if ((st = site_reserve()) == STOW_OK && !(copy = strdup(text)))
+            st = STOW_EHOSTMEM;
+        if (st == STOW_OK) {
+            id = n;
+            site_texts[id] = copy;
+            *site_slot(text, h) = id;
+            atomic_store_explicit(&site_count, n + 1, memory_order_release);
+            atomic_store_explicit(&stow__sites_used, true, memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&site_lock);
+    if (st == STOW_OK)
+        *id_out = id;
+    return st;
+}
+
+stow_status_t stow_record_site_set(uint32_t id)
+{
+    if (id >= atomic_load_explicit(&site_count, memory_order_acquire))
+        return STOW_EINVAL;
+    stow__current_site = id;
+    return STOW_OK;
+}
+
+uint32_t stow_record_site_current(void) { return stow__current_site; }
+
+const char *stow_record_site_text(uint32_t id)
+{
+    if (!id || id >= atomic_load_explicit(&site_count, memory_order_acquire))
+        return "";
+    pthread_mutex_lock(&site_lock); /* site_texts may move while an intern grows it */
+    const char *text = site_texts[id];
+    pthread_mutex_unlock(&site_lock);
+    return text;
 }
 
 /* ---- the ring buffer ---- */
@@ -208,9 +319,11 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
         return STOW_EHOSTMEM;
     uint32_t *id_of = malloc((n ? n : 1) * sizeof *id_of); /* per event; UINT32_MAX = skip */
     unsigned char *tag_of_id = malloc(n ? n : 1);
-    if (!id_of || !tag_of_id) {
+    uint32_t *site_of_id = malloc((n ? n : 1) * sizeof *site_of_id);
+    if (!id_of || !tag_of_id || !site_of_id) {
         free(id_of);
         free(tag_of_id);
+        free(site_of_id);
         stow__ptr_map_destroy(&ids);
         return STOW_EHOSTMEM;
     }
@@ -225,7 +338,8 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
                 break;
             stow__ptr_map_put(&ids, (uintptr_t)ev[i].addr, (void *)(uintptr_t)(next_id + 1));
             tag_of_id[next_id] = ev[i].tag;
-            tagged |= ev[i].tag != 0;
+            site_of_id[next_id] = ev[i].site;
+            tagged |= ev[i].tag != 0 || ev[i].site != 0;
             id_of[i] = next_id++;
             lines++;
         } else if (ev[i].kind == STOW_REC_FREE) {
@@ -281,8 +395,11 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
         FILE *tf = fits ? fopen(tags_path, "w") : NULL;
         if (!tf)
             st = STOW_EIO;
+        /* An allocation's site says more than its thread's tag: it wins. */
         for (uint32_t id = 0; tf && id < next_id; id++)
-            if (tag_of_id[id])
+            if (site_of_id[id])
+                fprintf(tf, "%u %s\n", id, stow_record_site_text(site_of_id[id]));
+            else if (tag_of_id[id])
                 fprintf(tf, "%u %s\n", id, stow_tag_name(tag_of_id[id]));
         if (tf && fclose(tf) != 0)
             st = STOW_EIO;
@@ -290,6 +407,7 @@ static stow_status_t write_dump(const char *path, const stow_rec_event_t *ev, si
     free(stream_no);
     free(id_of);
     free(tag_of_id);
+    free(site_of_id);
     stow__ptr_map_destroy(&ids);
     return st;
 }

@@ -10,7 +10,16 @@
  *
  * Tags name what an allocation is for ("weights", "activations", "optimizer",
  * "kv_cache"...): a thread-local current tag is attached to every allocation
- * the thread makes, and the pool keeps allocated bytes per tag.
+ * the thread makes, and the pool keeps allocated bytes per tag. Set one around
+ * a region of code (stow_tag_set before, the previous stow_tag_current after):
+ * every allocation recorded in it carries the tag into TRACE.tags, and
+ * `stowage report` shows it in its sources of the peak.
+ *
+ * Sites name where an allocation was made ("train.py:42 forward"): many and
+ * long where tags are few and short, kept with recorded allocations only (no
+ * accounting). A recorded allocation with a site has its site in TRACE.tags,
+ * else its tag. stowage.record() (Python) sets the user's own line as the
+ * site of each allocation PyTorch makes through Stowage (docs/report.md).
  */
 #ifndef STOWAGE_RECORD_H
 #define STOWAGE_RECORD_H
@@ -43,6 +52,38 @@ STOW_API const char *stow_tag_current(void);
 /* Name of tag `id` ("" for 0 or unknown); static storage, never freed. */
 STOW_API const char *stow_tag_name(unsigned id);
 
+/* ---- sites ---- */
+
+#define STOW_RECORD_SITES_MAX (1u << 20) /* distinct sites in a process (site 0 is "none") */
+#define STOW_RECORD_SITE_TEXT_MAX 1024   /* bytes, NUL included */
+
+/*
+ * Interns `text` process-wide and returns its id (at least 1; the same text
+ * always gives the same id) through *id_out.
+ * Ownership: the text is copied; the copy lives until the process exits.
+ * Thread safety: safe (one lock for all sites; callers cache ids).
+ * Errors: STOW_EINVAL (NULL text or id_out, "", STOW_RECORD_SITE_TEXT_MAX bytes
+ * or more, a line break, a leading blank: TRACE.tags holds one a line),
+ * STOW_EBUSY (STOW_RECORD_SITES_MAX - 1 texts interned already), STOW_EHOSTMEM;
+ * *id_out is untouched on error.
+ */
+STOW_API stow_status_t stow_record_site_intern(const char *text, uint32_t *id_out);
+
+/*
+ * Sets the calling thread's current site (0: none): every allocation the
+ * thread makes from a recording pool is recorded with it.
+ * Thread safety: safe; the current site is per thread.
+ * Errors: STOW_EINVAL (an id stow_record_site_intern never returned).
+ */
+STOW_API stow_status_t stow_record_site_set(uint32_t id);
+
+/* The calling thread's current site (0: none). Thread safety: per thread. */
+STOW_API uint32_t stow_record_site_current(void);
+
+/* The text of site `id` ("" for 0 or an unknown id). Ownership: static
+ * storage until the process exits; never free it. Thread safety: safe. */
+STOW_API const char *stow_record_site_text(uint32_t id);
+
 /* Allocated bytes of one tag in a pool. */
 typedef struct stow_tag_stats {
     uint64_t allocated_bytes;      /* current */
@@ -67,8 +108,9 @@ STOW_API void stow_record_counts(stow_pool_t *pool, uint64_t *recorded, uint64_t
 
 /*
  * Writes the recorded events as a .rep trace to `path` (and `path`.tags when any
- * allocation was tagged). Allocations whose allocation event was overwritten
- * are left out, with their frees; step markers are 'm KEY' and 'e' lines;
+ * allocation has a site or a tag: "<id> <site>", else "<id> <tag>").
+ * Allocations whose allocation event was overwritten are left out, with their
+ * frees; step markers are 'm KEY' and 'e' lines;
  * the other events of the kind the format has no line for (segments, maps,
  * OOMs) are written as '#' comment lines, which readers ignore. The buffer is
  * kept. Errors: STOW_EINVAL (not recording), STOW_EIO, STOW_EHOSTMEM.

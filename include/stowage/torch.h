@@ -97,6 +97,20 @@ STOW_API stow_status_t stow_torch_record(int device, size_t capacity_events);
 STOW_API stow_status_t stow_torch_dump_trace(int device, const char *path);
 
 /*
+ * The site hook of recordings (stowage.record: the user's line of each
+ * allocation). While one is set, stow_torch_malloc calls it before each
+ * allocation, on the allocating thread and outside every lock of the library,
+ * and makes its result the thread's site for that allocation
+ * (stow_record_site_set; 0 or an unknown id: none), then restores the
+ * thread's site. NULL removes it. Only the global swap's entry point calls it,
+ * not the MemPool route's (those requests are whole segments).
+ * Ownership: the caller keeps the function alive while it is set.
+ * Thread safety: safe; the hook runs on every allocating thread at once.
+ */
+typedef uint32_t (*stow_torch_site_fn)(void);
+STOW_API void stow_torch_set_site_hook(stow_torch_site_fn hook);
+
+/*
  * Step markers for Python (stowage.torch.step and stowage.torch.planned):
  * stow_pool_step on the device's pool; key NULL ends the step in progress. A
  * device without a pool yet has no step to mark: STOW_OK, nothing done (the
@@ -127,9 +141,9 @@ STOW_API const char *stow_torch_backend_name(void);
 
 /*
  * DESTRUCTOR of all state: destroys every pool (live blocks included) and
- * backend, closes every MemPool slot, and forgets stored fractions and
- * logged-once flags. Only for tests and process exit: a pointer handed to
- * PyTorch must not be used afterwards.
+ * backend, closes every MemPool slot, and forgets stored fractions,
+ * logged-once flags and the site hook. Only for tests and process exit: a
+ * pointer handed to PyTorch must not be used afterwards.
  * Thread safety: no other call may run concurrently.
  */
 STOW_API void stow_torch_shutdown(void);

@@ -250,12 +250,30 @@ static torch_slot_t *slot_or_log(torch_slot_t *table, int device)
     return NULL;
 }
 
+static _Atomic(stow_torch_site_fn) site_hook;
+
+void stow_torch_set_site_hook(stow_torch_site_fn hook)
+{
+    atomic_store_explicit(&site_hook, hook, memory_order_release);
+}
+
 void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream)
 {
     if (size <= 0)
         return NULL;
     torch_slot_t *s = slot_or_log(slots, device);
-    return s ? slot_alloc(s, device, NULL, size, stream) : NULL;
+    if (!s)
+        return NULL;
+    stow_torch_site_fn hook = atomic_load_explicit(&site_hook, memory_order_acquire);
+    if (STOW_LIKELY_(!hook))
+        return slot_alloc(s, device, NULL, size, stream);
+    /* The hook may run Python: it is called before the pool lock is taken. */
+    uint32_t before = stow_record_site_current();
+    if (stow_record_site_set(hook()) != STOW_OK)
+        (void)stow_record_site_set(0);
+    void *ptr = slot_alloc(s, device, NULL, size, stream);
+    (void)stow_record_site_set(before);
+    return ptr;
 }
 
 /* A free into s's pool (NULL pool: never created), with the diagnostics of a
@@ -490,6 +508,7 @@ void stow_torch_shutdown(void)
         mempool_reset_locked(&mempools[k]);
     atomic_store(&logged_bad_device, false);
     atomic_store(&logged_foreign_record, false);
+    atomic_store(&site_hook, NULL);
     pthread_mutex_unlock(&torch_lock);
 }
 

@@ -130,11 +130,23 @@ def last_error(device=None):
     return _lib.call_text(_lib.load().stow_torch_last_error, _device_index(device))
 
 
-def record(events=1000000, device=None):
+def record(events=1000000, device=None, lines=True):
     """Starts recording the device's allocations, frees, segment and mapping
     events into a ring of `events` entries (32 bytes each; the oldest are
-    overwritten); events=0 stops. Or set record_events:N in STOWAGE_CONF."""
+    overwritten); events=0 stops. Or set record_events:N in STOWAGE_CONF.
+
+    lines=True also tags each allocation PyTorch makes through Stowage (the
+    global swap, stowage.torch.enable) with the user's own line that made it,
+    by the rule of stowage/stack_tags.py ('train.py:42 forward', with ' via '
+    the innermost library line in between): dump_trace writes it to PATH.tags,
+    and `stowage report` lists it in its sources of the peak. It costs a few
+    microseconds per allocation (docs/report.md). Allocations of a thread with
+    no Python frame, such as autograd's backward threads, get '<backward> NODE'
+    or '<no Python frame>'. The line hook serves every device; lines=False, or
+    events=0, removes it, and allocations then carry only the thread's tag
+    (set_tag)."""
     import ctypes
+    from . import _sites
     fn = _lib.load().stow_torch_record
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_int, ctypes.c_size_t]
@@ -142,13 +154,16 @@ def record(events=1000000, device=None):
     if st != 0:
         raise OSError("stowage.record(%d): %s (the device's pool is created by its first "
                       "allocation)" % (events, _lib.strerror(st)))
+    _sites.install(bool(lines) and int(events) > 0)
 
 
 def set_tag(name):
     """Tags every allocation the calling thread makes from now on (e.g.
     "weights", "activations", "optimizer", "kv_cache"); None clears it. The
-    pool keeps allocated bytes per tag, and dump_trace writes PATH.tags. A name
-    of 32 bytes or more, with a line break or a leading blank is a ValueError."""
+    pool keeps allocated bytes per tag, and dump_trace writes PATH.tags (an
+    allocation with a line from record(lines=True) is written with its line).
+    A name of 32 bytes or more, with a line break or a leading blank is a
+    ValueError."""
     import ctypes
     fn = _lib.load().stow_tag_set
     fn.restype = ctypes.c_int

@@ -23,9 +23,10 @@ A stack that is absent or empty gives no tag. The text is one line: line breaks 
 become spaces, leading blanks go (the '<id> <tag>' files that `stowage report` and `diff` read
 hold one tag a line; stow_tag_set refuses such names for the same reason).
 
-Only the standard library is used. Everything Stowage turns from a stack into a tag goes
-through stack_tag(); the snapshot importer is its caller, bench/snapshot_tags.py checks it on
-the public snapshots.
+Only the standard library is used. Everything Stowage turns from a recorded stack into a tag
+goes through stack_tag(); the snapshot importer is its caller, bench/snapshot_tags.py checks it
+on the public snapshots. A live stack (a running program's frames, as stowage.record reads them
+at each allocation) goes through frame_tag_frames(), the same rule on Python frames alone.
 """
 
 import re
@@ -161,3 +162,58 @@ def stack_tag(frames):
                 tag += " via " + format_frame(first["package"])
             return one_line(tag), tier
     return UNKNOWN, "unknown"
+
+
+# ---- live stacks: the frames of a running program ----
+
+FRAME_LIMIT = 64  # frames read at most, innermost first: the user's line is rarely deeper
+_kinds = {}       # co_filename -> python_kind, read once per file
+
+
+def _live_kind(filename):
+    kind = _kinds.get(filename)
+    if kind is None:
+        kind = _kinds[filename] = python_kind(filename.replace("\\", "/"))
+    return kind
+
+
+def frame_tag_frames(frame, limit=FRAME_LIMIT):
+    """(tier, frame, via) for a live stack, frame being its innermost Python frame (f_back leads
+    outwards): stack_tag's rule on Python frames, every one of which is a Python frame here.
+    tier is 'user' (via: the innermost package frame inside it, or None), 'package' or
+    'python' (via None); (None, None, None) when frame is None or no frame is read. At most
+    `limit` frames are read, so the cost stays bounded on deep stacks."""
+    package = python = None
+    while frame is not None and limit > 0:
+        kind = _live_kind(frame.f_code.co_filename)
+        if kind == "user":
+            return "user", frame, package
+        if kind == "package":
+            if package is None:
+                package = frame
+        elif python is None:
+            python = frame
+        frame = frame.f_back
+        limit -= 1
+    if package is not None:
+        return "package", package, None
+    if python is not None:
+        return "python", python, None
+    return None, None, None
+
+
+def live_frame_text(frame):
+    """'<filename>:<line> <name>' of a live frame, as format_frame writes a recorded one."""
+    return "%s:%s %s" % (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+def frame_tag(frame, limit=FRAME_LIMIT):
+    """(tag, tier) for a live stack (innermost Python frame first), as stack_tag gives for the
+    same frames recorded; (None, None) without a frame."""
+    tier, main, via = frame_tag_frames(frame, limit)
+    if main is None:
+        return None, None
+    tag = live_frame_text(main)
+    if via is not None:
+        tag += " via " + live_frame_text(via)
+    return one_line(tag), tier

@@ -164,7 +164,7 @@ class StatsTest(Base):
         free(malloc(4096))  # creates device 0's pool
         with self.assertRaises(OSError):
             stowage.dump_trace("/tmp/never-written.rep")  # not recording yet
-        stowage.record(1000)
+        stowage.record(1000, lines=False)  # the thread's tags alone (lines: test_record_lines)
         stowage.set_tag("weights")
         p = malloc(3 * MiB)
         stowage.set_tag(None)

@@ -1,14 +1,17 @@
 /*
- * tests/unit/test_record.c: tags, per-tag accounting, the event ring buffer
- * and stow_trace_dump (allocator/record.c).
+ * tests/unit/test_record.c: tags, per-tag accounting, sites, the event ring
+ * buffer and stow_trace_dump (allocator/record.c), and the tags of a dump as
+ * `stowage report` shows them.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "stowage/record.h"
+#include "stowage/torch.h"
 #include "test_support.h"
 
 #define MIB ((size_t)1 << 20)
@@ -101,6 +104,167 @@ Test(tags, pool_accounts_bytes_per_tag)
     cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, r), STOW_OK);
     finish();
+}
+
+static void *site_of_new_thread(void *arg)
+{
+    (void)arg;
+    return (void *)(uintptr_t)stow_record_site_current();
+}
+
+Test(sites, interned_per_process_and_current_per_thread)
+{
+    uint32_t a, b, c;
+    cr_assert_eq(stow_record_site_intern("train.py:42 forward", &a), STOW_OK);
+    cr_assert_eq(stow_record_site_intern("model.py:7 step via lib/x.py:3 f", &b), STOW_OK);
+    cr_assert_eq(stow_record_site_intern("train.py:42 forward", &c), STOW_OK);
+    cr_assert_eq(a, c);
+    cr_assert_neq(a, b);
+    cr_assert_geq(a, 1);
+    cr_assert_str_eq(stow_record_site_text(a), "train.py:42 forward");
+    cr_assert_str_eq(stow_record_site_text(0), "");
+    cr_assert_str_eq(stow_record_site_text(UINT32_MAX), "");
+    cr_assert_eq(stow_record_site_current(), 0);
+    cr_assert_eq(stow_record_site_set(b), STOW_OK);
+    cr_assert_eq(stow_record_site_current(), b);
+    cr_assert_eq(stow_record_site_set(UINT32_MAX), STOW_EINVAL, "never interned");
+    cr_assert_eq(stow_record_site_current(), b);
+    pthread_t th;
+    void *other;
+    cr_assert_eq(pthread_create(&th, NULL, site_of_new_thread, NULL), 0);
+    cr_assert_eq(pthread_join(th, &other), 0);
+    cr_assert_eq((uintptr_t)other, 0, "another thread has its own current site");
+    cr_assert_eq(stow_record_site_set(0), STOW_OK);
+    /* Texts a tags file cannot hold as written, or too long: refused. */
+    char longtext[STOW_RECORD_SITE_TEXT_MAX + 1];
+    memset(longtext, 'x', sizeof longtext - 1);
+    longtext[sizeof longtext - 1] = 0;
+    const char *bad[] = {"", "two\nlines", "cr\r", " lead", "\ttab", longtext};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        uint32_t untouched = 77;
+        cr_assert_eq(stow_record_site_intern(bad[i], &untouched), STOW_EINVAL, "%zu", i);
+        cr_assert_eq(untouched, 77);
+    }
+    longtext[STOW_RECORD_SITE_TEXT_MAX - 1] = 0;
+    cr_assert_eq(stow_record_site_intern(longtext, &c), STOW_OK, "1023 bytes fit");
+    cr_assert_eq(stow_record_site_intern(NULL, &c), STOW_EINVAL);
+    cr_assert_eq(stow_record_site_intern("x.py:1 f", NULL), STOW_EINVAL);
+    /* Many sites: each keeps its id while the table grows. */
+    enum { N = 5000 };
+    static uint32_t ids[N];
+    char text[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(text, sizeof text, "gen.py:%d f", i);
+        cr_assert_eq(stow_record_site_intern(text, &ids[i]), STOW_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(text, sizeof text, "gen.py:%d f", i);
+        cr_assert_str_eq(stow_record_site_text(ids[i]), text);
+        cr_assert_eq(stow_record_site_intern(text, &c), STOW_OK);
+        cr_assert_eq(c, ids[i]);
+    }
+    cr_assert_str_eq(stow_record_site_text(a), "train.py:42 forward");
+}
+
+/* A recorded allocation's site, else its thread's tag, goes into TRACE.tags,
+ * and `stowage report` reads that file next to the trace into its sources of
+ * the peak. */
+Test(record, sites_and_tags_reach_the_report)
+{
+    make_pool("record_events:1000");
+    uint32_t line, other_line;
+    cr_assert_eq(stow_record_site_intern("train.py:42 forward", &line), STOW_OK);
+    cr_assert_eq(stow_record_site_intern("model.py:7 step", &other_line), STOW_OK);
+    void *a, *b, *c, *d;
+    cr_assert_eq(stow_tag_set("kv_cache", NULL), STOW_OK);
+    cr_assert_eq(stow_record_site_set(line), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 30 * MIB, NULL, &a), STOW_OK); /* site and tag */
+    cr_assert_eq(stow_record_site_set(0), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 20 * MIB, NULL, &b), STOW_OK); /* tag only */
+    cr_assert_eq(stow_tag_set(NULL, NULL), STOW_OK);
+    cr_assert_eq(stow_record_site_set(other_line), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 10 * MIB, NULL, &c), STOW_OK); /* site only */
+    cr_assert_eq(stow_record_site_set(0), STOW_OK);
+    cr_assert_eq(stow_pool_alloc(pool, 4096, NULL, &d), STOW_OK); /* neither */
+    char path[] = "/tmp/stow_sites_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
+    char tags_path[64], html[80], args[256], out[4096];
+    snprintf(tags_path, sizeof tags_path, "%s.tags", path);
+    cr_assert_str_eq(slurp(tags_path), "0 train.py:42 forward\n1 kv_cache\n2 model.py:7 step\n");
+    snprintf(html, sizeof html, "%s.html", path);
+    snprintf(args, sizeof args, "%s -o %s", path, html);
+    cr_assert_eq(ts_cli("report", args, out, sizeof out), 0, "%s", out);
+    char *page = slurp(html);
+    const char *rows[] = {"<tr data-id=0>", "<tr data-id=1>", "<tr data-id=2>",
+                          "<tr data-id=3>"};
+    const char *want[] = {"train.py:42 forward</td>", "kv_cache</td>", "model.py:7 step</td>",
+                          "<td class=l></td>"};
+    for (size_t i = 0; i < 4; i++) {
+        const char *row = strstr(page, rows[i]);
+        cr_assert_not_null(row, "%s", rows[i]);
+        const char *end = strstr(row, "</tr>");
+        const char *tag = strstr(row, want[i]);
+        cr_assert(tag && tag < end, "row %zu has no '%s'", i, want[i]);
+    }
+    unlink(path);
+    unlink(tags_path);
+    unlink(html);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
+    finish();
+}
+
+static uint32_t hook_site;
+static unsigned hook_calls;
+static uint32_t count_and_give_site(void)
+{
+    hook_calls++;
+    return hook_site;
+}
+
+/* The PyTorch entry point asks the site hook for each allocation's site, and
+ * gives the thread back its own site afterwards. */
+Test(record, torch_entry_site_hook)
+{
+    setenv("STOWAGE_BACKEND", "sim", 1);
+    void *first = stow_torch_malloc(4096, 0, NULL); /* creates device 0's pool */
+    cr_assert_not_null(first);
+    cr_assert_eq(stow_record_start(stow_torch_pool(0), 100), STOW_OK);
+    uint32_t mine, line;
+    cr_assert_eq(stow_record_site_intern("main.c:10 main", &mine), STOW_OK);
+    cr_assert_eq(stow_record_site_intern("train.py:9 forward", &line), STOW_OK);
+    cr_assert_eq(stow_record_site_set(mine), STOW_OK);
+    stow_torch_set_site_hook(count_and_give_site);
+    hook_site = line;
+    void *a = stow_torch_malloc((ssize_t)MIB, 0, NULL);
+    cr_assert_eq(stow_record_site_current(), mine, "the thread's site restored");
+    hook_site = UINT32_MAX; /* not a site: the allocation gets none */
+    void *b = stow_torch_malloc(4096, 0, NULL);
+    stow_torch_set_site_hook(NULL);
+    void *c = stow_torch_malloc(4096, 0, NULL);
+    cr_assert(a && b && c);
+    cr_assert_eq(hook_calls, 2);
+    char path[] = "/tmp/stow_hook_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    cr_assert_eq(stow_torch_dump_trace(0, path), STOW_OK);
+    char tags_path[64];
+    snprintf(tags_path, sizeof tags_path, "%s.tags", path);
+    cr_assert_str_eq(slurp(tags_path), "0 train.py:9 forward\n2 main.c:10 main\n");
+    unlink(path);
+    unlink(tags_path);
+    stow_torch_set_site_hook(count_and_give_site);
+    stow_torch_shutdown(); /* forgets the hook */
+    hook_calls = 0;
+    stow_torch_free(stow_torch_malloc(4096, 0, NULL), 0, 0, NULL);
+    cr_assert_eq(hook_calls, 0);
+    stow_torch_shutdown();
 }
 
 Test(record, dump_writes_a_trace_the_reader_accepts)
