@@ -107,6 +107,14 @@ def last_line(text):
     return lines[-1] if lines else ""
 
 
+def failure_line(text):
+    """What a failed program said: its first line naming a failure or an error, else its last."""
+    for ln in text.splitlines():
+        if re.search(r"FAIL|[Ee]rror|violation", ln):
+            return ln.strip()[:300]
+    return last_line(text)[:300]
+
+
 def parse_testcase(name, status, out, skip_message, failure_message):
     """One ctest entry: its Criterion or unittest tests, else itself as one test."""
     t = Tally()
@@ -123,12 +131,12 @@ def parse_testcase(name, status, out, skip_message, failure_message):
     if inner is not None:
         t.add(inner)
         if status != "run" and not inner.failed:
-            t.failed.append((name, failure_message or "failed (exit status or output)"))
+            t.failed.append((name, failure_message or failure_line(out) or "failed"))
         return t
     if status == "run":
         t.passed += 1
     else:
-        t.failed.append((name, failure_message or "failed"))
+        t.failed.append((name, failure_message or failure_line(out) or "failed"))
     return t
 
 
@@ -201,12 +209,13 @@ def run_unittest(test_dir):
     suite = unittest.defaultTestLoader.discover(test_dir, top_level_dir=test_dir)
     result = unittest.TextTestRunner(verbosity=2, resultclass=_Result).run(suite)
     sys.stderr.flush()
-    failed = [str(test) for test, _ in result.failures + result.errors]
-    failed += [str(test) for test in result.unexpectedSuccesses]
+    # A test by its id, module.Class.method (a subtest adds its parameters).
+    failed = [test.id() for test, _ in result.failures + result.errors]
+    failed += [test.id() for test in result.unexpectedSuccesses]
     lines = [f"unittest result: {result.passes + len(result.expectedFailures)} passed, "
              f"{len(failed)} failed, {len(result.skipped)} skipped"]
     # ": " ends the name in a skip line, so a name keeps none.
-    lines += [f"unittest skipped: {str(test).replace(': ', ':')}: {' '.join(str(reason).split())}"
+    lines += [f"unittest skipped: {test.id().replace(': ', ':')}: {' '.join(str(reason).split())}"
               for test, reason in result.skipped]
     lines += [f"unittest failed: {' '.join(name.split())}" for name in failed]
     print("\n".join(lines), flush=True)

@@ -68,7 +68,7 @@ UNITTEST = textwrap.dedent("""\
 
     OK (skipped=2)
     unittest result: 5 passed, 0 failed, 2 skipped
-    unittest skipped: test_skip (test_a.A.test_skip): no GPU: cuInit failed
+    unittest skipped: test_a.A.test_skip: no GPU: cuInit failed
     unittest skipped: setUpClass (test_a.C): class level: no build
     """)
 
@@ -106,7 +106,7 @@ class Unittest(unittest.TestCase):
         t = summary.parse_unittest("python_tests", UNITTEST)
         self.assertEqual((t.passed, t.failed), (5, []))
         self.assertEqual(t.skipped, [
-            ("python_tests test_skip (test_a.A.test_skip)", "no GPU: cuInit failed"),
+            ("python_tests test_a.A.test_skip", "no GPU: cuInit failed"),
             ("python_tests setUpClass (test_a.C)", "class level: no build")])
 
     def test_the_runner_counts_every_outcome(self):
@@ -136,12 +136,11 @@ class Unittest(unittest.TestCase):
         t = summary.parse_unittest("py", r.stdout + r.stderr)
         self.assertEqual(t.passed, 3)
         self.assertEqual(sorted(n for n, _ in t.failed),
-                         ["py test_error (test_canned.A.test_error)",
-                          "py test_fail (test_canned.A.test_fail)"])
+                         ["py test_canned.A.test_error", "py test_canned.A.test_fail"])
         self.assertEqual(sorted(t.skipped), [
             ("py setUpClass (test_canned.C)", "not built"),
-            ("py test_1 (test_canned.B.test_1)", "needs ../shared/traces"),
-            ("py test_skip (test_canned.A.test_skip)", "needs a GPU: none here")])
+            ("py test_canned.A.test_skip", "needs a GPU: none here"),
+            ("py test_canned.B.test_1", "needs ../shared/traces")])
 
 
 class Ctest(unittest.TestCase):
@@ -175,8 +174,14 @@ class Ctest(unittest.TestCase):
 
     def test_a_program_without_synthesis_is_one_test(self):
         t = summary.parse_junit(junit(case("stress_threads", "run", "ok\n"),
-                                      case("test_crash", "fail", "[RUN ] s::a\n", failure="")))
-        self.assertEqual((t.passed, [n for n, _ in t.failed]), (1, ["test_crash"]))
+                                      case("test_crash", "fail", "[RUN ] s::a\nSegmentation fault\n",
+                                           failure="")))
+        self.assertEqual((t.passed, t.failed), (1, [("test_crash", "Segmentation fault")]))
+
+    def test_a_failed_program_is_named_with_the_line_that_says_why(self):
+        out = "FAIL: exports differ: missing: stow_x\nstow_y\n"
+        t = summary.parse_junit(junit(case("check_no_cuda_link", "fail", out, failure="")))
+        self.assertEqual(t.failed, [("check_no_cuda_link", "FAIL: exports differ: missing: stow_x")])
 
 
 class Report(unittest.TestCase):
@@ -200,7 +205,7 @@ class Report(unittest.TestCase):
         self.assertEqual(lines[-1], "12 passed, 0 failed, 4 skipped")
         self.assertEqual(lines[:-1], [
             "skipped: test_pool pool::b: shared trace ../shared/traces/gpt2.rep not found next to the project",
-            "skipped: python_tests test_skip (test_a.A.test_skip): no GPU: cuInit failed",
+            "skipped: python_tests test_a.A.test_skip: no GPU: cuInit failed",
             "skipped: python_tests setUpClass (test_a.C): class level: no build",
             "skipped: asan test_pool pool::b: shared trace ../shared/traces/gpt2.rep not found next to the project"])
 
