@@ -56,6 +56,19 @@ extern "C" {
  */
 STOW_API void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream);
 
+/*
+ * The allocation of stow_torch_malloc with its status, for a caller that
+ * raises its own error (the C++ adapter, python/csrc/torch_allocator.cpp):
+ * size bytes on `device` into *out (untouched on error). Nothing goes to
+ * stderr; a failure's explanation is kept for stow_torch_last_error (for an
+ * out-of-memory, stow_pool_oom_message's). The site hook applies as to
+ * stow_torch_malloc.
+ * Errors: STOW_EINVAL (size 0, NULL out, device out of range), STOW_ENOMEM,
+ * STOW_EOVERFLOW, STOW_ENODEV or STOW_EBACKEND (no pool could be created, or
+ * the backend failed), STOW_EHOSTMEM.
+ */
+STOW_API stow_status_t stow_torch_alloc(size_t size, int device, stow_stream_t stream, void **out);
+
 /* free_fn. `size` and `stream` (the allocation stream, as PyTorch passes it)
  * are not needed. NULL is ignored; a pointer Stowage did not hand out is
  * logged once per device and otherwise ignored. */
@@ -98,12 +111,12 @@ STOW_API stow_status_t stow_torch_dump_trace(int device, const char *path);
 
 /*
  * The site hook of recordings (stowage.record: the user's line of each
- * allocation). While one is set, stow_torch_malloc calls it before each
- * allocation, on the allocating thread and outside every lock of the library,
- * and makes its result the thread's site for that allocation
+ * allocation). While one is set, stow_torch_malloc and stow_torch_alloc call
+ * it before each allocation, on the allocating thread and outside every lock
+ * of the library, and makes its result the thread's site for that allocation
  * (stow_record_site_set; 0 or an unknown id: none), then restores the
- * thread's site. NULL removes it. Only the global swap's entry point calls it,
- * not the MemPool route's (those requests are whole segments).
+ * thread's site. NULL removes it. Only the global swap's entry points call
+ * it, not the MemPool route's (those requests are whole segments).
  * Ownership: the caller keeps the function alive while it is set.
  * Thread safety: safe; the hook runs on every allocating thread at once.
  */

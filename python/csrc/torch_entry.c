@@ -204,17 +204,18 @@ static stow_pool_t *pool_get(torch_slot_t *s, int device, const torch_mempool_t 
 
 /* ---- the PyTorch hooks ---- */
 
-/* An allocation from s's pool, with the diagnostics of a failure. */
-static void *slot_alloc(torch_slot_t *s, int device, const torch_mempool_t *mp, ssize_t size,
-                        stow_stream_t stream)
+/* An allocation from s's pool into *out; a failure's explanation is kept as the
+ * slot's last error, and logged (once per device and kind) when `log` is set. */
+static stow_status_t slot_alloc_status(torch_slot_t *s, int device, const torch_mempool_t *mp,
+                                       size_t size, stow_stream_t stream, bool log, void **out)
 {
     stow_pool_t *pool = pool_get(s, device, mp);
     if (!pool)
-        return NULL;
-    void *ptr = NULL;
-    stow_status_t st = stow_pool_alloc(pool, (size_t)size, stream, &ptr);
+        return env_wants_sim() || stow_cuda_probe(NULL, 0) == STOW_CUDA_PROBE_OK ? STOW_EBACKEND
+                                                                                : STOW_ENODEV;
+    stow_status_t st = stow_pool_alloc(pool, size, stream, out);
     if (STOW_LIKELY_(st == STOW_OK))
-        return ptr;
+        return st;
 
     char msg[TORCH_MSG_LEN] = "";
     if (st == STOW_ENOMEM) {
@@ -223,12 +224,14 @@ static void *slot_alloc(torch_slot_t *s, int device, const torch_mempool_t *mp, 
         char detail[256] = "";
         if (!s->backend_is_sim)
             stow_cuda_last_error(s->backend, detail, sizeof detail);
-        snprintf(msg, sizeof msg, "allocating %zd bytes on device %d failed: %s%s%s", size,
+        snprintf(msg, sizeof msg, "allocating %zu bytes on device %d failed: %s%s%s", size,
                  device, stow_strerror(st), detail[0] ? ": " : "", detail);
     }
     pthread_mutex_lock(&torch_lock);
     snprintf(s->last_error, sizeof s->last_error, "%s", msg);
     pthread_mutex_unlock(&torch_lock);
+    if (!log)
+        return st;
     if (st == STOW_ENOMEM) {
         /* The pool's message starts with "stowage: out of memory". */
         if (first_time(&s->logged_oom))
@@ -237,7 +240,16 @@ static void *slot_alloc(torch_slot_t *s, int device, const torch_mempool_t *mp, 
     } else if (first_time(&s->logged_error)) {
         torch_log("%s", msg);
     }
-    return NULL;
+    return st;
+}
+
+/* An allocation from s's pool, with the diagnostics of a failure. */
+static void *slot_alloc(torch_slot_t *s, int device, const torch_mempool_t *mp, ssize_t size,
+                        stow_stream_t stream)
+{
+    void *ptr = NULL;
+    return slot_alloc_status(s, device, mp, (size_t)size, stream, true, &ptr) == STOW_OK ? ptr
+                                                                                        : NULL;
 }
 
 static torch_slot_t *slot_or_log(torch_slot_t *table, int device)
@@ -274,6 +286,22 @@ void *stow_torch_malloc(ssize_t size, int device, stow_stream_t stream)
     void *ptr = slot_alloc(s, device, NULL, size, stream);
     (void)stow_record_site_set(before);
     return ptr;
+}
+
+stow_status_t stow_torch_alloc(size_t size, int device, stow_stream_t stream, void **out)
+{
+    if (size == 0 || !out || device < 0 || device >= STOW_TORCH_MAX_DEVICES)
+        return STOW_EINVAL;
+    torch_slot_t *s = &slots[device];
+    stow_torch_site_fn hook = atomic_load_explicit(&site_hook, memory_order_acquire);
+    if (STOW_LIKELY_(!hook))
+        return slot_alloc_status(s, device, NULL, size, stream, false, out);
+    uint32_t before = stow_record_site_current();
+    if (stow_record_site_set(hook()) != STOW_OK)
+        (void)stow_record_site_set(0);
+    stow_status_t st = slot_alloc_status(s, device, NULL, size, stream, false, out);
+    (void)stow_record_site_set(before);
+    return st;
 }
 
 /* A free into s's pool (NULL pool: never created), with the diagnostics of a

@@ -263,6 +263,28 @@ Test(torch_entry, oom_returns_null_and_logs_once)
     stow_torch_free(small, 0, 0, NULL);
 }
 
+Test(torch_entry, alloc_returns_the_status_and_logs_nothing)
+{
+    ts_torch_use_sim("16M");
+    void *p = NULL;
+    cr_assert_eq(stow_torch_alloc(1000, 0, S1, &p), STOW_OK);
+    cr_assert_not_null(p);
+    void *untouched = (void *)0x1;
+    cr_assert_eq(stow_torch_alloc(0, 0, S1, &untouched), STOW_EINVAL);
+    cr_assert_eq(stow_torch_alloc(64, -1, S1, &untouched), STOW_EINVAL);
+    cr_assert_eq(stow_torch_alloc(64, STOW_TORCH_MAX_DEVICES, S1, &untouched), STOW_EINVAL);
+    cr_assert_eq(stow_torch_alloc(64, 0, S1, NULL), STOW_EINVAL);
+    capture_begin();
+    cr_assert_eq(stow_torch_alloc(100 * MiB, 0, S1, &untouched), STOW_ENOMEM);
+    cr_assert_eq(capture_end("stowage"), 0, "the caller raises its own error");
+    cr_assert_eq(untouched, (void *)0x1, "*out is untouched on error");
+    char msg[1024];
+    cr_assert_gt(stow_torch_last_error(0, msg, sizeof msg), 0);
+    cr_assert_not_null(strstr(msg, "out of memory"), "%s", msg);
+    cr_assert_eq(stats_of(0).num_ooms, 1);
+    stow_torch_free(p, 1000, 0, S1);
+}
+
 Test(torch_entry, stowage_conf_is_applied)
 {
     ts_torch_use_sim(NULL);
