@@ -7,6 +7,14 @@ writes a wheel of the pure-Python package with both inside it:
     stowage/libstowage.so   the library, loaded by stowage._lib before any other
     stowage/bin/stowage     the tool that `python -m stowage` and the `stowage`
                             console script run
+    stowage/libstowage_torch.so
+                            the C++ adapter (python/csrc/torch_allocator.cpp), when
+                            torch is importable by the Python running the build and
+                            its version is one the adapter implements: built against
+                            that torch's headers and libraries, it makes Stowage
+                            PyTorch's whole CUDA allocator (docs/torch.md). Without
+                            it the wheel installs all the same, and
+                            stowage.torch.enable() takes the pluggable route.
 
 The wheel is tagged py3-none-<platform>: the package is ctypes over a C library,
 so it fits every Python 3 of that platform. Only the standard library is used
@@ -18,6 +26,12 @@ config_settings (pip -C KEY=VALUE):
     build-dir   a CMake build folder to configure and build in, and keep
                 (default: a temporary one, removed afterwards)
     cmake-args  extra arguments for the CMake configure step, space-separated
+    torch-adapter  auto (default: build it when torch is importable), off, or
+                require (a failure to build it fails the build)
+
+Also a command, for tests and checkouts:
+    python python/backend/stowage_backend.py torch-adapter OUT_DIR LIBSTOWAGE
+builds OUT_DIR/libstowage_torch.so against the torch of the Python running it.
 """
 
 import base64
@@ -112,6 +126,101 @@ def _cmake_build(build_dir, extra_args, log):
     return lib, cli
 
 
+# ---- the C++ adapter (python/csrc/torch_allocator.cpp) ----
+
+ADAPTER_SOURCE = os.path.join(PY_ROOT, "csrc", "torch_allocator.cpp")
+ADAPTER_NAME = "libstowage_torch.so"
+# The torch versions (major.minor) whose CUDAAllocator interface the adapter
+# implements; the source's #if says the same.
+ADAPTER_TORCH = ("2.11",)
+
+_TORCH_PROBE = r"""
+import json, os, torch
+d = os.path.dirname(torch.__file__)
+print(json.dumps({"version": torch.__version__, "dir": d, "cuda": torch.version.cuda,
+                  "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI)}))
+"""
+
+
+def _torch_info(python, log):
+    """What the build needs of the torch `python` imports, or a reason why not."""
+    r = subprocess.run([python, "-c", _TORCH_PROBE], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return None, "torch is not importable by %s (%s)" % (python, last)
+    import json
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    mm = ".".join(info["version"].split("+")[0].split(".")[:2])
+    if mm not in ADAPTER_TORCH:
+        return None, ("torch %s: the adapter implements the CUDAAllocator interface of torch %s"
+                      % (info["version"], ", ".join(ADAPTER_TORCH)))
+    if not info["cuda"]:
+        return None, "torch %s is not a CUDA build" % info["version"]
+    return info, None
+
+
+def _cuda_paths(info):
+    """(include dir, libcudart path) of the CUDA runtime this torch uses, or (None, why)."""
+    major = info["cuda"].split(".")[0]
+    site = os.path.dirname(info["dir"])
+    roots = [os.path.join(site, "nvidia", "cu" + major),
+             os.path.join(site, "nvidia", "cuda_runtime")]
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            roots.append(os.environ[env])
+    roots += ["/usr/local/cuda-%s" % info["cuda"], "/usr/local/cuda"]
+    inc = lib = None
+    for root in roots:
+        if inc is None and os.path.isfile(os.path.join(root, "include", "cuda_runtime_api.h")):
+            inc = os.path.join(root, "include")
+        for sub in ("lib", "lib64", os.path.join("targets", "x86_64-linux", "lib")):
+            cand = os.path.join(root, sub, "libcudart.so." + major)
+            if lib is None and os.path.isfile(cand):
+                lib = cand
+    if inc is None or lib is None:
+        return None, ("no CUDA %s runtime headers and libcudart.so.%s found (looked in %s)"
+                      % (info["cuda"], major, ", ".join(roots)))
+    return (inc, lib), None
+
+
+def build_torch_adapter(out_dir, libstowage, log, python=None):
+    """Builds out_dir/libstowage_torch.so against the torch that `python`
+    (default: this one) imports, linked to libstowage (the path of the
+    libstowage.so it goes beside). Returns (path, None), or (None, reason)
+    when it is not built: no torch, a torch version the adapter does not
+    implement, no CUDA runtime, or the compiler failed (its output in log)."""
+    info, why = _torch_info(python or sys.executable, log)
+    if info is None:
+        return None, why
+    cuda, why = _cuda_paths(info)
+    if cuda is None:
+        return None, why
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        return None, "no C++ compiler (c++ or g++; or set CXX)"
+    tinc = os.path.join(info["dir"], "include")
+    tlib = os.path.join(info["dir"], "lib")
+    os.makedirs(out_dir, exist_ok=True)
+    out = os.path.join(out_dir, ADAPTER_NAME)
+    cmd = [cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+           "-Wall", "-Wextra", "-D_GLIBCXX_USE_CXX11_ABI=%d" % info["abi"],
+           "-I", os.path.join(REPO, "include"),
+           "-isystem", tinc, "-isystem", os.path.join(tinc, "torch", "csrc", "api", "include"),
+           "-isystem", cuda[0], ADAPTER_SOURCE, "-o", out + ".tmp",
+           os.path.realpath(libstowage), "-L", tlib, "-ltorch_cuda", "-lc10_cuda", "-lc10",
+           cuda[1], "-Wl,-z,defs", "-Wl,-rpath-link," + tlib,
+           "-Wl,-rpath,$ORIGIN:" + tlib + ":" + os.path.dirname(cuda[1])]
+    log.write("stowage: building the torch adapter against torch %s (%s)\n"
+              % (info["version"], info["dir"]))
+    try:
+        _run(cmd, log)
+    except BuildError as exc:
+        return None, "compiling %s failed: %s" % (ADAPTER_SOURCE, exc)
+    os.replace(out + ".tmp", out)
+    return out, None
+
+
 def _record_hash(data):
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
     return "sha256=" + digest.decode()
@@ -177,8 +286,19 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     build_dir = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix="stowage-build-")
     extra = settings.get("cmake-args", "")
     extra = extra.split() if isinstance(extra, str) else list(extra)
+    adapter_mode = settings.get("torch-adapter", "auto")
+    if adapter_mode not in ("auto", "off", "require"):
+        raise BuildError("torch-adapter=%s: auto, off or require" % adapter_mode)
     try:
         lib, cli = _cmake_build(build_dir, extra, sys.stderr)
+        adapter = None
+        if adapter_mode != "off":
+            adapter, why = build_torch_adapter(build_dir, lib, sys.stderr)
+            if adapter is None:
+                if adapter_mode == "require":
+                    raise BuildError("the torch adapter was not built: " + why)
+                sys.stderr.write("stowage: the wheel has no torch adapter (%s); "
+                                 "stowage.torch.enable() will take the pluggable route\n" % why)
         dist = "stowage-%s" % version
         name = "%s-%s.whl" % (dist, _tag())
         os.makedirs(wheel_directory, exist_ok=True)
@@ -186,6 +306,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         for arcname, path in _package_files():
             wheel.add(arcname, _read(path))
         wheel.add("stowage/libstowage.so", _read(lib))
+        if adapter:
+            wheel.add("stowage/" + ADAPTER_NAME, _read(adapter))
         if cli:
             wheel.add("stowage/bin/stowage", _read(cli), executable=True)
         info = dist + ".dist-info"
@@ -200,3 +322,13 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     finally:
         if not keep:
             shutil.rmtree(build_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    # python stowage_backend.py torch-adapter OUT_DIR LIBSTOWAGE
+    if len(sys.argv) != 4 or sys.argv[1] != "torch-adapter":
+        sys.exit("usage: %s torch-adapter OUT_DIR LIBSTOWAGE" % sys.argv[0])
+    path, reason = build_torch_adapter(sys.argv[2], sys.argv[3], sys.stdout)
+    if path is None:
+        sys.exit("stowage: the torch adapter was not built: " + reason)
+    print(path)

@@ -7,6 +7,13 @@ The global swap: Stowage serves every CUDA tensor.
     ...
     print(stowage.torch.memory_summary())
 
+enable() installs the C++ adapter (libstowage_torch.so, built against the
+installed torch at pip install time), which implements PyTorch's whole CUDA
+allocator interface: torch.cuda.memory_stats, cudnn.benchmark, CUDA graphs,
+torch.cuda.MemPool, torch.OutOfMemoryError and memory snapshots work as
+under PyTorch's own allocator. Without the adapter it falls back to
+CUDAPluggableAllocator, with a warning naming what does not work there.
+
 The MemPool route: PyTorch's allocator stays in charge and takes whole
 segments from Stowage inside a scope (and for CUDA graphs captured into it).
 
@@ -15,8 +22,8 @@ segments from Stowage inside a scope (and for CUDA graphs captured into it).
         ...
 
 Only enable(), mem_pool() and explain_oom import torch. The statistics
-functions are re-exported from the stowage package: under the global swap
-torch.cuda.memory_stats() and friends raise, so use these instead.
+functions are re-exported from the stowage package (Stowage's own figures;
+under the pluggable route torch.cuda.memory_stats() and friends raise).
 memory_snapshot() and dump_snapshot() give what torch.cuda.memory._snapshot()
 gives, for Stowage's pools; oom_report() and explain_oom() explain an
 out-of-memory.
@@ -31,7 +38,25 @@ from . import (  # noqa: F401  (re-exported)
     max_memory_reserved, memory_allocated, memory_reserved, memory_stats, memory_summary,
     reset_accumulated_memory_stats, reset_peak_memory_stats, validate_conf)
 
-_installed = None  # keeps the CUDAPluggableAllocator alive once installed
+_installed = None  # keeps the installed allocator object alive
+_route = None      # "adapter" or "pluggable" once enable() installed Stowage
+_adapter = None    # the adapter library (ctypes.CDLL) once installed
+
+ADAPTER_NAME = "libstowage_torch.so"
+
+# What the pluggable route (CUDAPluggableAllocator) does not serve; enable()
+# names these when it has to take that route.
+PLUGGABLE_GAPS = (
+    "torch.cuda.memory_stats/memory_allocated/max_memory_allocated/memory_reserved/"
+    "reset_peak_memory_stats/memory_summary raise (use stowage.memory_stats())",
+    "torch.backends.cudnn.benchmark=True raises (cacheInfo)",
+    "CUDA graphs, torch.cuda.MemPool and torch.compile(mode='reduce-overhead') are refused",
+    "an out-of-memory gives PyTorch a null pointer, not torch.OutOfMemoryError "
+    "(wrap the code in stowage.torch.explain_oom())",
+    "torch.cuda.memory._record_memory_history/_snapshot raise "
+    "(use stowage.torch.memory_snapshot())",
+    "CUDA IPC of tensors is refused",
+)
 
 # PyTorch hook setter -> exported C function
 _HOOKS = (
@@ -50,7 +75,76 @@ def enabled():
     return _installed is not None
 
 
-def enable(conf=None):
+def route():
+    """How enable() installed Stowage: "adapter" (PyTorch's whole allocator
+    interface), "pluggable" (CUDAPluggableAllocator), or None (not enabled)."""
+    return _route
+
+
+def adapter_path():
+    """The adapter library enable() would load: $STOWAGE_TORCH_ADAPTER when
+    set, else libstowage_torch.so beside the loaded libstowage.so, in this
+    package, or in a checkout's build/; None when there is none."""
+    env = os.environ.get("STOWAGE_TORCH_ADAPTER")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [os.path.dirname(_lib.path()), here]
+    checkout = os.path.normpath(os.path.join(here, "..", ".."))
+    if os.path.isfile(os.path.join(checkout, "CMakeLists.txt")):
+        dirs.append(os.path.join(checkout, "build"))
+    for d in dirs:
+        cand = os.path.join(d, ADAPTER_NAME)
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+def _bind_adapter(lib):
+    c = ctypes
+    lib.stow_torch_adapter_torch_version.restype = c.c_char_p
+    lib.stow_torch_adapter_torch_version.argtypes = []
+    lib.stow_torch_adapter_install.restype = c.c_int
+    lib.stow_torch_adapter_install.argtypes = [c.c_char_p, c.c_char_p, c.c_size_t]
+    lib.stow_torch_adapter_installed.restype = c.c_int
+    lib.stow_torch_adapter_installed.argtypes = []
+    return lib
+
+
+def _load_adapter():
+    """(ctypes.CDLL of the adapter, None), or (None, the reason there is none)."""
+    path = adapter_path()
+    if path is None:
+        return None, ("no %s was built (pip install --no-build-isolation ./python builds it "
+                      "when torch is importable)" % ADAPTER_NAME)
+    try:
+        return _bind_adapter(ctypes.CDLL(path)), None
+    except OSError as e:
+        return None, "%s cannot be loaded (%s); rebuild it against this torch" % (path, e)
+    except AttributeError as e:
+        return None, "%s is not a Stowage adapter (%s)" % (path, e)
+
+
+def _install_adapter(torch):
+    """Makes the adapter PyTorch's CUDA allocator. Returns None when it did,
+    else the reason (a torch version it was not built for, no adapter, CUDA
+    already initialised). Call it after stowage._lib.load() and import torch."""
+    global _adapter
+    version = getattr(torch, "__version__", None)
+    if not isinstance(version, str):
+        return "the torch module has no __version__ to check the adapter against"
+    lib, why = _load_adapter()
+    if lib is None:
+        return why
+    buf = ctypes.create_string_buffer(2048)
+    st = lib.stow_torch_adapter_install(version.encode(), buf, len(buf))
+    if st != 0:
+        return buf.value.decode("utf-8", "replace") or _lib.strerror(st)
+    _adapter = lib
+    return None
+
+
+def enable(conf=None, adapter=None):
     """Makes PyTorch allocate CUDA memory through Stowage.
 
     conf: optional STOWAGE_CONF string (PYTORCH_CUDA_ALLOC_CONF syntax, e.g.
@@ -60,13 +154,24 @@ def enable(conf=None):
 
     Must run before CUDA is initialised (before the first CUDA tensor or
     torch.cuda call that creates a context): PyTorch cannot swap an allocator
-    that is in use. Wires empty_cache, record_stream and
-    set_per_process_memory_fraction to Stowage. Returns the
-    torch.cuda.memory.CUDAPluggableAllocator. Calling it again is a no-op.
-    Raises RuntimeError (CUDA already initialised, simulated backend selected),
-    ValueError (bad conf), ImportError (no torch), LibraryNotFound.
+    that is in use.
+
+    adapter: None (default) installs the C++ adapter when it was built for
+    this torch (route() == "adapter": PyTorch's whole allocator interface, so
+    torch.cuda.memory_stats, cudnn.benchmark, CUDA graphs, MemPool,
+    torch.OutOfMemoryError and memory snapshots work), else warns
+    (RuntimeWarning naming what will not work, PLUGGABLE_GAPS) and takes the
+    pluggable route; True requires the adapter (RuntimeError without it);
+    False takes the pluggable route (route() == "pluggable":
+    CUDAPluggableAllocator with empty_cache, record_stream and
+    set_per_process_memory_fraction wired to Stowage).
+
+    Returns the installed torch.cuda.memory._CUDAAllocator. Calling it again
+    is a no-op. Raises RuntimeError (CUDA already initialised, simulated
+    backend selected, adapter=True without an adapter), ValueError (bad conf),
+    ImportError (no torch), LibraryNotFound.
     """
-    global _installed
+    global _installed, _route
     if _installed is not None:
         return _installed
     if conf is not None:
@@ -86,6 +191,19 @@ def enable(conf=None):
     if conf is not None:
         os.environ["STOWAGE_CONF"] = conf
 
+    import warnings
+    if adapter is not False:
+        why = _install_adapter(torch)
+        if why is None:
+            _installed = torch.cuda.memory._get_current_allocator()
+            _route = "adapter"
+            return _installed
+        if adapter:
+            raise RuntimeError("stowage.torch.enable(adapter=True): " + why)
+        warnings.warn("stowage.torch.enable: the C++ adapter is not in use (%s). Stowage serves "
+                      "PyTorch through CUDAPluggableAllocator, where: %s."
+                      % (why, "; ".join(PLUGGABLE_GAPS)), RuntimeWarning, stacklevel=2)
+
     plug = torch.cuda.memory.CUDAPluggableAllocator(
         _lib.path(), "stow_torch_malloc", "stow_torch_free")
     inner = plug.allocator()
@@ -98,10 +216,10 @@ def enable(conf=None):
         fn(_fn_address(lib, cname))
     torch.cuda.memory.change_current_allocator(plug)
     if missing:
-        import warnings
         warnings.warn("stowage.torch.enable: this PyTorch lacks %s; those features fall back "
                       "to no-ops" % ", ".join(missing), RuntimeWarning, stacklevel=2)
     _installed = plug
+    _route = "pluggable"
     return plug
 
 

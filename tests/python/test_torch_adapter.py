@@ -1,0 +1,648 @@
+"""The C++ adapter (python/csrc/torch_allocator.cpp): Stowage behind PyTorch's
+whole CUDA allocator interface, checked without a GPU.
+
+Needs torch (a CUDA build; the venv's python: make deps, then
+~/.cache/stowage/venv/bin/python -m unittest tests/python/test_torch_adapter.py);
+skips with the reason otherwise. The adapter is built beside the loaded
+libstowage.so when it is missing or older than its source (stowage_backend's
+torch-adapter build, about 20 s), or taken from $STOWAGE_TORCH_ADAPTER.
+
+It is installed once, as PyTorch's allocator, with its pools on the simulated
+device (STOWAGE_BACKEND=sim): device and stream of each allocation then come
+from stow_torch_adapter_sim_select, never from CUDA. The methods are reached
+through PyTorch's own bindings where one exists that needs no GPU
+(torch._C._cuda_memoryStats, _cuda_cudaCachingAllocator_raw_alloc,
+_cuda_beginAllocateToPool, _cuda_getCheckpointState,
+torch.cuda.memory._snapshot...), else through stow_torch_adapter_call, which
+calls the method on c10::cuda::CUDACachingAllocator::get() as PyTorch's C++
+code does. Each test starts from no pool (stow_torch_adapter_reset).
+What needs a GPU (tensors, cudnn.benchmark, real graph captures,
+torch.compile, PyTorch's own allocator tests) is bench/gpu/torch_adapter.py.
+"""
+
+import ctypes
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "python", "backend"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    import torch
+except ImportError as e:
+    raise unittest.SkipTest("torch is not importable by %s (%s): run these with the venv's python "
+                            "(make deps)" % (sys.executable, e))
+if not getattr(torch.version, "cuda", None):
+    raise unittest.SkipTest("torch %s is not a CUDA build" % torch.__version__)
+
+os.environ["STOWAGE_BACKEND"] = "sim"
+
+import stowage  # noqa: E402
+import stowage._lib  # noqa: E402
+import stowage.torch as st  # noqa: E402
+import stowage_backend  # noqa: E402
+
+try:
+    LIB = stowage._lib.load()
+except stowage.LibraryNotFound as e:  # pragma: no cover
+    raise unittest.SkipTest(str(e))
+
+MiB = 1 << 20
+GiB = 1 << 30
+SIM_CAPACITY = 1 << 46          # the simulated device's default capacity
+ONE_GIB_FRACTION = GiB / SIM_CAPACITY
+
+
+def adapter_library():
+    """The adapter to test: $STOWAGE_TORCH_ADAPTER, else built beside libstowage.so."""
+    env = os.environ.get("STOWAGE_TORCH_ADAPTER")
+    if env:
+        return env
+    lib = stowage._lib.path()
+    out_dir = os.path.dirname(lib)
+    target = os.path.join(out_dir, stowage_backend.ADAPTER_NAME)
+    newest = max(os.path.getmtime(stowage_backend.ADAPTER_SOURCE), os.path.getmtime(lib))
+    if not os.path.exists(target) or os.path.getmtime(target) < newest:
+        log = tempfile.TemporaryFile(mode="w+")
+        path, why = stowage_backend.build_torch_adapter(out_dir, lib, log)
+        if path is None:
+            log.seek(0)
+            raise RuntimeError("the adapter was not built: %s\n%s" % (why, log.read()[-6000:]))
+    os.environ["STOWAGE_TORCH_ADAPTER"] = target  # for the subprocesses below
+    return target
+
+
+ADAPTER = adapter_library()
+_why = st._install_adapter(torch)
+if _why is not None:
+    raise RuntimeError("installing the adapter failed: %s" % _why)
+A = st._adapter
+c = ctypes
+for _name, _res, _args in (
+        ("stow_torch_adapter_sim_select", c.c_int, [c.c_int, c.c_void_p]),
+        ("stow_torch_adapter_record_history", c.c_int,
+         [c.c_int, c.c_size_t, c.c_int, c.c_char_p, c.c_char_p, c.c_size_t]),
+        ("stow_torch_adapter_hold", c.c_int,
+         [c.c_int, c.c_size_t, c.POINTER(c.c_void_p), c.c_char_p, c.c_size_t]),
+        ("stow_torch_adapter_drop", c.c_int, [c.c_int]),
+        ("stow_torch_adapter_record_stream", c.c_int,
+         [c.c_int, c.c_void_p, c.c_char_p, c.c_size_t]),
+        ("stow_torch_adapter_reset", c.c_int, []),
+        ("stow_torch_adapter_call", c.c_int,
+         [c.c_char_p, c.c_uint64, c.c_uint64, c.c_char_p, c.c_size_t])):
+    getattr(A, _name).restype = _res
+    getattr(A, _name).argtypes = _args
+
+
+def call(method, a=0, b=0):
+    """(status, text) of one interface method called through PyTorch's allocator."""
+    buf = ctypes.create_string_buffer(8192)
+    status = A.stow_torch_adapter_call(method.encode(), a, b, buf, len(buf))
+    return status, buf.value.decode()
+
+
+def raw_alloc(size, stream=0):
+    return torch._C._cuda_cudaCachingAllocator_raw_alloc(size, stream)
+
+
+def raw_delete(ptr):
+    torch._C._cuda_cudaCachingAllocator_raw_delete(ptr)
+
+
+def flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, prefix + k + "."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def stats(device=0):
+    """torch.cuda.memory_stats(device), from PyTorch's binding (the Python
+    function answers {} before CUDA is initialised)."""
+    return flat(torch._C._cuda_memoryStats(device))
+
+
+def hold(slot, size):
+    ptr, why = ctypes.c_void_p(), ctypes.create_string_buffer(4096)
+    status = A.stow_torch_adapter_hold(slot, size, ctypes.byref(ptr), why, len(why))
+    return status, ptr.value, why.value.decode()
+
+
+def record_history(enabled=True, max_entries=10000, when=3, skip=None):
+    why = ctypes.create_string_buffer(1024)
+    status = A.stow_torch_adapter_record_history(int(enabled), max_entries, when,
+                                                 skip.encode() if skip else None, why, len(why))
+    if status != 0:
+        raise AssertionError(why.value.decode())
+
+
+def set_fraction(fraction, device=0):
+    torch._C._cuda_setMemoryFraction(fraction, device)
+
+
+def segments_of(snap, pool_id):
+    return [s for s in snap["segments"] if tuple(s["segment_pool_id"]) == pool_id]
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.assertEqual(A.stow_torch_adapter_reset(), 0)
+        self.assertEqual(A.stow_torch_adapter_sim_select(0, None), 0)
+
+    def tearDown(self):
+        A.stow_torch_adapter_reset()
+
+
+class Installation(Base):
+    def test_pytorch_calls_the_adapter(self):
+        self.assertEqual(A.stow_torch_adapter_installed(), 1)
+        self.assertEqual(call("name"), (0, "stowage"))
+        self.assertEqual(call("raw_deleter"), (0, "adapter"))
+        self.assertEqual(call("c10::GetAllocator"), (0, "adapter"),
+                         "c10::GetAllocator(kCUDA) (torch.accelerator, storages) is the adapter")
+        self.assertIsNotNone(torch._C._cuda_getAllocator())
+        self.assertEqual(A.stow_torch_adapter_torch_version().decode(),
+                         torch.__version__.split("+")[0])
+
+    def test_a_torch_of_another_version_is_refused(self):
+        why = ctypes.create_string_buffer(1024)
+        status = A.stow_torch_adapter_install(b"2.9.1", why, len(why))
+        self.assertEqual(status, 1)  # STOW_EINVAL
+        text = why.value.decode()
+        self.assertIn("built for torch 2.11", text)
+        self.assertIn("runs torch 2.9.1", text)
+        self.assertIn("CUDAAllocator interface", text)
+
+    def test_a_second_install_is_refused(self):
+        why = ctypes.create_string_buffer(1024)
+        self.assertEqual(A.stow_torch_adapter_install(torch.__version__.encode(), why, len(why)),
+                         3)  # STOW_EBUSY
+        self.assertIn("installed already", why.value.decode())
+
+
+class Statistics(Base):
+    def test_memory_stats_have_pytorchs_keys_and_stowages_figures(self):
+        a = raw_alloc(1000)
+        b = raw_alloc(3 * MiB)
+        s = stats()
+        self.assertEqual(s["allocation.all.current"], 2)
+        self.assertEqual(s["allocation.small_pool.current"], 1)
+        self.assertEqual(s["allocation.large_pool.current"], 1)
+        self.assertEqual(s["requested_bytes.all.current"], 1000 + 3 * MiB)
+        self.assertEqual(s["allocated_bytes.all.current"], 1024 + 3 * MiB)
+        self.assertEqual(s["num_ooms"], 0)
+        self.assertEqual(s["max_split_size"], -1)  # unlimited, as PyTorch reports it
+        mine = stowage.memory_stats(0)
+        for key in ("reserved_bytes.all.current", "segment.all.current", "active_bytes.all.peak",
+                    "inactive_split_bytes.all.current", "num_device_alloc"):
+            self.assertEqual(s[key], mine[key], key)
+        for key in ("oversize_allocations.current", "num_sync_all_streams", "num_device_free",
+                    "num_alloc_retries"):
+            self.assertIn(key, s)
+        raw_delete(a)
+        raw_delete(b)
+        s = stats()
+        self.assertEqual(s["allocated_bytes.all.current"], 0)
+        self.assertEqual(s["allocated_bytes.all.peak"], 1024 + 3 * MiB)
+        self.assertGreater(s["reserved_bytes.all.current"], 0, "freed blocks stay cached")
+
+    def test_reset_peak_and_accumulated(self):
+        raw_delete(raw_alloc(8 * MiB))
+        keep = raw_alloc(MiB)
+        torch._C._cuda_resetPeakMemoryStats(0)
+        s = stats()
+        self.assertEqual(s["allocated_bytes.all.peak"], s["allocated_bytes.all.current"])
+        self.assertEqual(s["allocated_bytes.all.peak"], MiB)
+        self.assertEqual(s["allocation.all.allocated"], 2)
+        torch._C._cuda_resetAccumulatedMemoryStats(0)
+        s = stats()
+        self.assertEqual(s["allocation.all.allocated"], 0)
+        self.assertEqual(s["allocation.all.freed"], 0)
+        self.assertEqual(s["allocation.all.current"], 1)
+        raw_delete(keep)
+
+    def test_a_device_without_a_pool_has_zero_figures(self):
+        s = stats(5)
+        self.assertEqual(s["allocated_bytes.all.current"], 0)
+        self.assertEqual(s["reserved_bytes.all.peak"], 0)
+        with self.assertRaisesRegex(RuntimeError, "out of range"):
+            torch._C._cuda_memoryStats(64)
+
+    def test_each_device_its_own_figures(self):
+        A.stow_torch_adapter_sim_select(1, None)
+        p = raw_alloc(2 * MiB)
+        self.assertEqual(stats(1)["allocation.all.current"], 1)
+        self.assertEqual(stats(0)["allocation.all.current"], 0)
+        raw_delete(p)
+        self.assertEqual(stats(1)["allocation.all.current"], 0)
+
+
+class OutOfMemory(Base):
+    def test_out_of_memory_is_pytorchs_error_with_stowages_explanation(self):
+        set_fraction(ONE_GIB_FRACTION)
+        self.assertEqual(call("attachOutOfMemoryObserver")[0], 0)
+        before = int(call("observed")[1].split()[0])
+        with self.assertRaises(torch.OutOfMemoryError) as cm:
+            raw_alloc(2 * GiB)
+        text = str(cm.exception)
+        self.assertTrue(text.startswith("CUDA out of memory."), text)
+        self.assertIn("Tried to allocate 2.00 GiB on device 0", text)
+        self.assertIn("stowage: out of memory", text)
+        self.assertIn("pool limit 1.00 GiB", text)
+        observed = call("observed")[1].split()
+        self.assertEqual(int(observed[0]), before + 1, "the observers are called")
+        self.assertEqual([int(x) for x in observed[1:4]], [0, 2 * GiB, GiB])
+        self.assertEqual(stats()["num_ooms"], 1)
+        self.assertIn("stowage: out of memory", st.oom_report(0))
+        p = raw_alloc(MiB)  # the process goes on
+        raw_delete(p)
+
+    def test_memory_fraction(self):
+        set_fraction(0.5)
+        self.assertEqual(torch._C._cuda_getMemoryFraction(0), 0.5)
+        p = raw_alloc(MiB)
+        self.assertAlmostEqual(torch._C._cuda_getMemoryFraction(0), 0.5)
+        set_fraction(ONE_GIB_FRACTION)
+        with self.assertRaises(torch.OutOfMemoryError):
+            raw_alloc(GiB)
+        with self.assertRaisesRegex(RuntimeError, r"outside \(0, 1\]"):
+            set_fraction(0.0)
+        raw_delete(p)
+
+    def test_a_use_on_oom_pool_serves_what_the_device_pool_cannot(self):
+        set_fraction(ONE_GIB_FRACTION)
+        pool = (0, 3)
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        raw_delete(raw_alloc(512 * MiB))  # stays cached in the private pool
+        torch._C._cuda_endAllocateToPool(0, pool)
+        self.assertEqual(call("setUseOnOOM", 0, 3)[0], 0)
+        big = raw_alloc(900 * MiB)
+        p = raw_alloc(300 * MiB)  # does not fit the device pool's 1 GiB
+        snap = torch.cuda.memory._snapshot()
+        served = [b["address"] for seg in segments_of(snap, pool) for b in seg["blocks"]
+                  if b["state"] == "active_allocated"]
+        self.assertEqual(served, [p])
+        raw_delete(p)
+        raw_delete(big)
+        torch._C._cuda_releasePool(0, pool)
+
+
+class CacheAndEmpty(Base):
+    def test_cache_info_gives_the_largest_block_a_request_could_get(self):
+        set_fraction(ONE_GIB_FRACTION)
+        raw_delete(raw_alloc(64 * MiB))
+        status, largest = call("cacheInfo", 0, 1)
+        self.assertEqual(status, 0, largest)
+        self.assertEqual(int(largest), 64 * MiB, "a cached block of 64 MiB")
+        status, largest = call("cacheInfo", 0, 0)
+        self.assertEqual(int(largest), GiB - 64 * MiB, "a new segment: room left under the limit")
+
+    def test_empty_cache_returns_cached_segments(self):
+        raw_delete(raw_alloc(64 * MiB))
+        self.assertGreater(stats()["reserved_bytes.all.current"], 0)
+        torch._C._cuda_emptyCache()
+        self.assertEqual(stats()["reserved_bytes.all.current"], 0)
+
+    def test_memory_info_of_the_simulated_device(self):
+        p = raw_alloc(64 * MiB)
+        status, text = call("getMemoryInfo", 0)
+        free, total = map(int, text.split())
+        self.assertEqual(total, SIM_CAPACITY)
+        self.assertEqual(free, SIM_CAPACITY - 64 * MiB)
+        raw_delete(p)
+
+
+class Blocks(Base):
+    def test_allocate_gives_a_data_ptr_whose_deleter_frees_the_block(self):
+        status, ptr, why = hold(0, MiB)
+        self.assertEqual(status, 0, why)
+        self.assertEqual(ptr % 512, 0)
+        self.assertEqual(stats()["allocation.all.current"], 1)
+        A.stow_torch_adapter_drop(0)
+        self.assertEqual(stats()["allocation.all.current"], 0)
+
+    def test_size_zero_is_a_null_data_ptr(self):
+        status, ptr, why = hold(0, 0)
+        self.assertEqual(status, 0, why)
+        self.assertIsNone(ptr)
+        A.stow_torch_adapter_drop(0)
+        self.assertEqual(stats()["allocation.all.allocated"], 0)
+
+    def test_record_stream_then_free(self):
+        status, ptr, why = hold(0, MiB)
+        why = ctypes.create_string_buffer(1024)
+        self.assertEqual(A.stow_torch_adapter_record_stream(0, 0x2000, why, len(why)), 0,
+                         why.value.decode())
+        A.stow_torch_adapter_drop(0)
+        s = stats()
+        self.assertEqual(s["allocation.all.current"], 0)
+
+    def test_a_pointer_stowage_did_not_give_is_ignored(self):
+        raw_delete(0x1234000)  # logged once, no exception
+        raw_delete(0)
+
+    def test_base_allocation_is_the_segment(self):
+        p = raw_alloc(1000)
+        status, text = call("getBaseAllocation", p)
+        self.assertEqual(status, 0, text)
+        base, size = map(int, text.split())
+        self.assertLessEqual(base, p)
+        self.assertLess(p, base + size)
+        self.assertEqual(size, 2 * MiB)
+        raw_delete(p)
+        status, text = call("getBaseAllocation", p)
+        self.assertNotEqual(status, 0)
+        self.assertIn("not a live block", text)
+
+    def test_threads(self):
+        errors = []
+
+        def work(seed):
+            rng = random.Random(seed)
+            live = []
+            try:
+                for _ in range(300):
+                    if live and rng.random() < 0.5:
+                        raw_delete(live.pop(rng.randrange(len(live))))
+                    else:
+                        live.append(raw_alloc(rng.choice((512, 4096, 70000, MiB + 3, 5 * MiB))))
+                for p in live:
+                    raw_delete(p)
+            except Exception as e:  # pragma: no cover
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        s = stats()
+        self.assertEqual(s["allocation.all.current"], 0)
+        self.assertEqual(s["allocation.all.allocated"], s["allocation.all.freed"])
+
+
+class PrivatePools(Base):
+    def test_allocations_go_to_the_pool_while_allocating_to_it(self):
+        pool = (0, 7)
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        self.assertEqual(call("getPoolUseCount", 0, 7), (0, "1"))
+        p = raw_alloc(MiB)
+        torch._C._cuda_endAllocateToPool(0, pool)
+        q = raw_alloc(MiB)
+        snap = torch.cuda.memory._snapshot()
+        mine = segments_of(snap, pool)
+        self.assertEqual([s["address"] for s in mine], [p])
+        self.assertEqual([s["address"] for s in segments_of(snap, (0, 0))], [q])
+        self.assertEqual(stats()["allocation.all.current"], 2, "the device counts both pools")
+        self.assertEqual(torch.cuda.memory.memory_snapshot(pool)[0]["address"], p)
+        # Released: the pool lives until its last block is freed.
+        torch._C._cuda_releasePool(0, pool)
+        self.assertEqual(call("getPoolUseCount", 0, 7), (0, "0"))
+        self.assertEqual(len(segments_of(torch.cuda.memory._snapshot(), pool)), 1)
+        raw_delete(p)
+        self.assertEqual(segments_of(torch.cuda.memory._snapshot(), pool), [])
+        s = stats()
+        self.assertEqual(s["allocation.all.allocated"], 2, "a destroyed pool's counts remain")
+        self.assertEqual(s["allocation.all.current"], 1)
+        self.assertEqual(s["reserved_bytes.all.current"],
+                         stowage.memory_stats(0)["reserved_bytes.all.current"])
+        raw_delete(q)
+
+    def test_use_counts_and_wrong_calls(self):
+        self.assertEqual(call("createOrIncrefPool", 0, 4)[0], 0)
+        self.assertEqual(call("createOrIncrefPool", 0, 4)[0], 0)
+        self.assertEqual(call("getPoolUseCount", 0, 4), (0, "2"))
+        torch._C._cuda_releasePool(0, (0, 4))
+        torch._C._cuda_releasePool(0, (0, 4))
+        self.assertEqual(call("getPoolUseCount", 0, 4), (0, "0"))
+        with self.assertRaisesRegex(RuntimeError, "does not exist"):
+            torch._C._cuda_releasePool(0, (0, 4))
+        with self.assertRaisesRegex(RuntimeError, "not allocating to pool"):
+            torch._C._cuda_endAllocateToPool(0, (0, 5))
+        torch._C._cuda_beginAllocateToPool(0, (0, 5))
+        with self.assertRaisesRegex(RuntimeError, "already allocating"):
+            torch._C._cuda_beginAllocateToPool(0, (0, 5))
+        torch._C._cuda_endAllocateToPool(0, (0, 5))
+        torch._C._cuda_releasePool(0, (0, 5))
+
+    def test_frees_of_blocks_used_on_other_streams_wait_for_the_capture_to_end(self):
+        status, ptr, why = hold(0, MiB)
+        why = ctypes.create_string_buffer(1024)
+        self.assertEqual(A.stow_torch_adapter_record_stream(0, 0x2000, why, len(why)), 0)
+        torch._C._cuda_beginAllocateToPool(0, (0, 8))
+        A.stow_torch_adapter_drop(0)
+        self.assertEqual(stats()["allocation.all.current"], 1, "held while capturing")
+        torch._C._cuda_endAllocateToPool(0, (0, 8))
+        self.assertEqual(stats()["allocation.all.current"], 0, "freed when the capture ended")
+        torch._C._cuda_releasePool(0, (0, 8))
+
+    def test_checkpoint_and_live_allocations(self):
+        pool = (0, 9)
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        a, b = raw_alloc(MiB), raw_alloc(2 * MiB)
+        torch._C._cuda_endAllocateToPool(0, pool)
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {a, b}))
+        self.assertFalse(torch._C._cuda_checkPoolLiveAllocations(0, pool, {a}))
+        state = torch._C._cuda_getCheckpointState(0, pool)
+        # Every block of the checkpoint is still live: the blocks come back as
+        # new DataPtrs (released by the binding, as no storage takes them).
+        torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {a, b}))
+        raw_delete(b)
+        with self.assertRaisesRegex(RuntimeError, "cannot restore.*reduce-overhead"):
+            torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {a}),
+                        "a refused restore changes nothing")
+        raw_delete(a)
+        with self.assertRaisesRegex(RuntimeError, "no private pool"):
+            torch._C._cuda_getCheckpointState(0, (0, 99))
+        torch._C._cuda_releasePool(0, pool)
+        self.assertEqual(segments_of(torch.cuda.memory._snapshot(), pool), [])
+
+
+class Snapshots(Base):
+    @classmethod
+    def setUpClass(cls):
+        import test_torch_snapshot
+        cls.tts = test_torch_snapshot
+
+    def workload(self):
+        set_fraction(ONE_GIB_FRACTION)
+        keep = [raw_alloc(s) for s in (1000, 70000, 3 * MiB, 25 * MiB)]
+        for s in (512, 2 * MiB, 40 * MiB):
+            raw_delete(raw_alloc(s))
+        torch._C._cuda_beginAllocateToPool(0, (0, 11))
+        keep.append(raw_alloc(5 * MiB))
+        torch._C._cuda_endAllocateToPool(0, (0, 11))
+        try:
+            raw_alloc(2 * GiB)
+        except torch.OutOfMemoryError:
+            pass
+        torch._C._cuda_emptyCache()
+        return keep
+
+    def test_snapshot_without_history(self):
+        keep = self.workload()
+        snap = torch.cuda.memory._snapshot()
+        self.tts.check_format(self, snap, "adapter")
+        self.tts.check_invariants(self, snap, "adapter")
+        self.assertEqual(snap["device_traces"], [[]])
+        self.assertEqual(sum(s["allocated_size"] for s in snap["segments"]),
+                         stats()["allocated_bytes.all.current"])
+        self.assertEqual(len(segments_of(snap, (0, 11))), 1)
+        for p in keep:
+            raw_delete(p)
+        torch._C._cuda_releasePool(0, (0, 11))
+
+    def test_history_in_pytorchs_format_for_memory_viz(self):
+        record_history()
+        self.assertEqual(call("isHistoryEnabled"), (0, "1"))
+        keep = self.workload()
+        call("compileContext", 0, 4096)
+        call("userMetadata", 0, 7)
+        call("annotation")
+        snap = torch.cuda.memory._snapshot()
+        trace = snap["device_traces"][0]
+        actions = {e["action"] for e in trace}
+        self.assertTrue({"alloc", "free_requested", "free_completed", "segment_alloc",
+                         "segment_free", "oom"} <= actions, actions)
+        oom = [e for e in trace if e["action"] == "oom"]
+        self.assertEqual(oom[0]["size"], 2 * GiB)
+        self.assertIn("device_free", oom[0])
+        # Entries carry frames when a stack recorder is given (none here).
+        rest = dict(snap, device_traces=[[dict(e, frames=[]) for e in trace
+                                          if e["action"] != "oom"]])
+        self.tts.check_format(self, rest, "adapter")
+        self.tts.check_invariants(self, snap, "adapter")
+        self.assertGreater(self.tts.viewer_replay(rest, 0), 10)
+        times = [e["time_us"] for e in trace]
+        self.assertEqual(times, sorted(times))
+        self.assertTrue(any(e.get("compile_context") == "compiled_fn" for e in trace))
+        self.assertEqual(snap["external_annotations"][0]["stage"], "START")
+        self.assertEqual(snap["allocator_settings"]["max_split_size"], -1)
+        from torch.cuda import _memory_viz
+        for fn in (_memory_viz.segsum, _memory_viz.trace, _memory_viz.trace_plot,
+                   _memory_viz.segment_plot):
+            self.assertIsInstance(fn(snap), str, fn.__name__)
+        lines = lambda text, *args: text  # noqa: E731  (the flame graph script is not fetched)
+        for fn in (_memory_viz.segments, _memory_viz.memory):
+            self.assertTrue(fn(snap, format_flamegraph=lines), fn.__name__)
+        self.assertIsInstance(_memory_viz.compare(snap["segments"], snap["segments"],
+                                                  format_flamegraph=lines), str)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "snap.pickle")
+            torch.cuda.memory._dump_snapshot(path)
+            with open(path, "rb") as f:
+                again = pickle.load(f)
+            self.assertEqual(len(again["segments"]), len(snap["segments"]))
+            r = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", path],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               universal_newlines=True)
+            self.assertEqual(r.returncode, 0, r.stdout)
+        for p in keep:
+            raw_delete(p)
+        torch._C._cuda_releasePool(0, (0, 11))
+        record_history(False)
+        self.assertEqual(call("isHistoryEnabled"), (0, "0"))
+        kept = torch.cuda.memory._snapshot()["device_traces"][0]
+        self.assertTrue(any(e["action"] == "segment_alloc" for e in kept),
+                        "the history stays after it stops")
+
+    def test_skipped_actions_and_context_levels(self):
+        record_history(skip="segment_alloc,free_completed")
+        raw_delete(raw_alloc(3 * MiB))
+        actions = [e["action"] for e in torch.cuda.memory._snapshot()["device_traces"][0]]
+        self.assertEqual(actions, ["alloc", "free_requested"])
+        with self.assertRaises(AssertionError):
+            record_history(skip="no_such_action")
+
+
+class Refusals(Base):
+    """Every method Stowage does not serve says what and why."""
+
+    def test_unserved_methods_are_clear_errors(self):
+        for method, words in (
+                ("setNoSplit", "no_split"),
+                ("shareIpcHandle", "CUDA IPC"),
+                ("getIpcDevPtr", "CUDA IPC"),
+                ("attachAllocatorTraceTracker", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"),
+                ("createOrIncrefPoolWithAllocator", "allocator of its own"),
+                ("enablePeerAccess", "simulated device"),
+                ("copy_data", "simulated device")):
+            status, text = call(method, 0, 1)
+            self.assertNotEqual(status, 0, method)
+            self.assertIn("Stowage", text, method)
+            self.assertIn(words, text, method)
+        with self.assertRaisesRegex(RuntimeError, "cannot turn caching off"):
+            torch._C._cuda_cudaCachingAllocator_enable(False)
+        torch._C._cuda_cudaCachingAllocator_enable(True)
+
+    def test_served_trivia(self):
+        self.assertEqual(call("getExpandableSegmentSizes"), (0, "0"))
+        self.assertEqual(call("enable", 1), (0, "enabled"))
+        self.assertEqual(call("initialized"), (0, "0"), "CUDA never started here")
+
+
+def run_enable(code, **env):
+    e = dict(os.environ)
+    e.pop("STOWAGE_BACKEND", None)
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r)\n" %
+                        os.path.join(ROOT, "python") + code], env=e, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    return r.returncode, r.stdout
+
+
+class Enable(unittest.TestCase):
+    """stowage.torch.enable() in a fresh process (CUDA backend; no GPU is needed to install)."""
+
+    def test_enable_installs_the_adapter(self):
+        rc, out = run_enable(
+            "import stowage.torch, torch\n"
+            "a = stowage.torch.enable()\n"
+            "print(stowage.torch.route(), type(a).__name__)\n"
+            "print(torch._C._cuda_memoryStats(0)['allocated_bytes']['all']['current'])\n")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("adapter _CUDAAllocator", out)
+
+    def test_without_the_adapter_it_warns_and_takes_the_pluggable_route(self):
+        rc, out = run_enable(
+            "import warnings, stowage.torch, torch\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    stowage.torch.enable()\n"
+            "print(stowage.torch.route())\n"
+            "print([str(x.message) for x in w])\n",
+            STOWAGE_TORCH_ADAPTER="/nonexistent/libstowage_torch.so")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("pluggable", out)
+        for words in ("cannot be loaded", "memory_stats", "cudnn.benchmark", "OutOfMemoryError",
+                      "CUDA graphs", "_record_memory_history"):
+            self.assertIn(words, out)
+
+    def test_adapter_true_requires_it(self):
+        rc, out = run_enable(
+            "import stowage.torch, torch\n"
+            "try:\n"
+            "    stowage.torch.enable(adapter=True)\n"
+            "except RuntimeError as e:\n"
+            "    print('refused:', e)\n",
+            STOWAGE_TORCH_ADAPTER="/nonexistent/libstowage_torch.so")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("refused: stowage.torch.enable(adapter=True)", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
