@@ -93,20 +93,19 @@ void adapter_delete(void *ptr);
 
 void log_line(const std::string &text) { std::fprintf(stderr, "stowage: %s\n", text.c_str()); }
 
+/* Sizes as PyTorch's allocator writes them in its messages (GiB at most). */
 std::string format_bytes(size_t n)
 {
-    static const char *units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(n);
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
     char buf[64];
-    if (u == 0)
+    double v = static_cast<double>(n);
+    if (n <= 1024)
         std::snprintf(buf, sizeof buf, "%zu bytes", n);
+    else if (n <= (size_t{1} << 20))
+        std::snprintf(buf, sizeof buf, "%.2f KiB", v / 1024.0);
+    else if (n <= (size_t{1} << 30))
+        std::snprintf(buf, sizeof buf, "%.2f MiB", v / 1048576.0);
     else
-        std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+        std::snprintf(buf, sizeof buf, "%.2f GiB", v / 1073741824.0);
     return buf;
 }
 
@@ -571,6 +570,8 @@ void *StowageAllocator::alloc(size_t size, int device, cudaStream_t stream)
     if (size == 0)
         return nullptr;
     check_device(device);
+    TORCH_CHECK_WITH(OutOfMemoryError, size < (size_t{1} << 60),
+                     "CUDA out of memory. Tried to allocate more than 1EB memory.");
     std::shared_ptr<c10::GatheredContext> context;
     if (C10_UNLIKELY(history_on_.load(std::memory_order_relaxed)))
         context = gather_context(CCA::RecordContext::STATE);
@@ -642,9 +643,9 @@ stow_status_t StowageAllocator::alloc_routed(size_t size, int device, cudaStream
 
 void StowageAllocator::alloc_failed(stow_status_t st, size_t size, int device, PrivatePool *pp)
 {
-    std::string where = pp ? "private pool " + pool_name(pp->id) + " of device " +
-                                 std::to_string(device)
-                           : "device " + std::to_string(device);
+    std::string where = "GPU " + std::to_string(device);
+    if (pp)
+        where += " (private pool " + pool_name(pp->id) + ")";
     char why[2048] = "";
     if (pp)
         stow_pool_oom_message(pp->pool, why, sizeof why);
@@ -672,11 +673,19 @@ void StowageAllocator::alloc_failed(stow_status_t st, size_t size, int device, P
                                      static_cast<size_t>(s.reserved_bytes[0].current), dev);
     for (const auto &obs : observers)
         obs(device, size, limit, free_bytes);
+    /* PyTorch's own first sentences (tools match them), then Stowage's account. */
+    int64_t allocated = s.allocated_bytes[0].current, reserved = s.reserved_bytes[0].current;
     TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ",
-                     format_bytes(size), " on ", where, " (Stowage's allocator). ",
+                     format_bytes(size), ". ", where, " has a total capacity of ",
+                     format_bytes(total_bytes), " of which ", format_bytes(free_bytes),
+                     " is free. Of the allocated memory ",
+                     format_bytes(static_cast<size_t>(allocated)),
+                     " is allocated by PyTorch, and ",
+                     format_bytes(static_cast<size_t>(reserved - allocated)),
+                     " is reserved by PyTorch but unallocated. Stowage's allocator: ",
                      why[0] ? why : "stowage: out of memory",
-                     "\nstowage.memory_summary() shows the pool; torch.cuda.memory_stats() "
-                     "counts this in num_ooms.");
+                     "\nstowage.memory_summary() shows the pool; STOWAGE_CONF sets its policy "
+                     "(docs/torch.md).");
 }
 
 void StowageAllocator::note_device(int device)

@@ -257,7 +257,7 @@ class OutOfMemory(Base):
             raw_alloc(2 * GiB)
         text = str(cm.exception)
         self.assertTrue(text.startswith("CUDA out of memory."), text)
-        self.assertIn("Tried to allocate 2.00 GiB on device 0", text)
+        self.assertIn("Tried to allocate 2.00 GiB. GPU 0 has a total capacity of", text)
         self.assertIn("stowage: out of memory", text)
         self.assertIn("pool limit 1.00 GiB", text)
         observed = call("observed")[1].split()
@@ -267,6 +267,8 @@ class OutOfMemory(Base):
         self.assertIn("stowage: out of memory", st.oom_report(0))
         p = raw_alloc(MiB)  # the process goes on
         raw_delete(p)
+        with self.assertRaisesRegex(torch.OutOfMemoryError, "more than 1EB"):
+            raw_alloc(1 << 61)
 
     def test_memory_fraction(self):
         set_fraction(0.5)
