@@ -278,7 +278,8 @@ def mem_pool(conf=None):
     show the segments as Stowage holds them. conf: this pool's STOWAGE_CONF text
     (None: the environment's STOWAGE_CONF). Works before or after CUDA is
     initialised, but not with enable() (the global swap), which replaces the
-    allocator a MemPool needs. At most STOW_TORCH_MAX_MEMPOOLS (8) are open at
+    allocator a MemPool needs (through the adapter, torch.cuda.MemPool() itself
+    gives a pool of Stowage's). At most STOW_TORCH_MAX_MEMPOOLS (8) are open at
     once; a pool's slot closes once the MemPool is gone and Stowage holds none
     of its segments. Raises ValueError (bad conf), RuntimeError (enable() in
     effect, the simulated backend, or every slot open), ImportError (no torch).
@@ -286,7 +287,9 @@ def mem_pool(conf=None):
     if _installed is not None:
         raise RuntimeError(
             "stowage.torch.mem_pool: Stowage is already PyTorch's allocator (enable()); a "
-            "torch.cuda.MemPool needs PyTorch's own caching allocator in charge. Use one route.")
+            "torch.cuda.MemPool needs PyTorch's own caching allocator in charge. Use one route%s."
+            % (" (through the adapter, torch.cuda.MemPool() is a Stowage pool already)"
+               if _route == "adapter" else ""))
     lib = _bind_mem_pool(_lib.load())
     if backend_name() != "cuda":
         raise RuntimeError("stowage.torch.mem_pool: STOWAGE_BACKEND=%s is not GPU memory"
@@ -408,9 +411,11 @@ class explain_oom:
     When Stowage counted an out-of-memory inside the block, a
     torch.OutOfMemoryError raised there is raised again with oom_report() at
     the end of its message (one that PyTorch's own limits caused is left as it
-    is). Under the global swap PyTorch does not check the pointer Stowage
-    returns, so an out-of-memory there gives a tensor with a null pointer (and
-    later a CUDA error) instead of the exception: then the block's end raises
+    is). Through the adapter PyTorch raises the error with Stowage's
+    explanation already; this adds where the reserved bytes went. On the
+    pluggable route PyTorch does not check the pointer Stowage returns, so an
+    out-of-memory there gives a tensor with a null pointer (and later a CUDA
+    error) instead of the exception: then the block's end raises
     torch.OutOfMemoryError with the report, chained to any error the null
     pointer caused (docs/torch.md: do not go on using CUDA in that process).
     """
