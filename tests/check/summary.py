@@ -23,6 +23,8 @@ How a ctest entry counts:
         (Failing includes Crashing; Tested leaves the skipped out) and its
         "[SKIP] suite::test: reason" lines (CRITERION_VERBOSITY_LEVEL=1);
     python_tests: each unittest test, from the lines above;
+    another `python3 -m unittest -v` entry: each test, from unittest's closing counts,
+        with the reasons of its "... skipped 'reason'" lines;
     any other entry: one test; skipped when ctest skipped it (SKIP_RETURN_CODE,
         SKIP_REGULAR_EXPRESSION; the reason is its last line of output) or it is
         disabled.
@@ -47,6 +49,9 @@ UNITTEST_RESULT = re.compile(r"^unittest result: (\d+) passed, (\d+) failed, (\d
                              re.M)
 UNITTEST_SKIP = re.compile(r"^unittest skipped: (.*?): (.*)$", re.M)
 UNITTEST_FAIL = re.compile(r"^unittest failed: (.*)$", re.M)
+# Plain `python3 -m unittest -v` (an entry that does not run through summary.py unittest).
+PLAIN_RAN = re.compile(r"^Ran (\d+) tests? in .*\n\s*\n(OK|FAILED)(?: \((.*)\))?\s*$", re.M)
+PLAIN_SKIP = re.compile(r"^(\S+ \(.*?\)) \.\.\. skipped (['\"])(.*)\2\s*$", re.M)
 
 
 class Tally:
@@ -102,6 +107,32 @@ def parse_unittest(name, out):
     return t
 
 
+def parse_plain_unittest(name, out):
+    """The tests of `python3 -m unittest -v` output, from its closing "Ran N tests" and
+    OK or FAILED (...) lines and its "... skipped 'reason'" lines; None without them."""
+    m = None
+    for m in PLAIN_RAN.finditer(out):
+        pass
+    if m is None:
+        return None
+    counts = {}
+    for part in (m.group(3) or "").split(","):
+        key, _, value = part.strip().partition("=")
+        if value.isdigit():
+            counts[key] = int(value)
+    failing = counts.get("failures", 0) + counts.get("errors", 0)
+    failing += counts.get("unexpected successes", 0)
+    if m.group(2) == "FAILED":
+        failing = max(failing, 1)
+    skipping = counts.get("skipped", 0)
+    t = Tally()
+    t.passed = max(int(m.group(1)) - failing - skipping, 0)
+    t.failed = [(name, "a test failed")] * failing
+    skips = [(f"{name} {n}", r) for n, _, r in PLAIN_SKIP.findall(out)]
+    t.skipped = skips[:skipping] + [(name, "skipped")] * (skipping - len(skips))
+    return t
+
+
 def last_line(text):
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
@@ -123,11 +154,12 @@ def parse_testcase(name, status, out, skip_message, failure_message):
         return t
     if status == "notrun":
         if skip_message.startswith("SKIP_"):  # SKIP_RETURN_CODE=N, SKIP_REGULAR_EXPRESSION_MATCHED
-            t.skipped.append((name, last_line(out) or skip_message))
+            said = PLAIN_SKIP.search(out)  # a unittest run that skipped says why on its line
+            t.skipped.append((name, said.group(3) if said else last_line(out) or skip_message))
         else:  # no executable, a failed fixture: ctest counts these as failures
             t.failed.append((name, f"not run: {skip_message or last_line(out)}"))
         return t
-    inner = parse_criterion(name, out) or parse_unittest(name, out)
+    inner = parse_criterion(name, out) or parse_unittest(name, out) or parse_plain_unittest(name, out)
     if inner is not None:
         t.add(inner)
         if status != "run" and not inner.failed:

@@ -73,6 +73,28 @@ UNITTEST = textwrap.dedent("""\
     """)
 
 
+# python3 -m unittest discover -v, the whole module skipped; then one run with a failure.
+PLAIN_SKIPPED = textwrap.dedent("""\
+    test_torch_adapter (unittest.loader.ModuleSkipped.test_torch_adapter) ... skipped "torch is not importable (No module named 'torch')"
+
+    ----------------------------------------------------------------------
+    Ran 1 test in 0.010s
+
+    OK (skipped=1)
+    """)
+PLAIN_RUN = textwrap.dedent("""\
+    test_a (test_t.A.test_a) ... ok
+    test_b (test_t.A.test_b) ... FAIL
+    test_c (test_t.A.test_c) ... skipped 'needs a GPU'
+    test_d (test_t.A.test_d) ... ok
+
+    ----------------------------------------------------------------------
+    Ran 4 tests in 0.010s
+
+    FAILED (failures=1, skipped=1)
+    """)
+
+
 def case(name, status, out, skipped=None, failure=None):
     inner = ""
     if skipped is not None:
@@ -141,6 +163,20 @@ class Unittest(unittest.TestCase):
             ("py setUpClass (test_canned.C)", "not built"),
             ("py test_canned.A.test_skip", "needs a GPU: none here"),
             ("py test_canned.B.test_1", "needs ../shared/traces")])
+
+
+class PlainUnittest(unittest.TestCase):
+    def test_counts_from_the_closing_lines_and_reasons_from_the_skip_lines(self):
+        t = summary.parse_plain_unittest("adapter", PLAIN_RUN)
+        self.assertEqual((t.passed, t.failed), (2, [("adapter", "a test failed")]))
+        self.assertEqual(t.skipped, [("adapter test_c (test_t.A.test_c)", "needs a GPU")])
+
+    def test_a_ctest_skip_takes_the_reason_unittest_gave(self):
+        t = summary.parse_junit(junit(case("torch_adapter_tests", "notrun", PLAIN_SKIPPED,
+                                           skipped="SKIP_REGULAR_EXPRESSION_MATCHED")))
+        self.assertEqual((t.passed, t.failed), (0, []))
+        self.assertEqual(t.skipped, [("torch_adapter_tests",
+                                      "torch is not importable (No module named 'torch')")])
 
 
 class Ctest(unittest.TestCase):
