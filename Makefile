@@ -11,12 +11,22 @@ DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev \
 # The report's browser test (tests/check/report_browser.sh) runs in headless
 # Chromium; installed without the recommended desktop packages.
 BROWSER_PACKAGES := chromium chromium-driver
+# The Python packages of the recorder and its tests (python/requirements.txt:
+# the pinned torch, torchvision, transformers, timm), in a virtual environment
+# kept outside the clone so that every clone reuses its few GB.
+VENV ?= $(HOME)/.cache/stowage/venv
 
-.PHONY: all deps configure build demo test clean
+.PHONY: all deps deb-deps python-deps configure build demo test clean
 
 all: build
 
-deps:
+deps: deb-deps python-deps
+
+# Without PyPI the environment is not made; the tests that need torch skip and say so.
+python-deps:
+	@bash python/make_venv.sh $(VENV) python/requirements.txt
+
+deb-deps:
 	@missing=""; browser=""; \
 	for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -36,8 +46,10 @@ deps:
 	  fi; \
 	fi
 
-configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTOW_WERROR=ON -DSTOW_DEBUG=1 >/dev/null
+# The demo needs no Python package: configure asks for the Debian ones only.
+configure: deb-deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTOW_WERROR=ON -DSTOW_DEBUG=1 \
+	  -DSTOW_TORCH_PYTHON=$(VENV)/bin/python >/dev/null
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
@@ -55,7 +67,7 @@ demo: configure
 # Criterion names each skipped test only at verbosity 1; ctest keeps every
 # test's whole output in the JUnit file (by default it cuts a passed test's to 1 KiB).
 RESULTS = $(abspath $(BUILD))/test-results
-test: build
+test: python-deps build
 	@rm -rf $(RESULTS) && mkdir -p $(RESULTS); status=0; \
 	(cd $(BUILD) && CRITERION_VERBOSITY_LEVEL=1 ctest --output-on-failure -j$(JOBS) \
 	  --output-junit $(RESULTS)/ctest.xml \
