@@ -5,7 +5,8 @@
     python3 bench/doc_tables.py --check README.md docs/benchmarks.md
     python3 bench/doc_tables.py --write README.md docs/benchmarks.md
 
-A table in a document follows a marker line `<!-- doc_tables:NAME -->`. --check regenerates
+A table in a document follows a marker line `<!-- doc_tables:NAME -->`; a document without one
+is an error (exit 2), as is --check or --write without a document. --check regenerates
 each marked table and fails (exit 1, with both versions) when the document differs; --write
 replaces it. The tables hold only figures a replay reproduces exactly (bytes, ratios, calls):
 host time moves with the machine and is left to bench/replay_all.sh.
@@ -257,23 +258,36 @@ def table_loops(snapshots):
     return out
 
 
+def bad_input(message):
+    print(f"doc_tables: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def documents(paths):
-    """Yields (path, lines, [(marker index, name, table start, table end)])."""
+    """[(path, lines, [(marker index, name, table start, table end)])]: every document read and
+    its markers checked before any replay runs."""
+    docs = []
     for path in paths:
-        with open(path) as f:
-            lines = f.read().split("\n")
+        try:
+            with open(path) as f:
+                lines = f.read().split("\n")
+        except OSError as e:
+            bad_input(f"{path}: {e.strerror}")
         found = []
         for i, line in enumerate(lines):
             m = MARKER.search(line)
             if not m:
                 continue
             if m.group(1) not in TABLES and m.group(1) not in ("heldout", "long", "loops"):
-                sys.exit(f"doc_tables: {path}:{i + 1}: unknown table '{m.group(1)}'")
+                bad_input(f"{path}:{i + 1}: unknown table '{m.group(1)}'")
             end = i + 1
             while end < len(lines) and lines[end].startswith("|"):
                 end += 1
             found.append((i, m.group(1), i + 1, end))
-        yield path, lines, found
+        if not found:
+            bad_input(f"{path}: no table marker (<!-- doc_tables:NAME -->)")
+        docs.append((path, lines, found))
+    return docs
 
 
 def main():
@@ -290,6 +304,9 @@ def main():
                          "snapshots of bench/snapshots.txt (10-20 minutes on 2 cores)")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
+    if not a.print and not a.files:
+        ap.error("--check and --write need the documents to check or write")
+    docs = documents(a.files)
     if not all(os.path.exists(os.path.join(a.traces, t + ".rep")) for t in TRACES):
         print(f"doc_tables: the shared traces are not in {a.traces}: nothing checked")
         return 77
@@ -304,7 +321,7 @@ def main():
             print(f"<!-- doc_tables:{name} -->\n" + "\n".join(table) + "\n")
         return 0
     status = 0
-    for path, lines, found in documents(a.files):
+    for path, lines, found in docs:
         for i, name, start, end in reversed(found):
             if name not in tables:
                 continue  # the held-out tables, checked only with --heldout

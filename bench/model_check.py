@@ -4,20 +4,23 @@
     python3 bench/model_check.py DIR [--stowage build/stowage] [--tolerance 0.01]
 
 DIR holds what bench/gpu/record_unseen.py wrote on a GPU machine (bench/gpu/run.sh, part 6,
-puts it under $OUT/unseen): for each workload W, W.rep (its allocation trace), W.native.json
-(PyTorch's max_memory_reserved with its default allocator, in the run that recorded the trace)
-and, when present, W.expandable.json (the same workload with expandable_segments:True). Each
-trace is replayed under the `pytorch` and `pytorch-expandable` models on the simulated device
-(`stowage replay --json`), and their peak reserved bytes are compared with PyTorch's. Prints one
-Markdown row per (workload, mode) and exits 1 when a model is off by more than the tolerance
-(the models hold within 1% on traces they were not tuned on), 2 on bad input (the file and the
-reason), 0 otherwise.
+puts it under $OUT/unseen): for each workload W, W.rep (its allocation trace; W.rep.gz where
+gzipped), W.native.json (PyTorch's max_memory_reserved with its default allocator, in the run
+that recorded the trace) and, when present, W.expandable.json (the same workload with
+expandable_segments:True). Each trace is replayed under the `pytorch` and `pytorch-expandable`
+models on the simulated device (`stowage replay --json`), and their peak reserved bytes are
+compared with PyTorch's. Prints one Markdown row per (workload, mode) and exits 1 when a model
+is off by more than the tolerance (the models hold within 1% on traces they were not tuned on),
+2 on bad input (the file and the reason), 0 otherwise.
 """
 import argparse
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 MODES = (("native", "pytorch"), ("expandable", "pytorch-expandable"))
 
@@ -56,6 +59,20 @@ def model_peaks(stowage, trace):
     return peaks
 
 
+def trace_path(directory, w, scratch):
+    """W.rep, else W.rep.gz unpacked into the directory scratch."""
+    path = os.path.join(directory, w + ".rep")
+    if os.path.exists(path):
+        return path
+    unpacked = os.path.join(scratch, w + ".rep")
+    try:
+        with gzip.open(path + ".gz", "rb") as src, open(unpacked, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except (OSError, EOFError) as e:
+        fail(f"{path}.gz: {e}")
+    return unpacked
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
@@ -65,7 +82,9 @@ def main():
     args = ap.parse_args()
     if not os.path.isdir(args.dir):
         fail(f"{args.dir}: not a directory")
-    workloads = sorted(n[:-4] for n in os.listdir(args.dir) if n.endswith(".rep"))
+    names = os.listdir(args.dir)
+    workloads = sorted({n[:-4] for n in names if n.endswith(".rep")} |
+                       {n[:-7] for n in names if n.endswith(".rep.gz")})
     if not workloads:
         fail(f"{args.dir}: no .rep trace")
     inputs = []  # every summary is read and checked before anything is replayed
@@ -85,7 +104,8 @@ def main():
     print("|---|---|---:|---:|---:|")
     worst, off, compared = 0.0, 0, 0
     for w, summaries in inputs:
-        peaks = model_peaks(args.stowage, os.path.join(args.dir, w + ".rep"))
+        with tempfile.TemporaryDirectory() as scratch:
+            peaks = model_peaks(args.stowage, trace_path(args.dir, w, scratch))
         for mode, policy in MODES:
             if mode not in summaries:
                 continue

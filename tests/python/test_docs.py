@@ -1,23 +1,40 @@
 """The documentation against the code: README's C example, its configuration table, the
-replay tables of README.md and docs/benchmarks.md, and the history check.
+replay tables of README.md and docs/benchmarks.md, every shell command README.md and docs/*.md
+show, and the history check.
 
 Run from the repository root after building:
     python3 -m unittest tests/python/test_docs.py -v
 STOWAGE_LIB names the built library (default build/libstowage.so); the CLI is looked for
 beside it. The replay tables need ../shared/traces and are skipped without them.
+
+The documented commands (tests/python/doc_commands.py finds them, and says how each runs) run
+as written, one after another, in a copy of the working tree whose build/ is the build under
+test and whose ../shared is the repository's. Each is a subtest: a command that cannot run
+here is listed as skipped with its reason. STOWAGE_DOC_LONG=1 also runs those that take over
+a minute (several minutes in all).
 """
 
+import glob
+import gzip
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import doc_commands  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.environ.get("STOWAGE_LIB") or os.path.join(ROOT, "build", "libstowage.so")
 BUILD = os.path.dirname(os.path.abspath(LIB))
+SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
+COMMAND_TIMEOUT_S = 300
 
 
 def readme():
@@ -73,6 +90,197 @@ class ReplayTables(unittest.TestCase):
         if r.returncode == 77:
             self.skipTest(r.stdout.strip())
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class DocTablesFiles(unittest.TestCase):
+    """bench/doc_tables.py reads every document before any replay, so these need no traces."""
+
+    def run_tables(self, *args):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "doc_tables.py")] +
+                              list(args), capture_output=True, text=True, cwd=ROOT)
+
+    def test_check_and_write_need_a_document(self):
+        for mode in ("--check", "--write"):
+            r = self.run_tables(mode)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("need the documents", r.stderr)
+
+    def test_a_missing_document_is_named(self):
+        r = self.run_tables("--check", "README.md", "docs/no_such_file.md")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual(r.stderr.strip(),
+                         "doc_tables: docs/no_such_file.md: No such file or directory")
+
+    def test_a_document_without_a_marker_is_an_error(self):
+        r = self.run_tables("--check", "docs/design.md")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("docs/design.md: no table marker", r.stderr)
+
+    def test_an_unknown_table_is_named_with_its_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            doc = os.path.join(d, "doc.md")
+            with open(doc, "w") as f:
+                f.write("text\n<!-- doc_tables:nosuch -->\n| a |\n")
+            r = self.run_tables("--write", doc)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertEqual(r.stderr.strip(), f"doc_tables: {doc}:2: unknown table 'nosuch'")
+            with open(doc) as f:
+                self.assertEqual(f.read(), "text\n<!-- doc_tables:nosuch -->\n| a |\n")
+
+
+def working_copy(dest):
+    """A copy of the working tree (what git tracks or would track) at dest/repo, with build/
+    the build under test and dest/shared the repository's ../shared; returns dest/repo."""
+    repo = os.path.join(dest, "repo")
+    r = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others",
+                        "--exclude-standard"], capture_output=True)
+    if r.returncode == 0:
+        files = [f for f in r.stdout.decode().split("\0") if f]
+    else:  # not a git checkout: every file but builds and caches
+        files = []
+        for d, dirs, names in os.walk(ROOT):
+            dirs[:] = [x for x in dirs if not x.startswith(("build", ".git", "__pycache__"))]
+            files += [os.path.relpath(os.path.join(d, n), ROOT) for n in names]
+    for f in files:
+        src = os.path.join(ROOT, f)
+        if not os.path.isfile(src) or os.path.islink(src):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(repo, f)), exist_ok=True)
+        shutil.copy2(src, os.path.join(repo, f))
+    os.symlink(BUILD, os.path.join(repo, "build"))
+    if os.path.isdir(os.path.join(ROOT, "build-fuzz")):
+        os.symlink(os.path.join(ROOT, "build-fuzz"), os.path.join(repo, "build-fuzz"))
+    if os.path.isdir(SHARED):
+        os.symlink(SHARED, os.path.join(dest, "shared"))
+    return repo
+
+
+def readme_c_example():
+    blocks = re.findall(r"```c\n(.*?)```", readme(), re.S)
+    return blocks[0]
+
+
+def command_program(text):
+    """The program a command line starts with, after its NAME=value settings."""
+    words = shlex.split(text.split("&&")[0])
+    while words and re.match(r"[A-Z_][A-Z0-9_]*=", words[0]):
+        words.pop(0)
+    return words[0] if words else ""
+
+
+class DocumentedCommands(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.commands, cls.references = doc_commands.all_commands()
+
+    def test_the_documents_show_commands(self):
+        self.assertGreater(len(self.commands), 100)
+        texts = {c.text for c in self.commands}
+        for text in ("bench/doc_tables.py --check README.md", "make demo",
+                     "build/stowage peak tests/data/schedule_example.txt"):
+            self.assertIn(text, texts)
+
+    def test_every_rule_is_for_a_documented_command(self):
+        texts = {c.text for c in self.commands}
+        stale = sorted(k for k in doc_commands.RULES if k not in texts)
+        self.assertEqual(stale, [], "rules in tests/python/doc_commands.py for commands no "
+                                    "document shows")
+        for text, rule in doc_commands.RULES.items():
+            for old, _ in rule.get("fill", []):
+                self.assertIn(old, text, f"{text}: no '{old}' to fill")
+
+    def test_every_script_a_command_runs_is_executable(self):
+        bad = []
+        for c in self.commands:
+            program = command_program(c.text)
+            if not re.fullmatch(doc_commands.SCRIPT, program):
+                continue
+            path = os.path.join(ROOT, program)
+            where = f"{c.path}:{c.line}: {program}"
+            if not os.path.isfile(path):
+                bad.append(f"{where}: no such file")
+                continue
+            with open(path, "rb") as f:
+                if not f.readline().startswith(b"#!"):
+                    bad.append(f"{where}: no #! line")
+            if not os.access(path, os.X_OK):
+                bad.append(f"{where}: not executable (chmod +x; git update-index --chmod=+x)")
+        self.assertEqual(bad, [])
+
+    def test_every_documented_command_runs(self):
+        if not os.path.exists(os.path.join(BUILD, "stowage")):
+            self.skipTest(f"{BUILD}/stowage is not built")
+        places = {}
+        for c in self.commands:
+            places.setdefault(c.text, []).append(f"{c.path}:{c.line}")
+        with tempfile.TemporaryDirectory() as d:
+            repo = working_copy(d)
+            shims = os.path.join(d, "bin")
+            os.mkdir(shims)
+            for name in ("python", "python3"):
+                os.symlink(sys.executable, os.path.join(shims, name))
+            os.symlink(os.path.join(repo, "build", "stowage"), os.path.join(shims, "stowage"))
+            env = dict(os.environ)
+            env.pop("STOWAGE_CONF", None)
+            env["PATH"] = shims + os.pathsep + env.get("PATH", "")
+            # As after `pip install ./python`: the checkout's package, which finds build/.
+            env["PYTHONPATH"] = os.path.join(repo, "python")
+            for text, where in places.items():
+                with self.subTest(command=text, shown=", ".join(where)):
+                    self.run_documented(text, doc_commands.RULES.get(text, {}), repo, env)
+
+    def run_documented(self, text, rule, repo, env):
+        if "skip" in rule:
+            self.skipTest(rule["skip"])
+        if "long" in rule and not os.environ.get("STOWAGE_DOC_LONG"):
+            self.skipTest(f"long: {rule['long']} (STOWAGE_DOC_LONG=1 runs it)")
+        for program in [command_program(text)] + rule.get("needs", []):
+            if "/" not in program and not shutil.which(program, path=env["PATH"]):
+                self.skipTest(f"needs {program} (make deps installs it)")
+        if "requires" in rule and not os.path.exists(os.path.join(repo, rule["requires"])):
+            self.skipTest(f"needs {rule['requires']}, which `bash tests/check/fuzz.sh` builds")
+        if "listed" in rule:
+            r = subprocess.run(["ctest", "--test-dir", BUILD, "-N", "-R", rule["listed"]],
+                               capture_output=True, text=True)
+            self.assertIn("Total Tests: 1\n", r.stdout, r.stdout + r.stderr)
+            self.skipTest(f"runs ctest's {rule['listed']}, which ctest runs beside this suite "
+                          "(listed here with -N)")
+        run = text
+        for old, new in rule.get("fill", []):
+            run = run.replace(old, new)
+        if rule.get("append"):
+            run += " " + rule["append"]
+        needed = re.findall(r"\.\./shared/(\S+)", run)
+        if rule.get("shared"):
+            needed.append("traces/*.rep")
+        for path in needed:
+            if not glob.glob(os.path.join(SHARED, path)):
+                self.skipTest(f"needs ../shared/{path}, absent beside this checkout")
+        for name, source in rule.get("files", {}).items():
+            dst = os.path.join(repo, name)
+            if source == "readme-c":
+                with open(dst, "w") as f:
+                    f.write(readme_c_example())
+            elif source.endswith(".gz"):
+                with gzip.open(os.path.join(repo, source), "rb") as g, open(dst, "wb") as f:
+                    shutil.copyfileobj(g, f)
+            else:
+                shutil.copy(os.path.join(repo, source), dst)
+        if rule.get("before"):
+            r = subprocess.run(["bash", "-c", rule["before"]], cwd=repo, env=env,
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, rule["before"] + "\n" + r.stderr)
+        try:
+            r = subprocess.run(["bash", "-c", run], cwd=repo, env=env, capture_output=True,
+                               text=True, timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.fail(f"{run}: still running after {COMMAND_TIMEOUT_S} s")
+        if r.returncode == 77 and "doc_tables.py" in run:
+            self.skipTest(r.stdout.strip())
+        self.assertEqual(r.returncode, rule.get("status", 0),
+                         f"{run}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
+        if "expect" in rule:
+            self.assertIn(rule["expect"], r.stdout, run)
 
 
 class History(unittest.TestCase):

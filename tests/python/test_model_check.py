@@ -5,6 +5,7 @@ The bundled resnet50_train trace comes with PyTorch 2.11's own peaks on the H200
 check passes at them and fails when a recorded peak is 2% away.
 """
 
+import gzip
 import json
 import os
 import shutil
@@ -52,6 +53,19 @@ class ModelCheck(unittest.TestCase):
         self.assertIn(f"| w | expandable | {EXPANDABLE_BYTES} | {EXPANDABLE_BYTES} | +0.000% |",
                       p.stdout)
         self.assertIn("2 comparisons on 1 workloads, worst 0.000%, 0 beyond 1%", p.stdout)
+
+    def test_a_gzipped_trace_is_read(self):
+        src = os.path.join(self.dir, "w.rep")
+        with open(src, "rb") as f, gzip.open(src + ".gz", "wb") as g:
+            g.write(f.read())
+        os.remove(src)
+        self.summary("native", NATIVE_BYTES)
+        self.summary("expandable", EXPANDABLE_BYTES)
+        p = self.run_check()
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("2 comparisons on 1 workloads, worst 0.000%, 0 beyond 1%", p.stdout)
+        self.assertEqual(sorted(os.listdir(self.dir)),
+                         ["w.expandable.json", "w.native.json", "w.rep.gz"])
 
     def test_a_peak_two_percent_away_fails(self):
         self.summary("native", NATIVE_BYTES)
