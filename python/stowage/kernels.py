@@ -6,7 +6,10 @@ outputs in another order and take scratch memory from the caching allocator: the
 of a reduction split across thread blocks, cuDNN's attention workspace, the sort buffers of an
 embedding's backward. The recorder books, for each operator below, the steps its model returns:
 
-    ("out", k)          the operator's k-th output tensor (flattened order) is allocated
+    ("out", k)          the operator's k-th output (its flattened outputs, tensors or not)
+                        is allocated
+    ("none", k)         the k-th output is not an allocation on the GPU (the kernel leaves it
+                        empty; the fake kernel gives it a size)
     ("tmp", name, n)    a scratch block of n bytes is allocated
     ("free", name)      the scratch block is freed
 
@@ -156,7 +159,10 @@ def _reduced_dims(x, dim):
     return [d % x.dim() if x.dim() else 0 for d in dim]
 
 
-def _reduction(arg_size_fn, dim_pos=1, input_vec=lambda dt: 4):
+def _reduction(arg_size_fn, dim_pos=1, input_vec=lambda dt: 4, casts=False):
+    """A reduction's model. With casts (sum, mean, prod), an input whose dtype is not the
+    output's is first copied to it (make_reduction_from_out_ty), except half and bfloat16
+    summed into float, which the kernel reads as they are."""
     def model(args, kwargs, outs, card):
         x = args[0]
         if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or x.dim() == 0:
@@ -165,14 +171,23 @@ def _reduction(arg_size_fn, dim_pos=1, input_vec=lambda dt: 4):
         if isinstance(dim, bool):  # e.g. any.default has no dim
             dim = None
         reduced = _reduced_dims(x, dim)
-        buf, sem = reduce_scratch(tuple(x.shape), tuple(x.stride()), reduced,
-                                  x.element_size(), arg_size_fn(x.dtype), card,
-                                  input_vec_size=input_vec(x.dtype))
-        if not buf:
-            return []
-        return [("out", k) for k in range(len(outs))] + [
-            ("tmp", "buffer", buf), ("tmp", "semaphores", sem),
-            ("free", "semaphores"), ("free", "buffer")]
+        steps = [("out", k) for k in range(len(outs))]
+        dtype = x.dtype
+        shape, stride = tuple(x.shape), tuple(x.stride())
+        out = outs[0] if outs and isinstance(outs[0], torch.Tensor) else None
+        if casts and out is not None and out.dtype != x.dtype and not (
+                x.dtype in (torch.float16, torch.bfloat16) and out.dtype == torch.float32):
+            dtype = out.dtype
+            steps.append(("tmp", "cast", x.numel() * out.element_size()))
+            stride = torch.empty(shape, dtype=dtype, device="meta").stride()
+        buf, sem = reduce_scratch(shape, stride, reduced, x.element_size(),
+                                  arg_size_fn(dtype), card, input_vec_size=input_vec(dtype))
+        if buf:
+            steps += [("tmp", "buffer", buf), ("tmp", "semaphores", sem),
+                      ("free", "semaphores"), ("free", "buffer")]
+        if len(steps) > len(outs) and steps[len(outs)][1] == "cast":
+            steps.append(("free", "cast"))
+        return steps if len(steps) > len(outs) else []
     return model
 
 
@@ -197,8 +212,12 @@ def _cudnn_attention(args, kwargs, outs, card):
     # outputs: out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset,
     # debug_attn_mask. The seed and offset come first, then out and logsumexp; the plan's
     # workspace is taken and given back after.
-    steps = [("out", 6), ("out", 7), ("out", 0), ("out", 1)]
-    steps += [("tmp", "workspace", _CUDNN_WORKSPACE_FWD), ("free", "workspace")]
+    compute_lse = args[4] if len(args) > 4 else kwargs.get("compute_log_sumexp", True)
+    steps = [("out", 6), ("out", 7), ("out", 0), ("out", 1) if compute_lse else ("none", 1)]
+    q = args[0]
+    if isinstance(q, torch.Tensor) and q.dim() == 4 and int(q.shape[2]) > 1:
+        # one query a sequence (decoding) runs a plan without workspace
+        steps += [("tmp", "workspace", _CUDNN_WORKSPACE_FWD), ("free", "workspace")]
     return steps
 
 
@@ -290,6 +309,31 @@ def _embedding_backward(args, kwargs, outs, card):
     return steps
 
 
+# ---- scans (aten/src/ATen/native/cuda/ScanKernels.cpp: a 1-D scan goes through cub) ----
+
+def _scan(args, kwargs, outs, card):
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return []
+    n = x.numel()
+    if n <= 1 or n != int(x.shape[dim % x.dim()]):
+        return []
+    return [("out", 0), ("tmp", "scan_tmp", _cub_scan_bytes(n)), ("free", "scan_tmp")]
+
+
+# ---- isin (aten/src/ATen/native/TensorCompare.cpp: few test elements compare by broadcast) ----
+
+def _isin(args, kwargs, outs, card):
+    elements, test = args[0], args[1]
+    n = elements.numel() if isinstance(elements, torch.Tensor) else 1
+    m = test.numel() if isinstance(test, torch.Tensor) else 1
+    if n == 0 or m >= int(10.0 * math.pow(n, 0.145)):
+        return []  # the sorting path: its buffers are not modelled
+    # out, then (elements[..., None] == test).any(-1) copied into it
+    return [("out", 0), ("tmp", "eq", n * m), ("tmp", "any", n), ("free", "any"), ("free", "eq")]
+
+
 MODELS = {}
 
 
@@ -306,7 +350,7 @@ def _register(op_names, model):
 
 _register(["sum.dim_IntList", "sum.default", "nansum.default", "mean.dim", "mean.default",
            "linalg_vector_norm.default", "norm.ScalarOpt_dim", "prod.dim_int", "prod.default"],
-          _reduction(_acc_size, input_vec=_sum_vec))
+          _reduction(_acc_size, input_vec=_sum_vec, casts=True))
 _register(["amax.default", "amin.default"], _reduction(_same_size))
 _register(["max.dim", "min.dim", "argmax.default", "argmin.default"], _reduction(_pair_size))
 _register(["any.dim", "any.dims", "all.dim", "all.dims", "any.default", "all.default"],
@@ -316,3 +360,5 @@ _register(["_scaled_dot_product_cudnn_attention_backward.default"], _cudnn_atten
 _register(["_flash_attention_backward.default"], _flash_backward)
 _register(["native_dropout.default"], _dropout)
 _register(["embedding_dense_backward.default"], _embedding_backward)
+_register(["cumsum.default", "cumprod.default"], _scan)
+_register(["isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"], _isin)

@@ -298,6 +298,59 @@ class _Converter(FakeTensorConverter):
         return FakeTensor(fake_mode, t, device, pytype=pytype, dispatch_keys=dispatch_keys)
 
 
+# Libraries that look for fake tensors and take another path on them (an export's or a
+# tracer's); in a recording they must see the tensors a GPU run has: (module, attribute, value).
+_LIBRARY_PATCHES = {
+    # transformers' is_tracing() is true on a fake tensor: attention masks would be built
+    # where an eager GPU run lets scaled_dot_product_attention use is_causal.
+    "transformers.utils.import_utils": [("is_fake_tensor", lambda x: False)],
+}
+
+
+class _PatchOnImport:
+    """A sys.meta_path finder that applies _LIBRARY_PATCHES to a module once it is imported
+    (at once if it already is); patch(obj, name, value) records each for the undo."""
+
+    def __init__(self, patch):
+        self.patch = patch
+        for name, attrs in _LIBRARY_PATCHES.items():
+            if name in sys.modules:
+                self._apply(sys.modules[name])
+
+    def _apply(self, module):
+        for attr, value in _LIBRARY_PATCHES.get(module.__name__, ()):
+            if hasattr(module, attr):
+                self.patch(module, attr, value)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _LIBRARY_PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                exec_module = spec.loader.exec_module
+                hook = self
+
+                def exec_and_patch(module, exec_module=exec_module):
+                    exec_module(module)
+                    hook._apply(module)
+                spec.loader.exec_module = exec_and_patch
+                return spec
+        return None
+
+
+class _FakeMode(FakeTensorMode):
+    """FakeTensorMode that never moves its constants (small tensors it computes for real) to
+    the device for real, as it does when CUDA is unavailable: the emulated device has no
+    memory."""
+
+    @property
+    def avoid_device_init(self):
+        return True
+
+
 class Recorder:
     """One recording: the books, the data policy, the patches to torch while it runs."""
 
@@ -404,6 +457,8 @@ class Recorder:
                 if k < len(flat) and k not in booked:
                     booked.add(k)
                     tag = self._book_tensor(flat[k], tag)
+            elif kind == "none":
+                booked.add(step[1])
             elif kind == "tmp":
                 if tag is None and self.want_tags:
                     tag = self._tag()
@@ -501,6 +556,7 @@ class Recorder:
                 for t in outs:
                     _drop_value(t)  # unknown = zeros, read lazily
                 return
+            self.policy.note(func, user_line())  # integers from data the recorder lacks
         if not tensors and func.overloadpacket in (aten.empty, aten.empty_strided,
                                                    aten.empty_like, aten.new_empty):
             return
@@ -521,6 +577,8 @@ class Recorder:
                 _drop_value(t)
 
     def _on_cpu(self, func, args, kwargs):
+        """func on the CPU values of its arguments (unknown ones as zeros). Everything here
+        runs with the dispatch modes off: these are real CPU tensors, not fakes."""
         def to_cpu(a):
             if isinstance(a, torch.Tensor):
                 v = _value(a)
@@ -528,13 +586,13 @@ class Recorder:
                     v = torch.zeros(tuple(a.shape), dtype=a.dtype)
                 return v
             return _cpu_device(a)
-        cargs = tree_map(to_cpu, args)
-        ckw = tree_map(to_cpu, kwargs)
-        if "generator" in {a.name for a in func._schema.arguments}:
-            ckw["generator"] = self._gen
-        if "pin_memory" in ckw:
-            ckw["pin_memory"] = False
         with torch._C._DisableTorchDispatch(), torch.no_grad():
+            cargs = tree_map(to_cpu, args)
+            ckw = tree_map(to_cpu, kwargs)
+            if "generator" in {a.name for a in func._schema.arguments}:
+                ckw["generator"] = self._gen
+            if "pin_memory" in ckw:
+                ckw["pin_memory"] = False
             return func(*cargs, **ckw)
 
     def _mask_value(self, func, m):
@@ -545,7 +603,8 @@ class Recorder:
                                  "does not keep (over %d)" % (_op_name(func), _numel(m),
                                                               VALUE_LIMIT), func)
             self.policy.note(func, user_line())
-            v = torch.zeros(tuple(m.shape), dtype=m.dtype)
+            with torch._C._DisableTorchDispatch():
+                v = torch.zeros(tuple(m.shape), dtype=m.dtype)
         return v
 
     def _long_indices(self, func, indices):
@@ -554,9 +613,11 @@ class Recorder:
         out = []
         for m in indices:
             if isinstance(m, torch.Tensor) and m.dtype in (torch.bool, torch.uint8):
-                nz = torch.nonzero(self._mask_value(func, m))
-                for k in range(nz.shape[1]):
-                    col = nz[:, k].contiguous()
+                v = self._mask_value(func, m)
+                with torch._C._DisableTorchDispatch():
+                    nz = torch.nonzero(v)
+                    cols = [nz[:, k].contiguous() for k in range(nz.shape[1])]
+                for col in cols:
                     t = torch.empty((col.shape[0],), dtype=torch.long, device=m.device)
                     _set_value(t, col)
                     out.append(t)
@@ -574,7 +635,9 @@ class Recorder:
         if func is aten.masked_select.default:
             x, m = args[0], args[1]
             shape = torch.broadcast_shapes(tuple(x.shape), tuple(m.shape))
-            count = int(self._mask_value(func, m).expand(shape).sum())
+            v = self._mask_value(func, m)
+            with torch._C._DisableTorchDispatch():
+                count = int(v.expand(shape).sum())
             return torch.empty((count,), dtype=x.dtype, device=x.device)
         line = None
         for a in tree_flatten((args, kwargs))[0]:
@@ -667,6 +730,24 @@ class Recorder:
                 if hasattr(mod, name):
                     patch(mod, name, fn)
         patch(torch, "compile", compile_eagerly)
+
+        swap = torch.utils.swap_tensors
+        apply_code = torch.nn.Module._apply.__code__
+
+        def swap_or_set_data(t1, t2):
+            # nn.Module._apply swaps fake parameters where it gives real ones their new data
+            # with `.data =`; the swap keeps the old data alive until the loop's next
+            # parameter, where a GPU run frees it at once. Give fakes `.data =` too, on one
+            # device (a fake's device is also a Python attribute, which `.data =` leaves).
+            if (sys._getframe(1).f_code is apply_code and isinstance(t1, FakeTensor)
+                    and isinstance(t2, FakeTensor) and t1.device == t2.device
+                    and torch._has_compatible_shallow_copy_type(t1, t2)):
+                t1.data = t2
+                return
+            return swap(t1, t2)
+        patch(torch.utils, "swap_tensors", swap_or_set_data)
+        self._library_hook = _PatchOnImport(patch)
+        sys.meta_path.insert(0, self._library_hook)
         # Fake tensors take the optimizers' and clip_grad_norm_'s foreach paths, as CUDA
         # tensors do (the lists are how DTensor joins them too).
         import torch.optim.optimizer as _optim
@@ -676,7 +757,7 @@ class Recorder:
                 lst.append(FakeTensor)
                 self._appended.append(lst)
 
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.fake_mode = _FakeMode(allow_non_fake_inputs=True)
         self.fake_mode.fake_tensor_converter.__class__ = _Converter
         self.mode = RecordMode(self)
         self.fake_mode.__enter__()
@@ -684,6 +765,8 @@ class Recorder:
         self.calibrate()
 
     def uninstall(self):
+        if getattr(self, "_library_hook", None) in sys.meta_path:
+            sys.meta_path.remove(self._library_hook)
         if self.mode is not None:
             self.mode.__exit__(None, None, None)
             self.fake_mode.__exit__(None, None, None)
