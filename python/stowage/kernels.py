@@ -322,6 +322,173 @@ def _scan(args, kwargs, outs, card):
     return [("out", 0), ("tmp", "scan_tmp", _cub_scan_bytes(n)), ("free", "scan_tmp")]
 
 
+# ---- convolution (cuDNN 9.19 on sm90, as the real H200 traces show it; an estimate elsewhere) ----
+#
+# What cuDNN's chosen engine takes as workspace, by the case the traces show:
+# - an input whose channels are not a multiple of 8 (an image's 3): the input and the filter
+#   padded to 8 channels in NHWC, and an NCHW output transposed: pad_x + [y] + pad_w + 16;
+# - NCHW tensors (not channels_last) with a spatial filter, a stride, or a small image (under
+#   12 x 12): the input, the output and the filter transposed to NHWC: x + y + [w] + 147;
+# - channels_last, or NCHW 1x1 convolutions on larger images: a small descriptor (131 B) for
+#   spatial or strided filters, none for 1x1;
+# - the weight gradient reduces over the batch in fp32 partials (_weight_partials: an estimate
+#   fitted to the splits the traces show), or one partial per image for an NCHW 1x1
+#   convolution on a large image (a batched GEMM).
+
+_CONV_SMALL_WS = 131
+_CONV_PARTIAL_EXTRA = 256
+
+
+def _channels_last(x, w):
+    cl = torch.channels_last
+    return (x.dim() == 4 and (
+        (x.is_contiguous(memory_format=cl) and not x.is_contiguous())
+        or (w.is_contiguous(memory_format=cl) and not w.is_contiguous())))
+
+
+def _conv_geometry(x, w, stride):
+    n, c, h, wd = (int(v) for v in x.shape)
+    k, cg, r, s_ = (int(v) for v in w.shape)
+    return n, c, h, wd, k, cg, r, s_, int(stride[0]) if stride else 1
+
+
+def _conv_case(x, w, y, stride):
+    """(case, bytes of the transposed or padded tensors) of a 2-D convolution."""
+    n, c, h, wd, k, cg, r, s_, st = _conv_geometry(x, w, stride)
+    e = x.element_size()
+    cl = _channels_last(x, w)
+    ybytes = y.numel() * e if y is not None else 0
+    if c % 8:
+        pad = n * h * wd * 8 * e + k * 8 * r * s_ * e + (0 if cl else ybytes)
+        return "pad", pad
+    spatial = r * s_ > 1 or st > 1
+    if not cl and (spatial or h * wd < 144):
+        return "transpose", x.numel() * e + ybytes + (w.numel() * e if r * s_ > 1 else 0)
+    return ("small" if spatial else "none"), 0
+
+
+def _weight_partials(x, w, dy, card, case, per_image):
+    """fp32 partial weight gradients: one per image (a batched GEMM), else one per split of
+    the batch reduction: the card's multiprocessors over the gradient's 128 x 128 tiles,
+    and, for a spatial filter or transposed tensors, no more than one split per 8192 rows of
+    the reduction (N x output pixels)."""
+    n = int(x.shape[0])
+    k, cg, r, s_ = (int(v) for v in w.shape)
+    cpad = 8 if cg % 8 else cg
+    dw32 = k * cpad * r * s_ * 4
+    if per_image:
+        return n * dw32
+    tiles = _div_up(k, 128) * _div_up(cpad * r * s_, 128)
+    splits = max(1, card.sm_count // tiles)
+    if r * s_ > 1 or case in ("pad", "transpose"):
+        rows = dy.numel() // int(dy.shape[1])
+        splits = min(splits, rows // 8192)
+    return splits * dw32
+
+
+def _conv_forward(args, kwargs, outs, card):
+    x, w = args[0], args[1]
+    stride = args[3] if len(args) > 3 else kwargs.get("stride", [1, 1])
+    transposed = args[6] if len(args) > 6 else kwargs.get("transposed", False)
+    groups = args[8] if len(args) > 8 else kwargs.get("groups", 1)
+    if (not isinstance(x, torch.Tensor) or x.dim() != 4 or x.device.type != "cuda"
+            or transposed or groups != 1):
+        return []
+    case, moved = _conv_case(x, w, outs[0] if outs else None, stride)
+    if case == "none":
+        return []
+    size = {"pad": moved + 16, "transpose": moved + 147, "small": _CONV_SMALL_WS}[case]
+    return [("out", 0), ("tmp", "workspace", size), ("free", "workspace")]
+
+
+def _conv_backward(args, kwargs, outs, card):
+    # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+    #                      transposed, output_padding, groups, output_mask)
+    dy, x, w = args[0], args[1], args[2]
+    stride = args[4] if len(args) > 4 else kwargs.get("stride", [1, 1])
+    transposed = args[7] if len(args) > 7 else kwargs.get("transposed", False)
+    groups = args[9] if len(args) > 9 else kwargs.get("groups", 1)
+    mask = args[10] if len(args) > 10 else kwargs.get("output_mask", [True, True, True])
+    if (not isinstance(x, torch.Tensor) or x.dim() != 4 or x.device.type != "cuda"
+            or transposed or groups != 1):
+        return []
+    steps = []
+    fmt = torch.channels_last if _channels_last(x, w) else torch.contiguous_format
+    copy = not dy.is_contiguous(memory_format=fmt)
+    if copy:  # cuDNN takes the gradient in the convolution's memory format
+        steps.append(("tmp", "grad_output", dy.numel() * dy.element_size()))
+    case, moved = _conv_case(x, w, dy, stride)
+    if mask[0]:
+        steps.append(("out", 0))
+        if case != "none":
+            size = {"pad": moved + 16, "transpose": moved + 147, "small": _CONV_SMALL_WS}[case]
+            steps += [("tmp", "ws_data", size), ("free", "ws_data")]
+    if mask[1]:
+        steps.append(("out", 1))
+        per_image = not _channels_last(x, w) and case == "none"
+        size = _weight_partials(x, w, dy, card, case, per_image) + _CONV_PARTIAL_EXTRA
+        if case in ("pad", "transpose"):
+            size += moved
+        steps += [("tmp", "ws_weight", size), ("free", "ws_weight")]
+    if copy:
+        steps.append(("free", "grad_output"))
+    if len(mask) > 2 and mask[2] and len(outs) > 2:
+        steps.append(("out", 2))
+        buf, sem = reduce_scratch(tuple(dy.shape), tuple(dy.stride()), [0, 2, 3],
+                                  dy.element_size(), _acc_size(dy.dtype), card,
+                                  input_vec_size=_sum_vec(dy.dtype))
+        if buf:
+            steps += [("tmp", "buffer", buf), ("tmp", "semaphores", sem),
+                      ("free", "semaphores"), ("free", "buffer")]
+    return steps
+
+
+# ---- batch norm (aten/src/ATen/native/cuda/Normalization.cuh: channels_last kernels) ----
+
+def _bn_grid(reduction, stride):
+    """flexible_launch_configs(reduction, stride, coop_flag=true): (grid.x, grid.y)."""
+    block_x = min(_last_pow2(stride), 32)
+    block_y = min(_last_pow2(_div_up(reduction, 16)), 512 // block_x)
+    if block_x * block_y != 512:
+        block_x = min(_last_pow2(stride), 512 // block_y)
+    grid_x = _div_up(stride, block_x)
+    grid_y = min(_div_up(reduction, block_y * 16), 128)
+    return grid_x, (1 if grid_y < 8 else grid_y)
+
+
+def _bn_channels_last(x):
+    return (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+            and not x.is_contiguous())
+
+
+def _batch_norm(args, kwargs, outs, card):
+    x = args[0]
+    training = args[5] if len(args) > 5 else kwargs.get("training", False)
+    if not isinstance(x, torch.Tensor) or not training or not _bn_channels_last(x):
+        return []
+    c = int(x.shape[1])
+    gx, gy = _bn_grid(x.numel() // c, c)
+    if gy <= 1:
+        return []
+    return [("out", 0), ("out", 1), ("out", 2), ("tmp", "staging", 16 * c * gy),
+            ("tmp", "semaphores", 4 * gx), ("free", "semaphores"), ("free", "staging")]
+
+
+def _batch_norm_backward(args, kwargs, outs, card):
+    # sum_dy and sum_dy_xmu (fp32, one per channel) are reduced first, with grad_weight and
+    # grad_bias; grad_input is made from them, then they are freed.
+    x = args[1]
+    if not isinstance(x, torch.Tensor) or not _bn_channels_last(x):
+        return []
+    c = int(x.shape[1])
+    gx, gy = _bn_grid(x.numel() // c, c)
+    steps = [("tmp", "sum_dy", 4 * c), ("tmp", "sum_dy_xmu", 4 * c), ("out", 1), ("out", 2)]
+    if gy > 1:
+        steps += [("tmp", "staging", 8 * c * gy), ("tmp", "semaphores", 4 * gx),
+                  ("free", "semaphores"), ("free", "staging")]
+    return steps + [("out", 0), ("free", "sum_dy"), ("free", "sum_dy_xmu")]
+
+
 # ---- isin (aten/src/ATen/native/TensorCompare.cpp: few test elements compare by broadcast) ----
 
 def _isin(args, kwargs, outs, card):
@@ -361,4 +528,8 @@ _register(["_flash_attention_backward.default"], _flash_backward)
 _register(["native_dropout.default"], _dropout)
 _register(["embedding_dense_backward.default"], _embedding_backward)
 _register(["cumsum.default", "cumprod.default"], _scan)
+_register(["convolution.default"], _conv_forward)
+_register(["convolution_backward.default"], _conv_backward)
+_register(["native_batch_norm.default", "_native_batch_norm_legit.default"], _batch_norm)
+_register(["native_batch_norm_backward.default"], _batch_norm_backward)
 _register(["isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"], _isin)

@@ -226,6 +226,11 @@ _VALUE_FREE_OPS = {  # outputs depend on their inputs' metadata only
 }
 
 
+def _non_overlapping_and_dense(t):
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    return is_non_overlapping_and_dense_or_false(t)
+
+
 def _cpu_device(x):
     if isinstance(x, torch.device) and x.type != "cpu":
         return torch.device("cpu")
@@ -409,7 +414,7 @@ class Recorder:
                 or torch.is_grad_enabled() or torch._C._current_autograd_node() is None
                 or a.shape != b.shape or a.device != b.device or a.layout != torch.strided
                 or a.dtype != torch.promote_types(a.dtype, b.dtype)
-                or not a.is_contiguous()):
+                or not _non_overlapping_and_dense(a)):
             return False
         counts = (a._use_count(), torch._C._storage_Use_Count(a.untyped_storage()._cdata))
         return counts == self._accum_baseline
