@@ -17,14 +17,18 @@
  *   calls_after_plan       backend calls (every kind) in the steps after that
  *   max_calls_per_step_after_plan
  *   calls_last, maps_last  backend calls, and map + unmap calls, in the last steps
+ *   calls_settled, maps_settled, steps_calling_settled   the same after the first
+ *                          --settle steps (5), and how many of those steps made any
  *   hits_after_plan, pool_after_plan   allocations of the steps after plan_step
  *                          served by the arena, and by the pool
  *   hit_rate_after_plan    hits / (hits + pool)
  *   plans, misses, realignments
  * With --steps, one line per step too: reserved, calls, maps, hits, pool.
+ * With --hide-markers the markers still cut the run into steps, but the pool
+ * is not told of them: the same run without markers, step by step.
  *
- *   build/planned_steps [--conf KEY:VALUE,...] [--last K (10)] [--parts P (40)] [--steps]
- *                       TRACE...
+ *   build/planned_steps [--conf KEY:VALUE,...] [--last K (10)] [--parts P (40)]
+ *                       [--settle S (5)] [--hide-markers] [--steps] TRACE...
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -78,9 +82,15 @@ static void note_reserved(run_t *r)
         r->reserved_max = s.reserved_bytes[STOW_POOL_ALL].current;
 }
 
-static int replay(const char *path, const stow_config_t *cfg, unsigned last, unsigned parts,
-                  bool per_step)
+typedef struct opts {
+    unsigned last, parts, settle;
+    bool per_step, hide_markers;
+} opts_t;
+
+static int replay(const char *path, const stow_config_t *cfg, const opts_t *o)
 {
+    unsigned last = o->last, parts = o->parts;
+    bool per_step = o->per_step;
     stow_trace_t *t = NULL;
     char err[512];
     if (stow_trace_load(path, &t, err, sizeof err) != STOW_OK) {
@@ -107,7 +117,8 @@ static int replay(const char *path, const stow_config_t *cfg, unsigned last, uns
         for (; marked && m < t->marker_count && t->markers[m].before_event == i; m++) {
             boundary(&r);
             uint32_t k = t->markers[m].key;
-            (void)stow_pool_step(r.pool, k == STOW_TRACE_STEP_END ? NULL : t->keys[k]);
+            if (!o->hide_markers)
+                (void)stow_pool_step(r.pool, k == STOW_TRACE_STEP_END ? NULL : t->keys[k]);
         }
         if (!marked && slice && i && i % slice == 0)
             boundary(&r);
@@ -141,6 +152,12 @@ static int replay(const char *path, const stow_config_t *cfg, unsigned last, uns
         hits_after += r.steps[k].hits;
         pool_after += r.steps[k].pool;
     }
+    uint64_t calls_settled = 0, maps_settled = 0, steps_calling = 0;
+    for (size_t k = first + o->settle; k < r.n_steps; k++) {
+        calls_settled += r.steps[k].calls;
+        maps_settled += r.steps[k].maps;
+        steps_calling += r.steps[k].calls > 0;
+    }
     uint64_t calls_last = 0, maps_last = 0, reserved_last = 0;
     for (size_t k = r.n_steps > last ? r.n_steps - last : 0; k < r.n_steps; k++) {
         calls_last += r.steps[k].calls;
@@ -153,13 +170,16 @@ static int replay(const char *path, const stow_config_t *cfg, unsigned last, uns
            ", \"peak_reserved_over_live\": %.6f, \"last_reserved_over_live\": %.6f"
            ", \"plan_step\": %d, \"calls_after_plan\": %" PRIu64
            ", \"max_calls_per_step_after_plan\": %" PRIu64 ", \"calls_last\": %" PRIu64
-           ", \"maps_last\": %" PRIu64 ", \"hits_after_plan\": %" PRIu64
+           ", \"maps_last\": %" PRIu64 ", \"calls_settled\": %" PRIu64
+           ", \"maps_settled\": %" PRIu64 ", \"steps_calling_settled\": %" PRIu64
+           ", \"hits_after_plan\": %" PRIu64
            ", \"pool_after_plan\": %" PRIu64 ", \"hit_rate_after_plan\": %.6f"
            ", \"plans\": %" PRIu64 ", \"misses\": %" PRIu64 ", \"realignments\": %" PRIu64
            ", \"arena_bytes\": %" PRIu64 ", \"ooms\": %" PRIu64 "}\n",
            path, r.n_steps - first, t->peak_live_bytes,
            (double)s.reserved_bytes[STOW_POOL_ALL].peak / live, (double)reserved_last / live,
-           plan_step, calls_after, max_calls, calls_last, maps_last, hits_after, pool_after,
+           plan_step, calls_after, max_calls, calls_last, maps_last, calls_settled, maps_settled,
+           steps_calling, hits_after, pool_after,
            hits_after + pool_after ? (double)hits_after / (double)(hits_after + pool_after) : 0.0,
            s.num_plans, s.num_planned_misses, s.num_planned_realignments, s.arena_bytes, ooms);
     if (per_step)
@@ -185,8 +205,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 2;
     }
-    unsigned last = 10, parts = 40;
-    bool per_step = false;
+    opts_t o = {10, 40, 5, false, false};
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "--conf") && i + 1 < argc) {
@@ -195,14 +214,18 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (!strcmp(argv[i], "--last") && i + 1 < argc) {
-            last = (unsigned)strtoul(argv[++i], NULL, 10);
+            o.last = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--parts") && i + 1 < argc) {
-            parts = (unsigned)strtoul(argv[++i], NULL, 10);
+            o.parts = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--settle") && i + 1 < argc) {
+            o.settle = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--hide-markers")) {
+            o.hide_markers = true;
         } else if (!strcmp(argv[i], "--steps")) {
-            per_step = true;
+            o.per_step = true;
         } else {
             fprintf(stderr, "usage: planned_steps [--conf KEY:VALUE,...] [--last K] "
-                            "[--parts P] [--steps] TRACE...\n");
+                            "[--parts P] [--settle S] [--hide-markers] [--steps] TRACE...\n");
             return 2;
         }
     }
@@ -210,7 +233,7 @@ int main(int argc, char **argv)
     cfg.planned_async = false;
     int rc = 0;
     for (; i < argc; i++) {
-        int r = replay(argv[i], &cfg, last, parts, per_step);
+        int r = replay(argv[i], &cfg, &o);
         rc = r > rc ? r : rc;
     }
     return rc;

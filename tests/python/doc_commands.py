@@ -182,6 +182,7 @@ RULES = {
     "python3 bench/snapshot_check.py DIR/*": dict(skip=SNAPSHOTS),
     "bench/snapshot_check.py --workloads": dict(skip=SNAPSHOTS),
     "bench/snapshot_heldout.sh DIR": dict(skip=SNAPSHOTS),
+    "python3 bench/pool_goals.py --snapshots DIR --details": dict(skip=SNAPSHOTS),
     "build/vmm_churn --replays 1 --parts 8": dict(append=BUNDLED),
     "bench/snapshot_check.py DIR/* --workloads OUT --iterations 64": dict(skip=SNAPSHOTS),
     'POLICIES="classic vmm jemalloc" bench/warm_instructions.sh ../shared/traces/*.rep': dict(
