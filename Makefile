@@ -13,8 +13,10 @@ DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev \
 BROWSER_PACKAGES := chromium chromium-driver
 # The Python packages of the recorder and its tests (python/requirements.txt:
 # the pinned torch, torchvision, transformers, timm), in a virtual environment
-# kept outside the clone so that every clone reuses its few GB.
+# kept outside the clone so that every clone reuses its few GB. VENV_NEWEST: the
+# newest torch PyPI offers (python/requirements-torch-newest.txt), for the adapter's tests.
 VENV ?= $(HOME)/.cache/stowage/venv
+VENV_NEWEST ?= $(HOME)/.cache/stowage/venv-torch-newest
 
 .PHONY: all deps deb-deps python-deps configure build demo test clean
 
@@ -25,6 +27,7 @@ deps: deb-deps python-deps
 # Without PyPI the environment is not made; the tests that need torch skip and say so.
 python-deps:
 	@bash python/make_venv.sh $(VENV) python/requirements.txt
+	@bash python/make_venv.sh $(VENV_NEWEST) python/requirements-torch-newest.txt
 
 deb-deps:
 	@missing=""; browser=""; \
@@ -49,7 +52,8 @@ deb-deps:
 # The demo needs no Python package: configure asks for the Debian ones only.
 configure: deb-deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSTOW_WERROR=ON -DSTOW_DEBUG=1 \
-	  -DSTOW_TORCH_PYTHON=$(VENV)/bin/python >/dev/null
+	  -DSTOW_TORCH_PYTHON=$(VENV)/bin/python -DSTOW_TORCH_NEWEST_PYTHON=$(VENV_NEWEST)/bin/python \
+	  >/dev/null
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)

@@ -131,8 +131,9 @@ def _cmake_build(build_dir, extra_args, log):
 ADAPTER_SOURCE = os.path.join(PY_ROOT, "csrc", "torch_allocator.cpp")
 ADAPTER_NAME = "libstowage_torch.so"
 # The torch versions (major.minor) whose CUDAAllocator interface the adapter
-# implements; the source's #if says the same.
-ADAPTER_TORCH = ("2.11",)
+# implements (the source's #if says the same), each with the C++ standard its
+# headers need (torch.utils.cpp_extension's).
+ADAPTER_TORCH = {"2.11": "c++17", "2.15": "c++20"}
 
 _TORCH_PROBE = r"""
 import json, os, torch
@@ -151,7 +152,7 @@ def _torch_info(python, log):
         return None, "torch is not importable by %s (%s)" % (python, last)
     import json
     info = json.loads(r.stdout.strip().splitlines()[-1])
-    mm = ".".join(info["version"].split("+")[0].split(".")[:2])
+    mm = info["major_minor"] = ".".join(info["version"].split("+")[0].split(".")[:2])
     if mm not in ADAPTER_TORCH:
         return None, ("torch %s: the adapter implements the CUDAAllocator interface of torch %s"
                       % (info["version"], ", ".join(ADAPTER_TORCH)))
@@ -203,8 +204,8 @@ def build_torch_adapter(out_dir, libstowage, log, python=None):
     tlib = os.path.join(info["dir"], "lib")
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, ADAPTER_NAME)
-    cmd = [cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-           "-Wall", "-Wextra", "-D_GLIBCXX_USE_CXX11_ABI=%d" % info["abi"],
+    cmd = [cxx, "-std=" + ADAPTER_TORCH[info["major_minor"]], "-O2", "-fPIC", "-shared",
+           "-fvisibility=hidden", "-Wall", "-Wextra", "-D_GLIBCXX_USE_CXX11_ABI=%d" % info["abi"],
            "-I", os.path.join(REPO, "include"),
            "-isystem", tinc, "-isystem", os.path.join(tinc, "torch", "csrc", "api", "include"),
            "-isystem", cuda[0], ADAPTER_SOURCE, "-o", out + ".tmp",

@@ -16,20 +16,30 @@
  * in relaxed capture mode. A method it cannot serve throws c10::Error saying
  * what and why.
  *
- * Built against one torch version's interface (the #if below); the C ABI at
- * the end is what python/stowage/torch.py loads with ctypes.
+ * Built against the interface of torch 2.11 or 2.15 (the #if below; what 2.15
+ * has beside 2.11 is under STOW_TORCH_2_15); the C ABI at the end is what
+ * python/stowage/torch.py loads with ctypes.
  */
 #if __has_include(<torch/headeronly/version.h>)
 #include <torch/headeronly/version.h>
 #elif __has_include(<torch/version.h>)
 #include <torch/version.h>
 #endif
-#if !defined(TORCH_VERSION_MAJOR) || TORCH_VERSION_MAJOR != 2 || TORCH_VERSION_MINOR != 11
+#if !defined(TORCH_VERSION_MAJOR) || TORCH_VERSION_MAJOR != 2 || \
+    (TORCH_VERSION_MINOR != 11 && TORCH_VERSION_MINOR != 15)
 /* The interface's methods and layout change between minor versions. */
-#error "torch_allocator.cpp implements torch 2.11's CUDAAllocator interface, not this torch's"
+#error "torch_allocator.cpp implements the CUDAAllocator interface of torch 2.11 and 2.15 only"
 #endif
+/* Torch 2.15's interface: 2.11's, and markCaptureBegin/End, getContextForPointer,
+ * supportsUserMetadata (each thread's own metadata), annotateMemory,
+ * attachOomRejectionObserver, allocateWithAddress; DeviceStats'
+ * reserved_bytes_by_private_pools; the annotate action; two more settings. */
+#define STOW_TORCH_2_15 (TORCH_VERSION_MINOR == 15)
 
 #include <c10/core/Allocator.h>
+#if STOW_TORCH_2_15
+#include <c10/core/AllocatorConfig.h>
+#endif
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -47,12 +57,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -283,6 +295,10 @@ struct PrivatePool {
     int use_count = 1;
     bool use_on_oom = false;
     bool recording = false; /* history started its recording */
+#if STOW_TORCH_2_15
+    /* reserved_bytes' allocated at the last resetAccumulatedStats (as reset_base_) */
+    int64_t reserved_base[STOW_POOL_KINDS] = {};
+#endif
 };
 
 /* A capture or use_mem_pool block sending a device's allocations to a pool. */
@@ -330,6 +346,9 @@ struct PoolState final : CCA::AllocatorState {
 thread_local int tl_sim_device = 0;
 thread_local cudaStream_t tl_sim_stream = nullptr;
 thread_local std::vector<std::string> tl_compile_context;
+#if STOW_TORCH_2_15
+thread_local std::string tl_user_metadata; /* torch 2.15: each thread's own */
+#endif
 
 class StowageAllocator;
 StowageAllocator *g_adapter = nullptr;
@@ -430,12 +449,12 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     void setUserMetadata(const std::string &metadata) override
     {
         std::lock_guard<std::mutex> lock(mu_);
-        user_metadata_ = metadata;
+        user_metadata() = metadata;
     }
     std::string getUserMetadata() override
     {
         std::lock_guard<std::mutex> lock(mu_);
-        return user_metadata_;
+        return user_metadata();
     }
     void attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) override
     {
@@ -457,6 +476,35 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     CCA::CheckpointDelta setCheckpointPoolState(
         c10::DeviceIndex device, std::shared_ptr<CCA::AllocatorState> pps) override;
     std::string name() override { return "stowage"; }
+#if STOW_TORCH_2_15
+    bool supportsUserMetadata() override { return true; }
+    void annotateMemory(const void *ptr, const std::string &metadata) override;
+    std::shared_ptr<c10::GatheredContext> getContextForPointer(const void *ptr) override
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = live_.find(const_cast<void *>(ptr));
+        return it == live_.end() ? nullptr : it->second.context;
+    }
+    /* A capture runs between these (an allocation to a pool may run without one). */
+    void markCaptureBegin(c10::DeviceIndex) override { graph_captures_.fetch_add(1); }
+    void markCaptureEnd(c10::DeviceIndex) override
+    {
+        int n = graph_captures_.load();
+        while (n > 0 && !graph_captures_.compare_exchange_weak(n, n - 1)) {
+        }
+        TORCH_CHECK(n > 0, "Stowage: markCaptureEnd without a capture under way");
+    }
+    /* Stowage rejects no allocation ahead of the device (PyTorch's
+     * throw_on_cudamalloc_oom): there is nothing to observe, and
+     * num_oom_rejections stays 0. */
+    void attachOomRejectionObserver(CCA::OomRejectionObserver) override {}
+    c10::DataPtr allocateWithAddress(size_t size, void *addr) override
+    {
+        TORCH_CHECK(false, "Stowage does not serve allocateWithAddress (", size, " bytes at ", addr,
+                    "): its pools place each block themselves and cannot allocate one at a "
+                    "given address");
+    }
+#endif
 
     /* ---- for the deleter and the C ABI ---- */
     void free_ptr(void *ptr) noexcept;
@@ -495,6 +543,26 @@ class StowageAllocator final : public CCA::CUDAAllocator {
                "processes. Share host tensors, or keep the shared tensors under PyTorch's own "
                "allocator (the MemPool route, docs/torch.md)";
     }
+    /* Whether a CUDA graph capture may be under way: torch 2.15 says when one
+     * is; under 2.11 any allocation to a pool may be one. */
+    bool capture_under_way() const
+    {
+#if STOW_TORCH_2_15
+        return graph_captures_.load() != 0;
+#else
+        return captures_total_.load() != 0;
+#endif
+    }
+    /* The metadata trace entries carry: the process's under torch 2.11, the
+     * calling thread's under 2.15, as PyTorch's allocator (mu_ held). */
+    std::string &user_metadata()
+    {
+#if STOW_TORCH_2_15
+        return tl_user_metadata;
+#else
+        return user_metadata_;
+#endif
+    }
     bool slow_path() const
     {
         return captures_total_.load(std::memory_order_acquire) != 0 ||
@@ -519,7 +587,7 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     PrivatePool *create_pool_locked(int device, MempoolId_t id);
     void create_or_incref_locked(int device, MempoolId_t id);
     void retire_if_done_locked(PrivatePool *pp);
-    void trace_locked(Action action, int device, size_t addr, size_t size, cudaStream_t stream,
+    bool trace_locked(Action action, int device, size_t addr, size_t size, cudaStream_t stream,
                       MempoolId_t pool, std::shared_ptr<c10::GatheredContext> context);
     void start_recording_locked(stow_pool_t *pool, bool *started);
     void add_segments_locked(CCA::SnapshotInfo &info, stow_pool_t *pool, int device,
@@ -528,6 +596,9 @@ class StowageAllocator final : public CCA::CUDAAllocator {
                                    MempoolId_t id);
     std::vector<std::pair<uintptr_t, size_t>> live_blocks_locked(stow_pool_t *pool);
     std::vector<stow_pool_t *> device_pools_locked(int device);
+#if STOW_TORCH_2_15
+    void reset_retired_by_pool_locked(int device, bool peak);
+#endif
 
     const bool sim_;
     std::atomic<bool> initialized_{false};
@@ -537,6 +608,9 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     std::atomic<bool> history_on_{false};
     std::atomic<int> stream_used_count_{0};   /* stream_used_.size() */
     std::atomic<int> captures_[kMaxDevices] = {};
+#if STOW_TORCH_2_15
+    std::atomic<int> graph_captures_{0};      /* between markCaptureBegin and End */
+#endif
 
     std::mutex mu_; /* guards everything below */
     std::map<std::pair<int, MempoolId_t>, std::unique_ptr<PrivatePool>> pools_;
@@ -550,7 +624,12 @@ class StowageAllocator final : public CCA::CUDAAllocator {
      * restarts them from the current values, PyTorch from 0. */
     CDA::DeviceStats reset_base_[kMaxDevices];
     std::vector<CCA::OutOfMemoryObserver> observers_;
+#if !STOW_TORCH_2_15
     std::string user_metadata_;
+#else
+    /* reserved_bytes of destroyed private pools: current 0, the rest kept until reset */
+    std::map<MempoolId_t, c10::CachingAllocator::StatArray> retired_by_pool_[kMaxDevices];
+#endif
     /* history */
     CCA::CreateContextFn recorder_ = nullptr;
     CCA::RecordContext when_ = CCA::RecordContext::NEVER;
@@ -797,15 +876,18 @@ void StowageAllocator::recordStream(const c10::DataPtr &ptr, c10::cuda::CUDAStre
     /* Not Stowage's (shared from another process, or DLPack): nothing to order. */
     if (!p || ptr.get_deleter() != &adapter_delete)
         return;
+    /* On the simulated device every stream is an external one, whose id is
+     * its handle (torch 2.15's stream() asks CUDA for the device). */
+    cudaStream_t s = sim_ ? reinterpret_cast<cudaStream_t>(stream.id()) : stream.stream();
     std::lock_guard<std::mutex> lock(mu_);
     stow_status_t st = STOW_ENOTOWNED;
     for (auto &entry : pools_)
-        if ((st = stow_record_stream(entry.second->pool, p, stream.stream())) != STOW_ENOTOWNED)
+        if ((st = stow_record_stream(entry.second->pool, p, s)) != STOW_ENOTOWNED)
             break;
     uint64_t mask = devices_used_.load();
     for (int d = 0; st == STOW_ENOTOWNED && d < kMaxDevices; d++)
         if ((mask >> d) & 1)
-            st = stow_record_stream(stow_torch_pool(d), p, stream.stream());
+            st = stow_record_stream(stow_torch_pool(d), p, s);
     TORCH_CHECK(st == STOW_OK, "Stowage: record_stream of ", p, " failed: ", stow_strerror(st));
     stream_used_.insert(p);
     stream_used_count_.store(static_cast<int>(stream_used_.size()));
@@ -891,6 +973,24 @@ CDA::DeviceStats StowageAllocator::getDeviceStats(c10::DeviceIndex device)
         STOW_STAT_ARRAY_FIELDS(STOW_SUB_BASE_)
 #undef STOW_SUB_BASE_
     }
+#if STOW_TORCH_2_15
+    out.reserved_bytes_by_private_pools.insert(retired_by_pool_[device].begin(),
+                                               retired_by_pool_[device].end());
+    for (auto &entry : pools_) {
+        PrivatePool *pp = entry.second.get();
+        if (pp->device != device)
+            continue;
+        c10::CachingAllocator::StatArray live;
+        add_array(live, stats_of(pp->pool).reserved_bytes);
+        auto &a = out.reserved_bytes_by_private_pools[pp->id];
+        for (int k = 0; k < STOW_POOL_KINDS; k++) {
+            a[k].current += live[k].current;
+            a[k].peak += live[k].peak;
+            a[k].allocated += live[k].allocated - pp->reserved_base[k];
+            a[k].freed += live[k].freed;
+        }
+    }
+#endif
     stow_config_t cfg;
     if (stow_pool_t *pool = stow_torch_pool(device)) {
         stow_pool_config(pool, &cfg);
@@ -919,6 +1019,16 @@ void StowageAllocator::resetAccumulatedStats(c10::DeviceIndex device)
     r.num_alloc_retries = r.num_ooms = r.num_sync_all_streams = 0;
     r.num_device_alloc = r.num_device_free = 0;
     reset_base_[device] = base;
+#if STOW_TORCH_2_15
+    for (auto &entry : pools_) {
+        PrivatePool *pp = entry.second.get();
+        if (pp->device == device)
+            for (int k = 0; k < STOW_POOL_KINDS; k++)
+                pp->reserved_base[k] =
+                    static_cast<int64_t>(stats_of(pp->pool).reserved_bytes[k].allocated);
+    }
+    reset_retired_by_pool_locked(device, false);
+#endif
 }
 
 void StowageAllocator::resetPeakStats(c10::DeviceIndex device)
@@ -928,11 +1038,34 @@ void StowageAllocator::resetPeakStats(c10::DeviceIndex device)
     for (stow_pool_t *pool : device_pools_locked(device))
         stow_stats_reset_peak(pool);
     for_each_array(retired_[device], [](c10::CachingAllocator::Stat &s) { s.reset_peak(); });
+#if STOW_TORCH_2_15
+    reset_retired_by_pool_locked(device, true);
+#endif
 }
+
+#if STOW_TORCH_2_15
+/* Resets the peaks or the accumulated figures of the destroyed pools; a pool
+ * whose figures are all 0 then leaves reserved_bytes_by_private_pools. */
+void StowageAllocator::reset_retired_by_pool_locked(int device, bool peak)
+{
+    auto &retired = retired_by_pool_[device];
+    for (auto it = retired.begin(); it != retired.end();) {
+        bool zero = true;
+        for (auto &stat : it->second) {
+            if (peak)
+                stat.reset_peak();
+            else
+                stat.reset_accumulated();
+            zero = zero && stat.peak == 0 && stat.allocated == 0 && stat.freed == 0;
+        }
+        it = zero ? retired.erase(it) : std::next(it);
+    }
+}
+#endif
 
 void StowageAllocator::emptyCache(MempoolId_t mempool_id)
 {
-    if (captures_total_.load() != 0) {
+    if (capture_under_way()) {
         TORCH_WARN_ONCE("Stowage: empty_cache while a CUDA graph captures was skipped: returning "
                         "memory waits for the device, which a capture does not allow");
         return;
@@ -1191,6 +1324,14 @@ void StowageAllocator::retire_if_done_locked(PrivatePool *pp)
     r.num_sync_all_streams += gone.num_sync_all_streams;
     r.num_device_alloc += gone.num_device_alloc;
     r.num_device_free += gone.num_device_free;
+#if STOW_TORCH_2_15
+    auto &mine = retired_by_pool_[pp->device][pp->id];
+    for (int k = 0; k < STOW_POOL_KINDS; k++) {
+        mine[k].peak += gone.reserved_bytes[k].peak;
+        mine[k].allocated += gone.reserved_bytes[k].allocated - pp->reserved_base[k];
+        mine[k].freed += gone.reserved_bytes[k].freed;
+    }
+#endif
     if (history_on_.load()) {
         /* Its segment events would go with it: keep them as history. */
         std::vector<Trace> kept;
@@ -1395,18 +1536,20 @@ std::shared_ptr<c10::GatheredContext> StowageAllocator::gather_context(CCA::Reco
     return fn();
 }
 
-void StowageAllocator::trace_locked(Action action, int device, size_t addr, size_t size,
+/* Adds an entry to device's history unless its action is skipped; whether it did. */
+bool StowageAllocator::trace_locked(Action action, int device, size_t addr, size_t size,
                                     cudaStream_t stream, MempoolId_t pool,
                                     std::shared_ptr<c10::GatheredContext> context)
 {
     if (!history_on_.load() || skip_.count(static_cast<int>(action)))
-        return;
+        return false;
     std::deque<Trace> &ring = traces_[device];
     ring.push_back(Trace{action, device, addr, size, stream, pool, now_us(), std::move(context),
                          tl_compile_context.empty() ? std::string() : tl_compile_context.back(),
-                         user_metadata_});
+                         user_metadata()});
     while (ring.size() > max_entries_)
         ring.pop_front();
+    return true;
 }
 
 /* Starts a pool's recording for its segment events, unless it records already. */
@@ -1434,6 +1577,9 @@ void StowageAllocator::recordHistory(bool enabled, CCA::CreateContextFn context_
         {"segment_unmap", Action::SEGMENT_UNMAP},
         {"snapshot", Action::SNAPSHOT},
         {"oom", Action::OOM},
+#if STOW_TORCH_2_15
+        {"annotate", Action::ANNOTATE},
+#endif
     };
     std::set<int> skip;
     for (const auto &s : skip_actions) {
@@ -1512,6 +1658,38 @@ void StowageAllocator::recordAnnotation(const std::vector<std::pair<std::string,
     while (annotations_.size() > max_entries_)
         annotations_.pop_front();
 }
+
+#if STOW_TORCH_2_15
+/* An annotate entry for a live block: at its address, the annotation as its
+ * metadata, the stack of the caller; nothing while no history is kept. */
+void StowageAllocator::annotateMemory(const void *ptr, const std::string &metadata)
+{
+    if (!history_on_.load())
+        return;
+    auto context = gather_context(CCA::RecordContext::ALLOC);
+    void *p = const_cast<void *>(ptr);
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::tuple<stow_pool_t *, int, MempoolId_t>> owners;
+    for (auto &entry : pools_)
+        owners.emplace_back(entry.second->pool, entry.second->device, entry.second->id);
+    uint64_t mask = devices_used_.load();
+    for (int d = 0; d < kMaxDevices; d++)
+        if ((mask >> d) & 1)
+            owners.emplace_back(stow_torch_pool(d), d, kDefaultPool);
+    for (const auto &[pool, device, id] : owners) {
+        size_t block = 0, requested = 0;
+        if (!pool || stow_pool_block_size(pool, p, &block, &requested) != STOW_OK)
+            continue;
+        auto it = live_.find(p);
+        cudaStream_t stream = it != live_.end() ? it->second.stream : nullptr;
+        if (trace_locked(Action::ANNOTATE, device, reinterpret_cast<size_t>(p), requested,
+                         stream, id, std::move(context)))
+            traces_[device].back().user_metadata = metadata;
+        return;
+    }
+    TORCH_CHECK(false, "Stowage: annotateMemory: no live allocation at ", ptr);
+}
+#endif
 
 /* The segment events of a recording pool since the history began. */
 void StowageAllocator::add_segment_traces_locked(std::vector<Trace> &out, stow_pool_t *pool,
@@ -1656,6 +1834,12 @@ CCA::SnapshotInfo StowageAllocator::snapshot(MempoolId_t mempool_id, bool includ
     info.config_metadata.release_lock_on_malloc = false;
     info.config_metadata.pinned_use_host_register = false;
     info.config_metadata.graph_capture_record_stream_reuse = false;
+#if STOW_TORCH_2_15
+    /* The pinned host allocator's settings: that allocator stays PyTorch's. */
+    using AAC = c10::CachingAllocator::AcceleratorAllocatorConfig;
+    info.config_metadata.max_round_threshold = AAC::pinned_max_round_threshold();
+    info.config_metadata.max_cached_size = AAC::pinned_max_cached_size();
+#endif
     for (unsigned v : cfg.roundup_power2_divisions)
         info.config_metadata.roundup_power2_divisions.push_back(v);
     return info;
@@ -1684,7 +1868,10 @@ void StowageAllocator::reset_for_tests()
     stream_used_count_.store(0);
     deferred_.clear();
     observers_.clear();
-    user_metadata_.clear();
+    user_metadata().clear();
+#if STOW_TORCH_2_15
+    graph_captures_.store(0);
+#endif
     history_on_.store(false);
     recorder_ = nullptr;
     when_ = CCA::RecordContext::NEVER;
@@ -1696,6 +1883,9 @@ void StowageAllocator::reset_for_tests()
         recording_[d] = false;
         fraction_[d] = 0.0;
         retired_[d] = CDA::DeviceStats();
+#if STOW_TORCH_2_15
+        retired_by_pool_[d].clear();
+#endif
         reset_base_[d] = CDA::DeviceStats();
     }
     devices_used_.store(0);
@@ -1830,6 +2020,14 @@ constexpr int kHeld = 64;
 std::atomic<int> g_observed{0};          /* calls of the test observer */
 std::string g_observed_args;             /* its last arguments */
 c10::DataPtr *g_held = new c10::DataPtr[kHeld]; /* never destroyed, as g_holder */
+#if STOW_TORCH_2_15
+std::atomic<int> g_rejections{0};        /* calls of the test's rejection observer */
+/* A stack recorder for the tests: an empty context, told apart from none. */
+std::shared_ptr<c10::GatheredContext> test_context()
+{
+    return std::make_shared<c10::GatheredContext>();
+}
+#endif
 } // namespace
 
 STOW_ADAPTER_API int stow_torch_adapter_hold(int slot, size_t size, void **ptr_out, char *why,
@@ -1956,6 +2154,23 @@ STOW_ADAPTER_API int stow_torch_adapter_call(const char *method, uint64_t a, uin
             result = std::to_string(g_observed.load()) + " " + g_observed_args;
         } else if (m == "annotation") {
             alloc->recordAnnotation({{"name", "phase"}, {"stage", "START"}});
+#if STOW_TORCH_2_15
+        } else if (m == "markCaptureBegin") {
+            alloc->markCaptureBegin(dev);
+        } else if (m == "markCaptureEnd") {
+            alloc->markCaptureEnd(dev);
+        } else if (m == "recordHistoryWithContext") {
+            alloc->recordHistory(true, &test_context, 10000, CCA::RecordContext::ALL, false, {});
+        } else if (m == "getContextForPointer") {
+            result = alloc->getContextForPointer(reinterpret_cast<void *>(a)) ? "context" : "none";
+        } else if (m == "attachOomRejectionObserver") {
+            alloc->attachOomRejectionObserver(
+                [](int64_t, size_t, size_t, size_t) { g_rejections.fetch_add(1); });
+        } else if (m == "rejections") {
+            result = std::to_string(g_rejections.load());
+        } else if (m == "allocateWithAddress") {
+            (void)alloc->allocateWithAddress(static_cast<size_t>(b), reinterpret_cast<void *>(a));
+#endif
         } else {
             return report(STOW_EINVAL, out, out_len, "unknown method " + m);
         }

@@ -1,11 +1,15 @@
 """The C++ adapter (python/csrc/torch_allocator.cpp): Stowage behind PyTorch's
 whole CUDA allocator interface, checked without a GPU.
 
-Needs torch (a CUDA build; the venv's python: make deps, then
-~/.cache/stowage/venv/bin/python -m unittest tests/python/test_torch_adapter.py);
-skips with the reason otherwise. The adapter is built beside the loaded
-libstowage.so when it is missing or older than its source (stowage_backend's
-torch-adapter build, about 20 s), or taken from $STOWAGE_TORCH_ADAPTER.
+Needs torch (a CUDA build; the venvs' pythons: make deps, then
+~/.cache/stowage/venv/bin/python -m unittest tests/python/test_torch_adapter.py
+for the pinned torch, ~/.cache/stowage/venv-torch-newest/bin/python for the
+newest); skips with the reason otherwise. The adapter is built, when it is
+missing or older than its source (stowage_backend's torch-adapter build, about
+20 s), beside the loaded libstowage.so for the pinned torch, in torch-M.N/
+beside it for another; or taken from $STOWAGE_TORCH_ADAPTER. What a torch
+version's interface has beside another's is tested under that version
+(TORCH_2_15).
 
 It is installed once, as PyTorch's allocator, with its pools on the simulated
 device (STOWAGE_BACKEND=sim): device and stream of each allocation then come
@@ -44,6 +48,8 @@ if not getattr(torch.version, "cuda", None):
     raise unittest.SkipTest("torch %s is not a CUDA build" % torch.__version__)
 
 os.environ["STOWAGE_BACKEND"] = "sim"
+TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+TORCH_2_15 = TORCH >= (2, 15)
 
 import stowage  # noqa: E402
 import stowage._lib  # noqa: E402
@@ -68,6 +74,11 @@ def adapter_library():
         return env
     lib = stowage._lib.path()
     out_dir = os.path.dirname(lib)
+    pinned = next(iter(stowage_backend.ADAPTER_TORCH))
+    if "%d.%d" % TORCH != pinned:
+        # Not the file stowage.torch.adapter_path() finds, nor the one the
+        # pinned torch's tests build (ctest runs both at once).
+        out_dir = os.path.join(out_dir, "torch-%d.%d" % TORCH)
     target = os.path.join(out_dir, stowage_backend.ADAPTER_NAME)
     newest = max(os.path.getmtime(stowage_backend.ADAPTER_SOURCE), os.path.getmtime(lib))
     if not os.path.exists(target) or os.path.getmtime(target) < newest:
@@ -118,8 +129,11 @@ def raw_delete(ptr):
 
 
 def flat(d, prefix=""):
+    """Nested keys joined by ".", a tuple key's parts by "_" (as torch.cuda.memory_stats)."""
     out = {}
     for k, v in d.items():
+        if isinstance(k, tuple):
+            k = "_".join(map(str, k))
         if isinstance(v, dict):
             out.update(flat(v, prefix + k + "."))
         else:
@@ -180,7 +194,7 @@ class Installation(Base):
         status = A.stow_torch_adapter_install(b"2.9.1", why, len(why))
         self.assertEqual(status, 1)  # STOW_EINVAL
         text = why.value.decode()
-        self.assertIn("built for torch 2.11", text)
+        self.assertIn("built for torch %d.%d" % TORCH, text)
         self.assertIn("runs torch 2.9.1", text)
         self.assertIn("CUDAAllocator interface", text)
 
@@ -230,6 +244,41 @@ class Statistics(Base):
         self.assertEqual(s["allocation.all.allocated"], 0)
         self.assertEqual(s["allocation.all.freed"], 0)
         self.assertEqual(s["allocation.all.current"], 1)
+        raw_delete(keep)
+
+    def test_reserved_bytes_of_each_private_pool(self):
+        pool = (0, 7)
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        p = raw_alloc(3 * MiB)
+        torch._C._cuda_endAllocateToPool(0, pool)
+        keep = raw_alloc(MiB)  # the device pool's: not in the figures of private pools
+
+        def of_pool():
+            by_pool = torch._C._cuda_memoryStats(0).get("reserved_bytes_by_private_pools")
+            if by_pool is None:
+                return None
+            s = by_pool.get(pool)
+            self.assertEqual(set(by_pool), {pool} if s else set())
+            return s and (s["all"]["current"], s["all"]["peak"], s["all"]["allocated"],
+                          s["all"]["freed"])
+
+        if not TORCH_2_15:
+            self.assertIsNone(of_pool(), "torch 2.11's statistics have no such figures")
+        else:
+            seg = sum(s["total_size"] for s in segments_of(torch.cuda.memory._snapshot(), pool))
+            self.assertGreaterEqual(seg, 3 * MiB)
+            self.assertEqual(of_pool(), (seg, seg, seg, 0))
+            torch._C._cuda_resetAccumulatedMemoryStats(0)
+            self.assertEqual(of_pool(), (seg, seg, 0, 0))
+        torch._C._cuda_releasePool(0, pool)
+        raw_delete(p)
+        self.assertEqual(segments_of(torch.cuda.memory._snapshot(), pool), [], "pool destroyed")
+        if TORCH_2_15:
+            self.assertEqual(of_pool(), (0, seg, 0, seg), "a destroyed pool's figures remain")
+            torch._C._cuda_resetPeakMemoryStats(0)
+            self.assertEqual(of_pool(), (0, 0, 0, seg))
+            torch._C._cuda_resetAccumulatedMemoryStats(0)
+            self.assertIsNone(of_pool(), "gone once reset")
         raw_delete(keep)
 
     def test_a_device_without_a_pool_has_zero_figures(self):
@@ -315,6 +364,32 @@ class CacheAndEmpty(Base):
         self.assertGreater(stats()["reserved_bytes.all.current"], 0)
         torch._C._cuda_emptyCache()
         self.assertEqual(stats()["reserved_bytes.all.current"], 0)
+
+    def test_empty_cache_is_skipped_while_a_capture_may_run(self):
+        # Returning memory waits for the device, which a capture does not allow. Torch 2.15
+        # says when a capture runs (markCaptureBegin, markCaptureEnd); under 2.11 any
+        # allocation to a pool may be one.
+        raw_delete(raw_alloc(64 * MiB))  # cached in the device pool
+        torch._C._cuda_beginAllocateToPool(0, (0, 6))
+        if TORCH_2_15:
+            torch._C._cuda_emptyCache()
+            self.assertEqual(stats()["reserved_bytes.all.current"], 0,
+                             "served: allocations go to a pool, no capture runs")
+            torch._C._cuda_endAllocateToPool(0, (0, 6))
+            raw_delete(raw_alloc(64 * MiB))
+            torch._C._cuda_beginAllocateToPool(0, (0, 6))
+            self.assertEqual(call("markCaptureBegin", 0)[0], 0)
+        torch._C._cuda_emptyCache()
+        self.assertGreater(stats()["reserved_bytes.all.current"], 0, "skipped while capturing")
+        if TORCH_2_15:
+            self.assertEqual(call("markCaptureEnd", 0)[0], 0)
+            status, text = call("markCaptureEnd", 0)
+            self.assertNotEqual(status, 0)
+            self.assertIn("without a capture", text)
+        torch._C._cuda_endAllocateToPool(0, (0, 6))
+        torch._C._cuda_emptyCache()
+        self.assertEqual(stats()["reserved_bytes.all.current"], 0)
+        torch._C._cuda_releasePool(0, (0, 6))
 
     def test_memory_info_of_the_simulated_device(self):
         p = raw_alloc(64 * MiB)
@@ -526,6 +601,12 @@ class Snapshots(Base):
         # Entries carry frames when a stack recorder is given (none here).
         rest = dict(snap, device_traces=[[dict(e, frames=[]) for e in trace
                                           if e["action"] != "oom"]])
+        if TORCH_2_15:
+            # Torch 2.15's entries name their pool, which the checked format has not.
+            pools = {e["pool_id"] for e in trace if e["action"] == "alloc"}
+            self.assertEqual(pools, {(0, 0), (0, 11)})
+            for e in rest["device_traces"][0]:
+                self.assertIn(e.pop("pool_id"), pools)
         self.tts.check_format(self, rest, "adapter")
         self.tts.check_invariants(self, snap, "adapter")
         self.assertGreater(self.tts.viewer_replay(rest, 0), 10)
@@ -569,6 +650,82 @@ class Snapshots(Base):
         self.assertEqual(actions, ["alloc", "free_requested"])
         with self.assertRaises(AssertionError):
             record_history(skip="no_such_action")
+
+    def test_user_metadata_of_the_history(self):
+        # Torch 2.15: each thread's own, as under PyTorch's allocator (and said supported);
+        # 2.11: the process's.
+        record_history()
+        torch._C._cuda_setMemoryMetadata("step=1")
+        seen = []
+
+        def other_thread():
+            seen.append(torch._C._cuda_getMemoryMetadata())
+            raw_delete(raw_alloc(MiB))
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        raw_delete(raw_alloc(2 * MiB))
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        allocs = {e["size"]: e["user_metadata"] for e in trace if e["action"] == "alloc"}
+        other = "" if TORCH_2_15 else "step=1"
+        self.assertEqual(seen, [other])
+        self.assertEqual(allocs, {MiB: other, 2 * MiB: "step=1"})
+        if TORCH_2_15:
+            self.assertTrue(torch._C._cuda_memoryMetadataSupported())
+        torch._C._cuda_setMemoryMetadata("")
+
+
+@unittest.skipUnless(TORCH_2_15, "torch %s: these methods are torch 2.15's" % torch.__version__)
+class Torch215Methods(Base):
+    """What torch 2.15's interface has beside 2.11's (the rest is in the classes above)."""
+
+    def test_annotate_memory(self):
+        p = raw_alloc(MiB)
+        torch._C._cuda_annotateMemory(p, "unseen")  # no history: nothing happens
+        record_history()
+        torch._C._cuda_annotateMemory(p, "packed")
+        with self.assertRaisesRegex(RuntimeError, "Stowage: annotateMemory: no live allocation"):
+            torch._C._cuda_annotateMemory(p + 256, "inside")
+        record_history(skip="annotate")
+        torch._C._cuda_annotateMemory(p, "skipped")
+        snap = torch.cuda.memory._snapshot()
+        notes = [e for e in snap["device_traces"][0] if e["action"] == "annotate"]
+        self.assertEqual([(e["addr"], e["size"], e["user_metadata"], e["pool_id"])
+                          for e in notes], [(p, MiB, "packed", (0, 0))])
+        from torch.cuda import _memory_viz
+        self.assertIn("# annotate", _memory_viz.trace(snap))
+        # The pinned host allocator's settings: PyTorch's (unlimited: -1).
+        self.assertEqual(snap["allocator_settings"]["max_round_threshold"], -1)
+        self.assertEqual(snap["allocator_settings"]["max_cached_size"], -1)
+        raw_delete(p)
+
+    def test_the_context_of_a_live_block(self):
+        p = raw_alloc(MiB)
+        self.assertEqual(call("getContextForPointer", p), (0, "none"), "allocated before")
+        self.assertIsNone(torch._C._cuda_allocationTraceback(p))
+        self.assertEqual(call("recordHistoryWithContext")[0], 0)
+        q = raw_alloc(MiB)
+        self.assertEqual(call("getContextForPointer", q), (0, "context"))
+        self.assertEqual(call("getContextForPointer", q + 256), (0, "none"), "not a block's start")
+        raw_delete(q)
+        self.assertEqual(call("getContextForPointer", q), (0, "none"), "freed")
+        raw_delete(p)
+
+    def test_no_allocation_is_rejected_ahead_of_the_device(self):
+        set_fraction(ONE_GIB_FRACTION)
+        self.assertEqual(call("attachOomRejectionObserver")[0], 0)
+        with self.assertRaises(torch.OutOfMemoryError):
+            raw_alloc(2 * GiB)
+        self.assertEqual(call("rejections"), (0, "0"))
+        s = stats()
+        self.assertEqual((s["num_ooms"], s["num_oom_rejections"]), (1, 0))
+
+    def test_allocate_with_address_is_refused(self):
+        status, text = call("allocateWithAddress", 1 << 40, MiB)
+        self.assertNotEqual(status, 0)
+        self.assertIn("Stowage does not serve allocateWithAddress", text)
+        self.assertIn("given address", text)
 
 
 class Refusals(Base):
