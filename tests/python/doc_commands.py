@@ -145,11 +145,12 @@ def all_commands():
 #   files:  {name: source}: files the command reads that its text made elsewhere (the C
 #           example, a snapshot); source is a path in the repository, or "readme-c".
 #   before: a shell line run first (the report a screenshot opens).
+#   timeout: seconds it may take (default 300).
 #   status: the exit status the document shows (default 0).
 #   expect: text its standard output must hold (the output the document shows).
 #   shared: reads ../shared/traces without naming it (skipped without them).
 #   needs:  programs it needs (skipped where absent: make deps installs them).
-#   requires: a program of another build it runs (the fuzzing build); skipped where absent.
+#   requires: (path, how it is built): a program of another build it runs; skipped where absent.
 #   listed: a ctest test's name: the command would run that test inside this suite's own
 #           ctest run, so the test checks that ctest lists it and skips the run.
 BUNDLED = "bench/traces/resnet50_train.rep"
@@ -158,6 +159,7 @@ GPU = "needs an NVIDIA GPU: bench/gpu/run.sh runs on the GPU machine (docs/torch
 SNAPSHOTS = ("DIR holds the public PyTorch snapshots of bench/snapshots.txt, fetched over the "
              "network by bench/fetch_snapshots.py")
 BUILDS = "configures and builds a tree (minutes on 2 cores); the tests run from a finished build"
+FUZZ_BUILD = "`bash tests/check/fuzz.sh` builds it"
 STANDS_IN = {"run.rep": BUNDLED, "before.rep": BUNDLED}
 
 RULES = {
@@ -178,6 +180,9 @@ RULES = {
         fill=[("SNAPSHOT", "snapshot.pickle")], files={"snapshot.pickle": SNAPSHOT_GZ}),
     # docs/benchmarks.md
     "make build": dict(skip=BUILDS),
+    "python3 bench/pool_goals.py --snapshots DIR --details": dict(
+        skip=SNAPSHOTS + "; about 40 minutes on 2 cores"),
+    "build/planned_steps": dict(append=BUNDLED),
     "TABLE=1 bench/vmm_handles.sh DIR": dict(skip=SNAPSHOTS),
     "python3 bench/snapshot_check.py DIR/*": dict(skip=SNAPSHOTS),
     "bench/snapshot_check.py --workloads": dict(skip=SNAPSHOTS),
@@ -252,7 +257,8 @@ RULES = {
         skip="the first step of the planner benchmark's build: " + BUILDS),
     "cmake --build /tmp/planb -j2 --target stowage_cli test_plan": dict(skip=BUILDS),
     "bench/plan_bench.sh /tmp/planb/stowage ../shared/data 10 ../shared/traces": dict(
-        long="plans 21 files with a 10 s limit each, from the build above"),
+        long="plans 21 files with a 10 s limit each",
+        requires=("/tmp/planb/stowage", "the two commands above build it")),
     "build/stowage plan --time-limit 60 -o D.plan.csv ../shared/data/minimalloc/D.1048576.csv":
         dict(long="its search runs its whole 60 s limit"),
     "build/stowage plan --time-limit 60 -o J.plan.csv ../shared/data/minimalloc/J.1048576.csv":
@@ -273,22 +279,23 @@ RULES = {
     "build/stress_threads [threads [ops [seed [classic|vmm [sim|cuda]]]]]": dict(
         fill=[("[threads [ops [seed [classic|vmm [sim|cuda]]]]]", "4 20000 7 vmm sim")]),
     "build/stress_integrity --seconds 60 policy:vmm": dict(long="runs for its 60 s"),
-    "bash tests/check/integrity.sh long": dict(long="600 s a pool"),
+    "bash tests/check/integrity.sh long": dict(long="600 s a pool", timeout=900),
     "build/lock_exclusion [threads [rounds]]": dict(
         fill=[("[threads [rounds]]", "4 50000")]),
     "bash tests/check/asan.sh": dict(
         skip="builds the tree with ASan and UBSan and runs the whole suite there (many minutes)"),
     "bash tests/check/valgrind.sh": dict(
-        long="memcheck over seven unit test programs and a stress run", needs=["valgrind"]),
+        long="memcheck over seven unit test programs and a stress run: minutes",
+        needs=["valgrind"], timeout=1200),
     "FUZZ_API_VERBOSE=1 build-fuzz/fuzz_api FILE": dict(
         fill=[("FILE", "tests/fuzz/corpus/api/regress-vmm-single-stream-unmap-under-work")],
-        requires="build-fuzz/fuzz_api"),
+        requires=("build-fuzz/fuzz_api", FUZZ_BUILD)),
     "FUZZ_STEP_VERBOSE=1 build-fuzz/fuzz_step FILE": dict(
         fill=[("FILE", "tests/fuzz/corpus/step/0007f4162d2da2fbb0dae00d34439ba75394c34c")],
-        requires="build-fuzz/fuzz_step"),
+        requires=("build-fuzz/fuzz_step", FUZZ_BUILD)),
     "CC=clang cmake -S . -B build-fuzz-fast -DSTOW_FUZZ=ON -DSTOW_FUZZ_SANITIZERS=undefined "
     "-DSTOW_BUILD_TESTS=OFF -DSTOW_DEBUG=1": dict(needs=["clang"]),
-    "bash tests/check/integrity.sh long 600": dict(long="600 s a pool"),
+    "bash tests/check/integrity.sh long 600": dict(long="600 s a pool", timeout=900),
     "bash tests/check/integrity.sh sabotage": dict(
         skip="copies the tree and builds the stress six times, once per deliberate bug "
              "(minutes)"),

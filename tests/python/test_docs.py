@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.environ.get("STOWAGE_LIB") or os.path.join(ROOT, "build", "libstowage.so")
 BUILD = os.path.dirname(os.path.abspath(LIB))
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
-COMMAND_TIMEOUT_S = 300
+COMMAND_TIMEOUT_S = 300  # a rule's timeout replaces it
 
 
 def readme():
@@ -155,6 +156,20 @@ def working_copy(dest):
     return repo
 
 
+def run_bounded(command, cwd, env, timeout):
+    """`bash -c command`'s completed process, or None when it ran past timeout seconds: then
+    its whole process group (a browser, a valgrind child) is stopped."""
+    p = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
 def readme_c_example():
     blocks = re.findall(r"```c\n(.*?)```", readme(), re.S)
     return blocks[0]
@@ -188,6 +203,22 @@ class DocumentedCommands(unittest.TestCase):
         for text, rule in doc_commands.RULES.items():
             for old, _ in rule.get("fill", []):
                 self.assertIn(old, text, f"{text}: no '{old}' to fill")
+
+    def test_every_named_script_and_subcommand_exists(self):
+        bad = []
+        for c in self.references:
+            name = re.sub(r"^(build/|python3? -m )", "", c.text)
+            if re.fullmatch(doc_commands.SCRIPT, name):
+                if not os.path.isfile(os.path.join(ROOT, name)):
+                    bad.append(f"{c.path}:{c.line}: {name}: no such file")
+            elif name.startswith("stowage ") and os.path.exists(os.path.join(BUILD, "stowage")):
+                sub = name.split()[1]
+                r = subprocess.run([os.path.join(BUILD, "stowage"), sub, "--help"],
+                                   capture_output=True, text=True)
+                if r.returncode != 0:
+                    bad.append(f"{c.path}:{c.line}: {name}: `stowage {sub} --help` exits "
+                               f"{r.returncode}")
+        self.assertEqual(bad, [])
 
     def test_every_script_a_command_runs_is_executable(self):
         bad = []
@@ -237,8 +268,10 @@ class DocumentedCommands(unittest.TestCase):
         for program in [command_program(text)] + rule.get("needs", []):
             if "/" not in program and not shutil.which(program, path=env["PATH"]):
                 self.skipTest(f"needs {program} (make deps installs it)")
-        if "requires" in rule and not os.path.exists(os.path.join(repo, rule["requires"])):
-            self.skipTest(f"needs {rule['requires']}, which `bash tests/check/fuzz.sh` builds")
+        if "requires" in rule:
+            path, builder = rule["requires"]
+            if not os.path.exists(os.path.join(repo, path)):
+                self.skipTest(f"needs {path}; {builder}")
         if "listed" in rule:
             r = subprocess.run(["ctest", "--test-dir", BUILD, "-N", "-R", rule["listed"]],
                                capture_output=True, text=True)
@@ -270,11 +303,10 @@ class DocumentedCommands(unittest.TestCase):
             r = subprocess.run(["bash", "-c", rule["before"]], cwd=repo, env=env,
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, rule["before"] + "\n" + r.stderr)
-        try:
-            r = subprocess.run(["bash", "-c", run], cwd=repo, env=env, capture_output=True,
-                               text=True, timeout=COMMAND_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.fail(f"{run}: still running after {COMMAND_TIMEOUT_S} s")
+        timeout = rule.get("timeout", COMMAND_TIMEOUT_S)
+        r = run_bounded(run, repo, env, timeout)
+        if r is None:
+            self.fail(f"{run}: still running after {timeout} s (stopped)")
         if r.returncode == 77 and "doc_tables.py" in run:
             self.skipTest(r.stdout.strip())
         self.assertEqual(r.returncode, rule.get("status", 0),
