@@ -261,7 +261,6 @@ def _child(argv):
     target = fake_gpu.card(gpu)
     fake_gpu.load(target)
     import runpy
-    import traceback
     t0 = time.time()
     from . import recorder
     rec = recorder.Recorder(target, tags=tags)
@@ -281,14 +280,8 @@ def _child(argv):
         status, message = EXIT_RECORDER, str(exc)
     except BaseException as exc:  # the user's error: its own traceback
         status = EXIT_SCRIPT
-        tb = exc.__traceback__
-        # leave out the recorder's own frames (runpy, this module) above the script
-        while tb is not None and tb.tb_frame.f_code.co_filename != os.path.abspath(script) \
-                and os.path.dirname(tb.tb_frame.f_code.co_filename) in (_HERE,) + tuple(
-                    os.path.dirname(p) for p in (runpy.__file__,)):
-            tb = tb.tb_next
         sys.stdout.flush()
-        traceback.print_exception(type(exc), exc, tb)
+        _print_user_traceback(exc)
         message = "%s: %s" % (type(exc).__name__, exc)
     finally:
         rec.uninstall()
@@ -315,6 +308,18 @@ def _child(argv):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # no interpreter teardown: fake tensors' finalisers are not the script's
+
+
+def _print_user_traceback(exc):
+    """The exception's traceback without the recorder's frames (runpy's, this package's)."""
+    import runpy
+    import traceback
+    hidden = (_HERE + os.sep, os.path.dirname(runpy.__file__) + os.sep + "runpy")
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(hidden) and f.filename != "<frozen runpy>"]
+    lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(exc), exc)
+    sys.stderr.write("".join(lines))
 
 
 def run_script(script, args=(), gpu=None, tags=True, env=None, quiet=False):

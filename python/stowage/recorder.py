@@ -23,6 +23,7 @@ Only what allocates through the caching allocator is recorded; the CUDA context 
 """
 
 import os
+import re
 import sys
 import threading
 import weakref
@@ -259,6 +260,11 @@ def _addmm_uses_lt(args, kwargs):
             and mat2.shape[0] > 1 and mat2.shape[1] > 1 and bias.shape[0] == mat2.shape[1])
 
 
+# What FakeTensorMode and the dispatcher say when an operator has no fake or meta kernel.
+_NO_FAKE_KERNEL = re.compile(r"no fake impl|register_fake|could not run .* with arguments from "
+                             r"the 'Meta' backend|no meta (kernel|function|impl)", re.I)
+
+
 class RecordMode(TorchDispatchMode):
     """Books every operator's new CUDA storages; keeps small tensors' values."""
 
@@ -282,11 +288,12 @@ class RecordMode(TorchDispatchMode):
                             "trace it without running it" % _op_name(exc.func), func) from None
         except PredictError:
             raise
-        except NotImplementedError as exc:
+        except (NotImplementedError, RuntimeError) as exc:
             msg = str(exc)
-            if "fake impl" in msg or "meta" in msg.lower():
-                raise rec.error("the operator %s has no fake (meta) kernel: %s"
-                                % (_op_name(func), msg.splitlines()[0]), func) from None
+            if _NO_FAKE_KERNEL.search(msg):
+                raise rec.error("the operator %s has no fake (meta) kernel, so the recorder "
+                                "cannot trace it without running it (%s)"
+                                % (_op_name(func), msg.splitlines()[0][:200]), func) from None
             raise
         rec.book_outputs(func, out, args, kwargs)
         if func in _GEMM:
@@ -674,6 +681,19 @@ class Recorder:
             return t
         return tree_map(remake, cpu)
 
+    def _release_device_thread(self):
+        """The autograd engine's device thread keeps its last backward pass, with the dispatch
+        modes that ran it, until its next one; at interpreter exit that release would take
+        the GIL from a finalizing interpreter and abort the process. Run one more backward,
+        outside the modes, so that the thread holds nothing of Python's."""
+        try:
+            with _FakeMode(allow_non_fake_inputs=True):
+                x = torch.empty((1,), device="cuda", requires_grad=True)
+                y = (x * 2).sum()
+            y.backward()
+        except Exception:
+            pass
+
     # -- patches --
 
     def install(self):
@@ -776,6 +796,7 @@ class Recorder:
             self.mode.__exit__(None, None, None)
             self.fake_mode.__exit__(None, None, None)
             self.mode = None
+            self._release_device_thread()
         while self._saved:
             obj, name, value = self._saved.pop()
             setattr(obj, name, value)
