@@ -275,8 +275,11 @@ def sequence_of(rep_path):
 
 
 def replay_json(rep_path):
+    # The pool's settings of the test (STOWAGE_CONF) are not the replay's: it replays under classic.
+    env = {k: v for k, v in os.environ.items() if k != "STOWAGE_CONF"}
     out = subprocess.run([os.path.join(BUILD, "stowage"), "replay", "--json", "--policy",
-                          "classic", rep_path], capture_output=True, text=True, check=True).stdout
+                          "classic", rep_path], capture_output=True, text=True, check=True,
+                         env=env).stdout
     return json.loads(out.splitlines()[0])
 
 
