@@ -2,7 +2,10 @@
 
 The vit_train workload of ../shared/traces (record_torch_trace.py) as a user's script: same
 model, seed and steps. bench/predict_check.py predicts it and compares with the real trace.
+The environment variable BATCH sets another batch (docs/predict.md's --sweep).
 """
+import os
+
 import torch
 
 torch.manual_seed(0)
@@ -13,8 +16,9 @@ def main():
     m = timm.create_model("vit_base_patch16_224", pretrained=False).to("cuda")
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     for _ in range(4):
-        x = torch.randn(64, 3, 224, 224, device="cuda")
-        y = torch.randint(0, 1000, (64,), device="cuda")
+        batch = int(os.environ.get("BATCH", "64"))
+        x = torch.randn(batch, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (batch,), device="cuda")
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
             loss = torch.nn.functional.cross_entropy(m(x), y)
         loss.backward()

@@ -267,9 +267,9 @@ def _child(argv):
     sys.argv = [script] + list(script_args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     status, message = 0, None
-    rec.install()
     keep = None
     try:
+        rec.install()
         keep = runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code

@@ -698,6 +698,11 @@ class Recorder:
 
     def install(self):
         """Patches torch for the recording; undone by uninstall()."""
+        cuda = torch.version.cuda or ""
+        if cuda.split(".")[0] != "13":
+            raise PredictError("the emulated device answers as CUDA 13 does; this torch %s is "
+                               "built for %s" % (torch.__version__, "CUDA " + cuda if cuda
+                                                 else "no CUDA"))
         saved = self._saved
 
         def patch(obj, name, value):
