@@ -227,6 +227,20 @@ _VALUE_FREE_OPS = {  # outputs depend on their inputs' metadata only
 }
 
 
+class _one_thread:
+    """The recorder's CPU work (small tensors' values) on the calling thread alone: waking
+    intra-op threads costs more than these tensors' arithmetic."""
+
+    def __enter__(self):
+        self.prev = torch.get_num_threads()
+        if self.prev != 1:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        if self.prev != 1:
+            torch.set_num_threads(self.prev)
+
+
 def _non_overlapping_and_dense(t):
     from torch._prims_common import is_non_overlapping_and_dense_or_false
     return is_non_overlapping_and_dense_or_false(t)
@@ -598,7 +612,7 @@ class Recorder:
                     v = torch.zeros(tuple(a.shape), dtype=a.dtype)
                 return v
             return _cpu_device(a)
-        with torch._C._DisableTorchDispatch(), torch.no_grad():
+        with torch._C._DisableTorchDispatch(), torch.no_grad(), _one_thread():
             cargs = tree_map(to_cpu, args)
             ckw = tree_map(to_cpu, kwargs)
             if "generator" in {a.name for a in func._schema.arguments}:
@@ -615,7 +629,7 @@ class Recorder:
                                  "does not keep (over %d)" % (_op_name(func), _numel(m),
                                                               VALUE_LIMIT), func)
             self.policy.note(func, user_line())
-            with torch._C._DisableTorchDispatch():
+            with torch._C._DisableTorchDispatch(), _one_thread():
                 v = torch.zeros(tuple(m.shape), dtype=m.dtype)
         return v
 
@@ -626,7 +640,7 @@ class Recorder:
         for m in indices:
             if isinstance(m, torch.Tensor) and m.dtype in (torch.bool, torch.uint8):
                 v = self._mask_value(func, m)
-                with torch._C._DisableTorchDispatch():
+                with torch._C._DisableTorchDispatch(), _one_thread():
                     nz = torch.nonzero(v)
                     cols = [nz[:, k].contiguous() for k in range(nz.shape[1])]
                 for col in cols:
@@ -648,7 +662,7 @@ class Recorder:
             x, m = args[0], args[1]
             shape = torch.broadcast_shapes(tuple(x.shape), tuple(m.shape))
             v = self._mask_value(func, m)
-            with torch._C._DisableTorchDispatch():
+            with torch._C._DisableTorchDispatch(), _one_thread():
                 count = int(v.expand(shape).sum())
             return torch.empty((count,), dtype=x.dtype, device=x.device)
         line = None
