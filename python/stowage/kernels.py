@@ -242,12 +242,14 @@ def _round_up(x, m):
 def _flash_backward(args, kwargs, outs, card):
     # dq, dk, dv, then softmax_d [B, H, Sq rounded to 128] and dq_accum
     # [B, Sq rounded to 128, H, D rounded to 32] in fp32, both freed when the kernel returns.
+    # (Not checked against a real trace: the H200 runs take cuDNN's attention.)
     q = args[1] if len(args) > 1 else None
     steps = [("out", 0), ("out", 1), ("out", 2)]
     if isinstance(q, torch.Tensor) and q.dim() == 4:
-        b, sq, h, d = (int(s) for s in q.shape)  # flash's layout: [B, S, H, D]
+        b, h, sq, d = (int(s) for s in q.shape)  # SDPA's layout: [B, H, S, D]
         sq_r, d_r = _round_up(sq, 128), _round_up(d, 32)
-        steps += [("tmp", "softmax_d", 4 * b * h * sq_r), ("tmp", "dq_accum", 4 * b * sq_r * h * d_r),
+        steps += [("tmp", "softmax_d", 4 * b * h * sq_r),
+                  ("tmp", "dq_accum", 4 * b * sq_r * h * d_r),
                   ("free", "dq_accum"), ("free", "softmax_d")]
     return steps
 
@@ -524,7 +526,7 @@ _register(["any.dim", "any.dims", "all.dim", "all.dims", "any.default", "all.def
           _reduction(lambda dt: 1))
 _register(["_scaled_dot_product_cudnn_attention.default"], _cudnn_attention)
 _register(["_scaled_dot_product_cudnn_attention_backward.default"], _cudnn_attention_backward)
-_register(["_flash_attention_backward.default"], _flash_backward)
+_register(["_scaled_dot_product_flash_attention_backward.default"], _flash_backward)
 _register(["native_dropout.default"], _dropout)
 _register(["embedding_dense_backward.default"], _embedding_backward)
 _register(["cumsum.default", "cumprod.default"], _scan)

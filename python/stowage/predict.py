@@ -162,7 +162,9 @@ class Recording:
     # figures known without a replay
     @property
     def peak_allocated_bytes(self):
-        return self._books.peak_allocated_bytes if self._books else self._meta["peak_allocated_bytes"]
+        if self._books is not None:
+            return self._books.peak_allocated_bytes
+        return self._meta["peak_allocated_bytes"]
 
     @property
     def peak_live_bytes(self):

@@ -197,7 +197,7 @@ class DataPolicy:
 
 def _value(t):
     """The known CPU value of a tensor, or None."""
-    if type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter) and not isinstance(t, FakeTensor):
+    if not isinstance(t, FakeTensor):
         return t  # a real tensor made outside the fake mode
     v = t.__dict__.get("_stow_value") if hasattr(t, "__dict__") else None
     if v is not None:
