@@ -285,6 +285,9 @@ def _child(argv):
         sys.stdout.flush()
         _print_user_traceback(exc)
         message = "%s: %s" % (type(exc).__name__, exc)
+        for note in getattr(exc, "__notes__", ()):
+            if note.startswith("stowage predict: "):
+                message += " (%s)" % note[len("stowage predict: "):]
     finally:
         rec.uninstall()
         rec.books.closed = True

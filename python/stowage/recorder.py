@@ -274,6 +274,12 @@ def _addmm_uses_lt(args, kwargs):
             and mat2.shape[0] > 1 and mat2.shape[1] > 1 and bias.shape[0] == mat2.shape[1])
 
 
+def _note(exc, text):
+    """Adds a line to an exception's report, once (Python 3.11's add_note)."""
+    if hasattr(exc, "add_note") and text not in getattr(exc, "__notes__", ()):
+        exc.add_note("stowage predict: " + text)
+
+
 # What FakeTensorMode and the dispatcher say when an operator has no fake or meta kernel.
 _NO_FAKE_KERNEL = re.compile(r"no fake impl|register_fake|could not run .* with arguments from "
                              r"the 'Meta' backend|no meta (kernel|function|impl)", re.I)
@@ -308,6 +314,8 @@ class RecordMode(TorchDispatchMode):
                 raise rec.error("the operator %s has no fake (meta) kernel, so the recorder "
                                 "cannot trace it without running it (%s)"
                                 % (_op_name(func), msg.splitlines()[0][:200]), func) from None
+            _note(exc, "raised by %s on fake tensors, called at %s (a fake kernel may check "
+                       "more than the CUDA one)" % (_op_name(func), user_line() or "?"))
             raise
         rec.book_outputs(func, out, args, kwargs)
         if func in _GEMM:
