@@ -323,6 +323,10 @@ struct stow_pool {
     struct stow_planned *planned;    /* the planned layer (planned_steps), or NULL */
     uintptr_t planned_base;          /* its arena: [base, base + bytes); 0 bytes: none */
     size_t planned_bytes;
+    bool fine_handles;               /* page-mapped: map a handle per granule (while the
+                                        planned layer may plan, planned_serve.c) */
+    uint64_t vmm_cap_bytes;          /* page-mapped: while the planned layer holds its arena,
+                                        its budget, which caps the allowance (0: none) */
     uint64_t largest_free_cache;     /* valid unless largest_free_dirty */
     bool largest_free_dirty;
     char oom_message[768];
@@ -521,6 +525,9 @@ stow_status_t stow__vmm_grow(stow_pool_t *pool, stow_stream_state_t *ss, unsigne
                              size_t rounded, stow_block_t **out);
 /* Unmaps unused granules and releases free handles (caller synchronized). */
 void stow__vmm_release_unused(stow_pool_t *pool);
+/* What stow__vmm_release_unused would give back now: free handles and the
+ * mappings all of whose granules are unused. */
+uint64_t stow__vmm_releasable_bytes(const stow_pool_t *pool);
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg);
 void stow__vmm_release_all_handles(stow_pool_t *pool);
 
@@ -683,6 +690,26 @@ void stow__pool_release_arena(stow_pool_t *pool, stow_block_t *b, stow_stream_st
 /* A plan took over the steps the pool served: its idle memory goes back to
  * the device (empty_cache's release, once). */
 void stow__pool_trim_for_plan(stow_pool_t *pool);
+/* A busy slot of the arena that becomes a block of the pool when the arena
+ * is dissolved: its place in the arena and what its user asked for. */
+typedef struct stow_arena_slot {
+    size_t offset, bytes, requested_bytes;
+    stow_stream_state_t *stream;  /* the allocation stream */
+    stow_stream_uses_t *uses;     /* record_stream users (taken over), or NULL */
+    uint8_t tag;
+} stow_arena_slot_t;
+/* Makes sure stow__pool_dissolve_arena can cut the arena around n slots:
+ * block records and room in the live map; false without host memory. */
+bool stow__pool_dissolve_reserve(stow_pool_t *pool, size_t n);
+/* The arena's block b becomes pool blocks: each slot (sorted by offset,
+ * disjoint, inside b) an ALLOCATED block with its user's figures (already in
+ * the books, as the planned layer counted them), the rest free on `owner`
+ * (merged and indexed). A page-mapped arena keeps its granules mapped: those
+ * under no slot become unused, and the live high-water mark its allowance
+ * follows drops to live_high_water (the user's, which the arena's idle bytes
+ * inflated), or to what is live. Cannot fail after stow__pool_dissolve_reserve. */
+void stow__pool_dissolve_arena(stow_pool_t *pool, stow_block_t *b, const stow_arena_slot_t *slots,
+                               size_t n, stow_stream_state_t *owner, uint64_t live_high_water);
 
 /* ---- check.c ---- */
 /* Walks every structure and checks the invariants of types.h and the books.

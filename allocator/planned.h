@@ -24,7 +24,8 @@
  *     due position was passed); overdue_listed of them are in overdue_list;
  *   live_bytes == sum of busy entries' slot bytes <= arena bytes;
  *   while a layout is active, every busy entry of the other layouts is in
- *     the layer's foreign list (none when no layout is).
+ *     the layer's foreign list (none when no layout is);
+ *   allocated_hw >= the pool's allocated bytes (the budget's mark).
  * Safety: an entry is served only at its own position, when it is not busy,
  * when no overdue entry shares a byte with it (checked against each when all
  * are listed, else none may be overdue) and when no busy entry of another
@@ -155,6 +156,7 @@ typedef struct stow_planned_key {
     uint64_t settle_after_step;   /* KEY_UNSETTLED: recorded again from this step on */
     uint64_t backoff_steps;       /* the next back-off, doubled each time */
     unsigned failed_records;      /* recordings in a row that gave no plan */
+    unsigned unpaid;              /* its plans dropped for what the arena cost (budget) */
     unsigned plans;               /* plans taken for the key */
     unsigned bad_steps;           /* planned steps in a row that missed too often */
     stow_planned_rec_t *rec;      /* while recording */
@@ -238,6 +240,11 @@ typedef struct stow_planned {
     } foreign[STOW_PLANNED_FOREIGN_LISTED];
     size_t foreign_count;
     bool trim_due;                /* a plan was taken: trim the pool once it serves a step */
+    /* What the pool alone reaches (planned_serve.c, the budget): the arena
+     * is held only while reserved memory stays within the larger of the two. */
+    uint64_t alone_reserved_hw;   /* reserved high-water mark while no arena was held */
+    uint64_t allocated_hw;        /* allocated high-water mark (the layer's own: a reset
+                                     of the statistics' peaks leaves it) */
     uint64_t take_retry_step;     /* after a failed take, no other before this clock */
     uint64_t take_backoff;
     stow_planner_job_t job;

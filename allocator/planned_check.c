@@ -148,6 +148,10 @@ stow_status_t stow__planned_check(stow_pool_t *pool, stow_planned_books_t *books
     if (!pl)
         return pool->planned_bytes ? stow__violation(why, len, "an arena without a planned layer")
                                    : STOW_OK;
+    if (pl->allocated_hw < pool->acct.s.allocated_bytes[STOW_POOL_ALL].current)
+        return stow__violation(why, len, "the planned layer's allocated high-water mark %" PRIu64
+                               " is below the allocated bytes",
+                               pl->allocated_hw);
     if (pool->planned_base != pl->base || pool->planned_bytes != pl->bytes ||
         (pl->arena && (pl->arena->state != BLOCK_ARENA || pl->arena->addr != pl->base ||
                        pl->arena->size_bytes != pl->bytes)) ||

@@ -51,6 +51,7 @@
 #define RECORDS_FAILED_MAX 3                /* recordings in a row that gave no plan */
 #define BACKOFF_FIRST_STEPS 64
 #define BACKOFF_MAX_STEPS ((uint64_t)1 << 16)
+#define UNPAID_MAX 2                        /* plans that did not pay before a key rests */
 
 /* ---- the live map's values: which layout and entry a busy address is ---- */
 
@@ -124,6 +125,19 @@ static void key_reset(stow_pool_t *pool, stow_planned_t *pl, stow_planned_key_t 
     k->generation = generation + 1;
 }
 
+/* A page-mapped pool maps a handle per granule while the layer may plan
+ * (stow_pool_t.fine_handles): before any key, and while one records, waits
+ * or is planned. Once every key rests, the pool is on its own. */
+static void note_fine_handles(stow_pool_t *pool, const stow_planned_t *pl)
+{
+    bool any = false, may_plan = pl->arena != NULL || pl->auto_on;
+    for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
+        any |= pl->keys[i].used;
+        may_plan |= pl->keys[i].used && pl->keys[i].state != KEY_UNSETTLED;
+    }
+    pool->fine_handles = pool->vmm && (may_plan || !any);
+}
+
 /* ---- creation ---- */
 
 stow_status_t stow__planned_create(stow_pool_t *pool)
@@ -137,6 +151,7 @@ stow_status_t stow__planned_create(stow_pool_t *pool)
     }
     pool->planned = pl;
     pl->auto_on = pool->config.planned_auto;
+    note_fine_handles(pool, pl);
     return STOW_OK;
 }
 
@@ -163,6 +178,8 @@ void stow__planned_destroy(stow_pool_t *pool)
 
 /* ---- the arena ---- */
 
+static uint64_t budget(const stow_planned_t *pl);
+
 static void set_arena(stow_pool_t *pool, stow_planned_t *pl, stow_block_t *b)
 {
     pl->arena = b;
@@ -170,6 +187,7 @@ static void set_arena(stow_pool_t *pool, stow_planned_t *pl, stow_block_t *b)
     pl->bytes = b ? b->size_bytes : 0;
     pool->planned_base = pl->base;
     pool->planned_bytes = pl->bytes;
+    pool->vmm_cap_bytes = pool->vmm && b ? budget(pl) : 0;
     pool->acct.s.arena_bytes = pl->bytes;
     pl->active = NULL;
     pl->foreign_count = 0;
@@ -179,6 +197,8 @@ static void set_arena(stow_pool_t *pool, stow_planned_t *pl, stow_block_t *b)
         pl->user_count = 1;
     }
 }
+
+static bool arena_dissolve(stow_pool_t *pool, stow_planned_t *pl);
 
 /* Whether one stream used the arena's bytes, the one the pool took it on:
  * it can go back to the pool without a synchronize. */
@@ -223,6 +243,83 @@ static void arena_lend(stow_pool_t *pool, stow_planned_t *pl)
         pl->arena_lent = true;
 }
 
+/* ---- what the arena costs: the budget ----
+ *
+ * A plan pays when it holds the step's memory in less than the pool alone
+ * would. The pool alone reaches at least its reserved high-water mark of the
+ * times it held no arena (before the first plan, that is the pool alone on
+ * the same run), and at least the allocated high-water mark (reserved memory
+ * holds what is allocated). So the layer holds an arena only while reserved
+ * memory stays within the larger of the two, the budget: an arena that would
+ * take reserved memory past it is not taken, and one held when the pool must
+ * grow past it is dissolved at once (arena_dissolve): its busy slots become
+ * the pool's blocks, its other bytes the pool's free memory, and its plans
+ * go. A plan that pays never moves the reserved peak past what the pool alone
+ * reached; one that does not is dropped as soon as it would. */
+
+static uint64_t budget(const stow_planned_t *pl)
+{
+    return pl->alone_reserved_hw > pl->allocated_hw ? pl->alone_reserved_hw : pl->allocated_hw;
+}
+
+static uint64_t reserved_now(const stow_pool_t *pool)
+{
+    return pool->acct.s.reserved_bytes[STOW_POOL_ALL].current;
+}
+
+/* After every allocation: the two high-water marks the budget is made of;
+ * a page-mapped pool holding the arena takes no new handle past the budget
+ * while it can remap idle ones (its allowance's cap). */
+static void note_marks(stow_pool_t *pool, stow_planned_t *pl)
+{
+    uint64_t a = pool->acct.s.allocated_bytes[STOW_POOL_ALL].current;
+    if (a > pl->allocated_hw)
+        pl->allocated_hw = a;
+    if (!pl->arena && reserved_now(pool) > pl->alone_reserved_hw)
+        pl->alone_reserved_hw = reserved_now(pool);
+    pool->vmm_cap_bytes = pool->vmm && pl->arena ? budget(pl) : 0;
+}
+
+/* The most the pool can serve one request from without growing: its largest
+ * free block, and for a page-mapped pool the idle physical memory outside the
+ * arena too (the arena's free bytes are neither active nor the pool's). */
+static uint64_t pool_room(stow_pool_t *pool, const stow_planned_t *pl)
+{
+    uint64_t room = stow__pool_largest_free(pool);
+    if (pool->vmm) {
+        uint64_t held = reserved_now(pool), used = stow__acct_active_bytes(&pool->acct,
+                                                                          STOW_POOL_ALL) +
+                                                   (pl->bytes - pl->live_bytes);
+        uint64_t idle = held > used ? held - used : 0;
+        room = idle < room ? idle : room;
+    }
+    return room;
+}
+
+/* Whether serving `bytes` may take reserved memory past the budget: growth
+ * by that much would, and the pool has no room for it (pool_room). */
+static bool may_pass_budget(stow_pool_t *pool, const stow_planned_t *pl, size_t bytes)
+{
+    return reserved_now(pool) + bytes > budget(pl) && pool_room(pool, pl) < bytes;
+}
+
+/* Whether an arena of `want` bytes, taken after the pool's idle memory went
+ * back (trim) or from what it holds, keeps reserved memory within the
+ * budget: a segment of the arena's size rounded to the backend granularity,
+ * or (page-mapped) its granules, one more where it starts inside one.
+ * Checked before the trim, which changes the pool for the plan alone. */
+static bool take_pays(stow_pool_t *pool, const stow_planned_t *pl, size_t want, bool trim)
+{
+    uint64_t reserved = reserved_now(pool);
+    if (trim)
+        reserved -= pool->vmm ? stow__vmm_releasable_bytes(pool) : pool->acct.idle_segment_bytes;
+    else if (pool_room(pool, pl) >= want)
+        return true;
+    uint64_t g = pool->granularity_bytes;
+    uint64_t needs = (want + g - 1) / g * g + (pool->vmm ? g : 0);
+    return reserved + needs <= budget(pl);
+}
+
 /* The arena bytes a layout needs: the largest plan of any key x (1 + headroom). */
 static size_t arena_want(const stow_pool_t *pool, const stow_planned_t *pl,
                          const stow_plan_layout_t *l)
@@ -256,13 +353,24 @@ static bool arena_ready(stow_pool_t *pool, stow_planned_t *pl, const stow_plan_l
      * idle now, would go too (the trim at the step's end comes once it is
      * taken again). */
     bool lent = pl->arena_lent;
-    pl->arena_lent = false;
-    if (pl->trim_due && !lent) {
-        stow__pool_trim_for_plan(pool);
-        pool->acct.s.num_plan_trims++;
-    }
+    bool trim = pl->trim_due && !lent;
     stow_block_t *b = NULL;
-    if (stow__pool_take_arena(pool, l->streams[0], want, &b) != STOW_OK) {
+    bool taken = take_pays(pool, pl, want, trim);
+    if (!taken && pl->cur)
+        pl->cur->unpaid++; /* a plan that would not pay: the key rests after another */
+    if (taken) {
+        pl->arena_lent = false;
+        if (trim) {
+            stow__pool_trim_for_plan(pool);
+            pool->acct.s.num_plan_trims++;
+        }
+        taken = stow__pool_take_arena(pool, l->streams[0], want, &b) == STOW_OK;
+        if (taken && reserved_now(pool) > budget(pl)) {
+            stow__pool_release_arena(pool, b, b->owner); /* only its stream used it */
+            taken = false;
+        }
+    }
+    if (!taken) {
         pl->take_backoff = pl->take_backoff ? 2 * pl->take_backoff : 1;
         if (pl->take_backoff > BACKOFF_MAX_STEPS)
             pl->take_backoff = BACKOFF_MAX_STEPS;
@@ -531,8 +639,8 @@ static bool auto_next_step(const stow_plan_layout_t *l, size_t p, const stow_str
     return p + STOW_PLANNED_LOOKAHEAD >= l->n && fits_exactly(&l->entries[next], ss, rounded);
 }
 
-bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
-                         size_t requested, void **out)
+static bool serve(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded, size_t requested,
+                  void **out)
 {
     stow_planned_t *pl = pool->planned;
     stow_planned_key_t *k = pl->cur;
@@ -619,12 +727,30 @@ bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t roun
     return true;
 }
 
+bool stow__planned_alloc(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded,
+                         size_t requested, void **out)
+{
+    stow_planned_t *pl = pool->planned;
+    if (serve(pool, ss, rounded, requested, out)) {
+        note_marks(pool, pl);
+        return true;
+    }
+    /* The pool serves it: where that may take reserved memory past the
+     * budget, the arena's idle bytes become the pool's first. */
+    if (STOW_UNLIKELY(pl->arena != NULL) && may_pass_budget(pool, pl, rounded))
+        (void)arena_dissolve(pool, pl);
+    return false;
+}
+
 static void collect_job(stow_pool_t *pool, stow_planned_t *pl);
 
 void stow__planned_pool_alloc(stow_pool_t *pool, stow_stream_state_t *ss, uintptr_t addr,
                               size_t rounded)
 {
     stow_planned_t *pl = pool->planned;
+    note_marks(pool, pl);
+    if (STOW_UNLIKELY(pl->arena != NULL) && reserved_now(pool) > budget(pl))
+        (void)arena_dissolve(pool, pl); /* the pool grew past it beside the arena */
     if (STOW_UNLIKELY(pl->auto_on)) {
         stow__planned_auto_alloc(pool, addr, rounded, ss);
         pl->auto_allocs++;
@@ -911,6 +1037,7 @@ static void key_rest(stow_pool_t *pool, stow_planned_t *pl, stow_planned_key_t *
     layout_retire(pool, pl, k);
     k->failed_records = 0;
     k->bad_steps = 0;
+    k->unpaid = 0;
     k->backoff_steps = k->backoff_steps ? 2 * k->backoff_steps : BACKOFF_FIRST_STEPS;
     if (k->backoff_steps > BACKOFF_MAX_STEPS)
         k->backoff_steps = BACKOFF_MAX_STEPS;
@@ -929,6 +1056,98 @@ static void record_failed(stow_pool_t *pool, stow_planned_t *pl, stow_planned_ke
         return;
     }
     k->state = k->layout ? KEY_PLANNED : KEY_RECORDING;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const stow_arena_slot_t *x = a, *y = b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* The busy slots of layout l into slots[] (its entries let go of them). */
+static size_t take_slots(stow_planned_t *pl, stow_plan_layout_t *l, stow_arena_slot_t *slots)
+{
+    size_t n = 0;
+    for (size_t x = 0; l && x < l->entry_count; x++) {
+        stow_plan_entry_t *e = &l->entries[x];
+        if (!e->busy)
+            continue;
+        slots[n++] = (stow_arena_slot_t){e->offset, e->max_bytes, e->requested_bytes, e->stream,
+                                         e->uses, e->tag};
+        e->uses = NULL;
+        e->busy = e->overdue = 0;
+    }
+    (void)pl;
+    return n;
+}
+
+/* The arena did not pay (the budget, above): it becomes the pool's, its busy
+ * slots blocks of the pool and the rest free memory, and every layout goes.
+ * A key whose plan this drops records again, to be planned with its grown
+ * sizes; a second time it rests (key_rest). False, with nothing changed, when
+ * the arena cannot be dissolved now: slots wait for events, the arena is of
+ * the small pool kind (its slots count as large), a synchronize failed, or
+ * no host memory. */
+static bool arena_dissolve(stow_pool_t *pool, stow_planned_t *pl)
+{
+    stow_block_t *b = pl->arena;
+    if (!b || pl->pending_count || b->pool_kind != STOW_POOL_LARGE)
+        return false;
+    size_t n = pl->busy_total;
+    stow_arena_slot_t *slots = n ? malloc(n * sizeof *slots) : NULL;
+    if ((n && !slots) || !stow__pool_dissolve_reserve(pool, n)) {
+        free(slots);
+        return false;
+    }
+    /* The arena's free bytes go back on its stream when one stream used it,
+     * else to every stream after a synchronize: the pool's own rule. */
+    bool one_owner = arena_one_owner(pl);
+    if (!one_owner && pool->has_events && !stow__pool_synchronize(pool)) {
+        free(slots);
+        return false;
+    }
+    size_t got = 0;
+    for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
+        stow_planned_key_t *k = &pl->keys[i];
+        got += take_slots(pl, k->layout, slots + got);
+        got += take_slots(pl, k->retired, slots + got);
+    }
+    stow_assert_internal(got == n);
+    qsort(slots, got, sizeof *slots, by_offset);
+    for (unsigned i = 0; i < pl->clear_count; i++)
+        stow__pool_destroy_event(pool, pl->clear_events[i]);
+    pl->clear_count = 0;
+    stow__pool_dissolve_arena(pool, b, slots, got, one_owner ? b->owner : pool->any,
+                              pl->allocated_hw);
+    free(slots);
+    stow__ptr_map_destroy(&pl->live);
+    (void)stow__ptr_map_init(&pl->live); /* fails only without host memory: then empty */
+    pl->busy_total = 0;
+    pl->live_bytes = 0;
+    pl->arena_lent = false;
+    set_arena(pool, pl, NULL);
+    /* A page-mapped arena's bytes are granules the pool holds unused now:
+     * they go back to the device at once (a granule a slot shares stays),
+     * and the pool maps what it needs from here as it does alone. */
+    if (pool->vmm)
+        stow__pool_trim_for_plan(pool);
+    for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
+        stow_planned_key_t *k = &pl->keys[i];
+        k->busy_count = 0;
+        bool had_plan = k->layout || k->retired;
+        layout_drop(pool, pl, k->retired);
+        k->retired = NULL;
+        if (!had_plan)
+            continue;
+        layout_drop(pool, pl, k->layout);
+        k->layout = NULL;
+        if (++k->unpaid >= UNPAID_MAX)
+            key_rest(pool, pl, k);
+        else if (k->state == KEY_PLANNED)
+            k->state = KEY_RECORDING;
+    }
+    note_fine_handles(pool, pl);
+    return true;
 }
 
 /* The recorded steps of k become a plan: now (planned_async false), or on the
@@ -1034,7 +1253,9 @@ static void key_step_begins(stow_pool_t *pool, stow_planned_t *pl, stow_planned_
             stop_recording(pl, k);
         return;
     case KEY_PLANNED:
-        if (k->bad_steps >= BAD_STEPS_REPLAN && k->plans < PLANS_MAX) {
+        if (k->unpaid >= UNPAID_MAX) {
+            key_rest(pool, pl, k); /* its plans do not pay */
+        } else if (k->bad_steps >= BAD_STEPS_REPLAN && k->plans < PLANS_MAX) {
             start_recording(pl, k); /* the plan serves while the steps are recorded */
             if (!stow__planned_rec_step_begin(pl, k))
                 stop_recording(pl, k);
@@ -1154,6 +1375,7 @@ void stow__planned_step(stow_pool_t *pool, const char *key)
     key_step_begins(pool, pl, k);
     if (!k->layout && k->state != KEY_UNSETTLED)
         arena_lend(pool, pl);
+    note_fine_handles(pool, pl);
 }
 
 /* ---- empty_cache and the out-of-memory retry ---- */

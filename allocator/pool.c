@@ -701,6 +701,66 @@ void stow__pool_trim_for_plan(stow_pool_t *pool)
     stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
 }
 
+bool stow__pool_dissolve_reserve(stow_pool_t *pool, size_t n)
+{
+    if (stow__block_reserve(&pool->blocks, 2 * n + 1) != STOW_OK)
+        return false;
+    while ((pool->live.count + n) * 4 > pool->live.capacity)
+        if (stow__ptr_map_grow(&pool->live) != STOW_OK)
+            return false;
+    return true;
+}
+
+void stow__pool_dissolve_arena(stow_pool_t *pool, stow_block_t *b, const stow_arena_slot_t *slots,
+                               size_t n, stow_stream_state_t *owner, uint64_t live_high_water)
+{
+    stow_assert_internal(b->state == BLOCK_ARENA && b->pool_kind == STOW_POOL_LARGE);
+    stow_segment_t *seg = b->segment;
+    uintptr_t base = b->addr;
+    /* Every granule of a page-mapped arena is mapped: unused first, then the
+     * slots take theirs back without a call. */
+    if (seg->granules)
+        stow__vmm_unback(pool, b);
+    stow_block_t *rest = b; /* the part not cut yet, ARENA until the end */
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t at = base + slots[i].offset;
+        stow_assert_internal(rest && at >= rest->addr &&
+                             at + slots[i].bytes <= rest->addr + rest->size_bytes);
+        if (at > rest->addr) {
+            stow_block_t *gap = rest;
+            rest = cut_block(pool, gap, at - gap->addr);
+            gap->state = BLOCK_FREE;
+            stow__pool_make_free(pool, gap, owner);
+        }
+        stow_block_t *s = rest;
+        rest = slots[i].bytes < s->size_bytes ? cut_block(pool, s, slots[i].bytes) : NULL;
+        s->state = BLOCK_ALLOCATED;
+        s->owner = slots[i].stream;
+        s->requested_bytes = slots[i].requested_bytes;
+        s->size_class = (uint8_t)stow__size_class_of(slots[i].requested_bytes);
+        s->tag = slots[i].tag;
+        s->uses = slots[i].uses;
+        s->extra_granules = 0;
+        s->free_seq = pool->step_ops; /* as allocated now, for the learned step's log */
+        stow__ptr_map_put(&pool->live, s->addr, s);
+        seg->live_blocks++;
+        if (seg->granules) {
+            stow_status_t st = stow__vmm_back(pool, s, s->size_bytes);
+            stow_assert(st == STOW_OK);
+            (void)st;
+        }
+    }
+    if (rest) {
+        rest->state = BLOCK_FREE;
+        stow__pool_make_free(pool, rest, owner);
+    }
+    stow__segment_block_left(pool, seg); /* the arena itself */
+    if (seg->granules && pool->live_bytes_high_water > live_high_water)
+        pool->live_bytes_high_water =
+            live_high_water > pool->live_bytes ? live_high_water : pool->live_bytes;
+    stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+}
+
 /* ---- free ---- */
 
 stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)

@@ -532,12 +532,13 @@ static inline __attribute__((always_inline)) void note_backed(stow_pool_t *pool,
 #define HANDLE_HEADROOM_SHARE 4096
 
 /* The largest handle, in granules (config vmm_handle_mb; at least one). A
- * pool with the planned layer maps a handle per granule: its steps make no
- * call once planned, and a larger handle that a live block pins would hold
- * its idle granules for the whole run (docs/decisions.md, vmm_handle_mb). */
+ * pool whose planned layer may still plan maps a handle per granule: a
+ * block that outlives the steps (weights) then pins no idle granule beside
+ * an arena, and planned steps make no call. Once every key rests, the pool
+ * maps as it does alone (docs/decisions.md, vmm_handle_mb). */
 static size_t handle_max_granules(const stow_pool_t *pool)
 {
-    if (pool->planned)
+    if (pool->fine_handles)
         return 1;
     size_t n = ((size_t)pool->config.vmm_handle_mb << 20) >> pool->granularity_shift;
     uint64_t limit = pool->limit_bytes >> pool->granularity_shift;
@@ -813,6 +814,23 @@ static void release_free_handles(stow_pool_t *pool)
             pool->free_handles[kept++] = fh;
     }
     pool->free_handle_count = kept;
+}
+
+uint64_t stow__vmm_releasable_bytes(const stow_pool_t *pool)
+{
+    uint64_t granules = pool->free_handle_granules;
+    for (const stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
+        if (!seg->granules)
+            continue;
+        for (size_t i = next_bit(seg->unused_bits, 0, seg->granules_touched, true);
+             i < seg->granules_touched;) {
+            size_t head = mapping_head(seg, i), end = mapping_end(seg, head);
+            if (all_unused(seg, head, end))
+                granules += end - head;
+            i = next_bit(seg->unused_bits, end, seg->granules_touched, true);
+        }
+    }
+    return granule_bytes(pool, granules);
 }
 
 void stow__vmm_release_unused(stow_pool_t *pool)

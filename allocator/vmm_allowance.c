@@ -25,7 +25,12 @@ static uint64_t allowed_granules(const stow_pool_t *pool, uint64_t live_bytes_hi
     uint64_t live = live_bytes_high_water / g + (live_bytes_high_water % g != 0);
     double with_slack = (double)live_bytes_high_water * (1.0 + pool->adapt.slack) / (double)g;
     uint64_t allowed = (uint64_t)with_slack;
-    return allowed > live ? allowed : live;
+    allowed = allowed > live ? allowed : live;
+    /* The planned layer's budget while it holds its arena (planned_serve.c):
+     * beside the arena, idle granules are remapped rather than new ones
+     * taken past what the pool alone reached. */
+    uint64_t cap = pool->vmm_cap_bytes / g;
+    return cap && cap < allowed ? cap : allowed;
 }
 
 uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool)
@@ -165,7 +170,10 @@ void stow__vmm_note_remap(stow_pool_t *pool, size_t granules)
     stow_vmm_adapt_t *a = &pool->adapt;
     if (pool->learn_step)
         stow__vmm_step_note_remap(pool);
-    if (a->settled)
+    /* Handles of a granule each (the planned layer, vmm.c) are remapped one
+     * by one: their count says nothing of a loop's footprint, and a raise
+     * made of it would stay once the layer is gone. */
+    if (a->settled || pool->fine_handles)
         return;
     uint64_t ops = pool->op_count - a->window_start_op;
     if (ops >= ADAPT_WINDOW_OPS) {

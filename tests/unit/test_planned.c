@@ -22,6 +22,7 @@
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
 #define MAX_LIVE 4096
+#define SPIKE_BYTES (512 * MIB)
 
 typedef struct live {
     uintptr_t ptr;
@@ -33,7 +34,9 @@ static stow_pool_t *pool;
 static live_t shadow[MAX_LIVE];
 static size_t n_shadow;
 
-static void make(const char *conf, bool manual_events)
+/* A pool with the planned layer (conf over planned_steps:true and inline
+ * plans), and no history. */
+static void make_bare(const char *conf, bool manual_events)
 {
     sim = ts_sim(0, false, manual_events);
     stow_config_t c = ts_config("planned_steps:true,planned_async:false");
@@ -42,6 +45,20 @@ static void make(const char *conf, bool manual_events)
         cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
     n_shadow = 0;
+}
+
+static void make(const char *conf, bool manual_events)
+{
+    make_bare(conf, manual_events);
+    /* The pool alone once held 512 MiB (a first batch, autotuning), given back
+     * since: the budget (what the arena may cost) admits an arena up to that,
+     * so that these tests see the layer serve; the budget's own tests start
+     * without it (make_bare). */
+    void *p = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, SPIKE_BYTES, NULL, &p), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, p), STOW_OK);
+    cr_assert_eq(stow_empty_cache(pool), STOW_OK);
+    cr_assert_eq(ts_pool_stats(pool).reserved_bytes[STOW_POOL_ALL].current, 0);
 }
 
 static void finish(void)
@@ -592,6 +609,106 @@ Test(planned, a_second_key_is_planned_in_the_lent_arena_vmm)
 {
     second_key_planned_in_the_lent_arena("policy:vmm");
 }
+
+/* ---- the budget: an arena never takes reserved memory past what the pool
+ * alone reached ---- */
+
+/* Step s of a loop whose requests are the step program's times scale[s] (a
+ * sequence length that changes). */
+static const double varying_scale[] = {1.3, 1, 1, 1, 1, 1, 1.2, 0.7, 2.0, 1, 2.5, 1, 0.8, 1, 1};
+#define VARYING_STEPS (sizeof varying_scale / sizeof varying_scale[0])
+
+/* Runs the loop with markers (or not) on a fresh pool without history and
+ * returns its reserved peak; *hits and *dropped get the layer's counts. */
+static uint64_t varying_loop(const char *conf, bool markers, uint64_t *hits, uint64_t *dropped)
+{
+    make_bare(conf, false);
+    void *w = alloc(200 * MIB);
+    for (size_t s = 0; s < VARYING_STEPS; s++) {
+        if (markers)
+            step("train");
+        for (int i = 0; i < STEP_ALLOCS; i++) {
+            free_before(i, -1);
+            size_t bytes = (size_t)((double)step_sizes[i] * varying_scale[s]);
+            blocks[i] = alloc(bytes ? bytes : 1);
+        }
+        free_the_rest();
+    }
+    release(w);
+    if (markers)
+        step(NULL);
+    stow_stats_t st = ts_pool_stats(pool);
+    *hits = st.num_planned_hits;
+    *dropped = st.num_plans_dropped;
+    finish();
+    return st.reserved_bytes[STOW_POOL_ALL].peak;
+}
+
+static void never_above_the_pool_alone(const char *policy)
+{
+    char alone_conf[64], planned_conf[64];
+    snprintf(alone_conf, sizeof alone_conf, "%s,planned_steps:false", policy);
+    snprintf(planned_conf, sizeof planned_conf, "%s", policy);
+    uint64_t hits, dropped;
+    uint64_t alone = varying_loop(alone_conf, false, &hits, &dropped);
+    cr_assert_eq(hits, 0);
+    uint64_t planned = varying_loop(planned_conf, true, &hits, &dropped);
+    cr_assert_gt(hits, 0, "the plan served steps");
+    cr_assert_gt(dropped, 0, "a grown step dropped the plan");
+    cr_assert_leq(planned, alone + alone / 100, "peak %" PRIu64 " with the plan, %" PRIu64
+                  " alone", planned, alone);
+}
+
+/* The plan serves the steps of the first length; a longer step, which the
+ * pool must grow beside the arena for, dissolves it (its busy slots become
+ * the pool's blocks, freed as such), and the peak stays within 1 % of the
+ * pool's alone (the pool goes on from another layout than it would have). */
+Test(planned, a_plan_that_stops_paying_is_dissolved_classic)
+{
+    never_above_the_pool_alone("policy:classic");
+}
+Test(planned, a_plan_that_stops_paying_is_dissolved_vmm)
+{
+    never_above_the_pool_alone("policy:vmm");
+}
+
+/* A plan whose arena, with what the pool keeps, would take reserved memory
+ * past the pool's own high-water mark is not taken: no arena, no trim, and
+ * the pool serves as it does alone (here an arena twice the plan's height). */
+static void arena_not_taken(const char *policy)
+{
+    char conf[64];
+    snprintf(conf, sizeof conf, "%s,planned_headroom:1", policy);
+    make_bare(conf, false);
+    void *w = alloc(200 * MIB);
+    for (int s = 0; s < 10; s++)
+        run_step("train", -1, -1, 0, false);
+    stow_stats_t a = ts_pool_stats(pool);
+    cr_assert_gt(a.num_plans, 0);
+    cr_assert_eq(a.arena_bytes, 0);
+    cr_assert_eq(a.num_planned_hits, 0);
+    cr_assert_eq(a.num_plan_trims, 0, "no trim for a plan not taken");
+    release(w);
+    step(NULL);
+    finish();
+    uint64_t hits, dropped;
+    uint64_t peak = a.reserved_bytes[STOW_POOL_ALL].peak;
+    make_bare(policy, false);
+    w = alloc(200 * MIB);
+    for (int s = 0; s < 10; s++)
+        run_step(NULL, -1, -1, 0, false);
+    cr_assert_eq(ts_pool_stats(pool).reserved_bytes[STOW_POOL_ALL].peak, peak,
+                 "the same peak as without markers");
+    release(w);
+    finish();
+    (void)hits, (void)dropped;
+}
+
+Test(planned, an_arena_that_does_not_pay_is_not_taken_classic)
+{
+    arena_not_taken("policy:classic");
+}
+Test(planned, an_arena_that_does_not_pay_is_not_taken_vmm) { arena_not_taken("policy:vmm"); }
 
 /* A step ended with stow_pool_step(NULL) is planned at once: the second call
  * of an inference is served from the arena, but for what outlives it. */
