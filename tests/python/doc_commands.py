@@ -202,6 +202,13 @@ RULES = {
     "bench/cost_ceiling.sh ROUNDS REPEATS [--breakdown]": dict(
         skip="builds two to six patched copies of the tree (minutes) before its timed rounds"),
     # docs/decisions.md
+    "python3 bench/pool_goals.py --sets long,varlen,buckets,random": dict(
+        long="replays 33 loops under both pools, the PyTorch models and build/planned_steps: "
+             "about 10 minutes on 2 cores", shared=True),
+    "build/stowage replay --policy classic --policy vmm --policy pytorch --policy "
+    "pytorch-expandable --json": dict(append=BUNDLED),
+    "build/stowage replay --policy classic --policy pytorch --min-capacity --json": dict(
+        append=BUNDLED),
     "bench/snapshot_check.py SNAPSHOTS/* --workloads DIR --iterations 64": dict(skip=SNAPSHOTS),
     "POLICIES=classic bench/warm_instructions.sh [--conf ...] ../shared/traces/*.rep": dict(
         fill=[("[--conf ...]", "--conf quick_depth:4")], needs=["valgrind"]),
