@@ -23,6 +23,7 @@ A program is one card: the first record() of a process fixes it.
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -327,6 +328,24 @@ def _print_user_traceback(exc):
     sys.stderr.write("".join(lines))
 
 
+def recorder_python():
+    """The interpreter that runs the recorder: this one where it imports torch, else the
+    environment `make deps` makes (STOWAGE_VENV, else ~/.cache/stowage/venv). Raises
+    PredictFailed, naming what to do, where neither has torch."""
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    venv = os.environ.get("STOWAGE_VENV") or os.path.expanduser("~/.cache/stowage/venv")
+    py = os.path.join(venv, "bin", "python")
+    if os.access(py, os.X_OK) and subprocess.run([py, "-c", "import torch"],
+                                                 capture_output=True).returncode == 0:
+        return py
+    err = PredictFailed("%s cannot import torch, and %s has no environment with it: predict "
+                        "needs PyTorch 2.11 built for CUDA 13 (python/requirements.txt; `make "
+                        "deps` makes that environment)" % (sys.executable, venv))
+    err.status = EXIT_RECORDER
+    raise err
+
+
 def run_script(script, args=(), gpu=None, tags=True, env=None, quiet=False):
     """Runs SCRIPT with ARGS under the recorder in a child process; returns a Recording whose
     trace lives in a temporary folder. Raises PredictFailed (no figures) if the script raised
@@ -335,6 +354,7 @@ def run_script(script, args=(), gpu=None, tags=True, env=None, quiet=False):
     target = fake_gpu.card(gpu)
     if not os.path.isfile(script):
         raise PredictFailed("%s: no such file" % script)
+    python = recorder_python()
     lib = fake_gpu.library_path()
     tmp = tempfile.mkdtemp(prefix="stowage-predict-")
     child_env = dict(os.environ if env is None else env)
@@ -343,7 +363,7 @@ def run_script(script, args=(), gpu=None, tags=True, env=None, quiet=False):
     pkg_parent = os.path.dirname(_HERE)
     child_env["PYTHONPATH"] = pkg_parent + (os.pathsep + child_env["PYTHONPATH"]
                                             if child_env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, "-m", "stowage.predict", "--child", tmp, target.key,
+    cmd = [python, "-m", "stowage.predict", "--child", tmp, target.key,
            "1" if tags else "0", "--", script] + list(args)
     out = subprocess.DEVNULL if quiet else None
     r = subprocess.run(cmd, env=child_env, stdout=out, stderr=out)

@@ -151,6 +151,8 @@ def all_commands():
 #   shared: reads ../shared/traces without naming it (skipped without them).
 #   needs:  programs it needs (skipped where absent: make deps installs them).
 #   requires: (path, how it is built): a program of another build it runs; skipped where absent.
+#   torch:  runs `python` of the recorder's environment (make deps), which imports the pinned
+#           torch; skipped where that environment is absent.
 #   listed: a ctest test's name: the command would run that test inside this suite's own
 #           ctest run, so the test checks that ctest lists it and skips the run.
 BUNDLED = "bench/traces/resnet50_train.rep"
@@ -172,6 +174,8 @@ RULES = {
     "make demo": dict(
         skip="configures and builds build/ with make's flags before its replay (minutes from a "
              "clean clone), which would reconfigure the build these tests run from"),
+    "python -m stowage predict --gpu H100 train.py": dict(
+        torch=True, fill=[("train.py", "bench/predict/resnet50_train.py")]),
     "make test": dict(skip="the whole suite, about 20 minutes, this test included"),
     "stowage CMD --help": dict(fill=[("CMD", "plan")]),
     "cc example.c -Iinclude -Lbuild -lstowage -Wl,-rpath,$PWD/build && ./a.out": dict(
@@ -351,6 +355,23 @@ RULES = {
     'PARTS="1 8" bash bench/gpu/run.sh': dict(skip=GPU),
     'PARTS="1 5" TRAIN_STEPS=60 TRAIN_MODELS=resnet50 TRAIN_MODES="native stowage stowage_keep" '
     'TRAIN_ROUNDS=2 bash bench/gpu/run.sh': dict(skip=GPU),
+    # docs/predict.md
+    "python -m stowage predict bench/predict/vit_train.py": dict(torch=True),
+    "python -m stowage predict --json --gpu H200 bench/predict/gpt2_train.py": dict(
+        torch=True, expect='"peak_allocated_bytes": 13594220032'),
+    "python -m stowage predict --gpu A100-40GB --capacity 40GiB --alpha 0.2 "
+    "bench/predict/resnet50_train.py": dict(torch=True),
+    "python -m stowage predict --sweep BATCH=64,128,256,512 --capacity 80GiB "
+    "bench/predict/vit_train.py": dict(
+        torch=True, long="records the script four times: about 80 s on 2 cores"),
+    "python -m stowage predict -o vit.rep bench/predict/vit_train.py": dict(torch=True),
+    "stowage report vit.rep": dict(torch=True),
+    "python -m stowage predict bench/predict/gpt2_train.py": dict(
+        torch=True, expect="events 12355, peak allocated 12.66 GiB (13594220032 B)"),
+    "stowage replay --min-capacity": dict(append=BUNDLED),
+    "python bench/predict_check.py --gpu H200 --compare": dict(
+        torch=True, long="records the five workloads and replays each: about 2 minutes",
+        shared=True),
     # docs/trace_format.md
     "bench/long_run.py --markers KEY": dict(
         fill=[("KEY", "train")], append="OUT " + BUNDLED),

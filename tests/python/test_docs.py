@@ -38,6 +38,17 @@ SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
 COMMAND_TIMEOUT_S = 300  # a rule's timeout replaces it
 
 
+def torch_python():
+    """The python of the recorder's environment (make deps: STOWAGE_VENV, else
+    ~/.cache/stowage/venv), or None where it is absent or cannot import torch."""
+    venv = os.environ.get("STOWAGE_VENV") or os.path.expanduser("~/.cache/stowage/venv")
+    py = os.path.join(venv, "bin", "python")
+    if not os.access(py, os.X_OK):
+        return None
+    r = subprocess.run([py, "-c", "import torch"], capture_output=True)
+    return py if r.returncode == 0 else None
+
+
 def readme():
     with open(os.path.join(ROOT, "README.md")) as f:
         return f.read()
@@ -265,6 +276,12 @@ class DocumentedCommands(unittest.TestCase):
             self.skipTest(rule["skip"])
         if "long" in rule and not os.environ.get("STOWAGE_DOC_LONG"):
             self.skipTest(f"long: {rule['long']} (STOWAGE_DOC_LONG=1 runs it)")
+        if rule.get("torch"):
+            py = torch_python()
+            if not py:
+                self.skipTest("needs PyTorch: the environment `make deps` makes "
+                              "(~/.cache/stowage/venv) is absent or cannot import torch")
+            env = dict(env, PATH=os.path.dirname(py) + os.pathsep + env["PATH"])
         for program in [command_program(text)] + rule.get("needs", []):
             if "/" not in program and not shutil.which(program, path=env["PATH"]):
                 self.skipTest(f"needs {program} (make deps installs it)")
