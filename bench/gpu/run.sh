@@ -43,6 +43,13 @@
 #                median and 10th-90th percentile per allocator, the same-round ratio to native,
 #                and cudaMalloc + cudaFree per timed step (about 6 minutes on an H200; alone:
 #                PARTS="1 9")
+#  10 predict    bench/gpu/predict_vs_measured.py: each bench/predict/*.py predicted by
+#                `python3 -m stowage predict --json --gpu CARD` (this card: H100 or H200; the
+#                reserved peaks from .gpu-carry/prof/stowage, put on PATH) and run for real twice
+#                under bench/gpu/measure_script.py, native and expandable_segments:True; peak
+#                allocated, native and expandable reserved, predicted against measured, into
+#                $OUT/predict_vs_measured.json and a table printed last (about 5 minutes; alone:
+#                PARTS="10", after bash bench/gpu/prepare.sh, carry .gpu-carry)
 # The table printed last summarises results/*.json. Everything is packed at the end into
 # $OUT/gpu_results.tar.gz (logs/, results/, unseen/): the device tool brings back at most 8
 # files from $OUT; status.txt stays beside it.
@@ -62,8 +69,8 @@ STATUS="$OUT/status.txt"
 # The whole run must end inside one device call (600 s at most) with time left to pack the
 # results: a part gets at most what is left of BUDGET_S, and none starts with under 20 s left.
 BUDGET_S="${BUDGET_S:-540}"
-# PARTS: which of the nine parts run (say "6" alone for the unseen workloads in a second call).
-# Part 9 needs a call of its own (PARTS="1 9"): the others use up the budget.
+# PARTS: which of the ten parts run (say "6" alone for the unseen workloads in a second call).
+# Parts 9 and 10 need a call of their own (PARTS="1 9", PARTS="10"): the others use up the budget.
 PARTS="${PARTS:-1 2 3 4 5 6 7 8}"
 SECTION=0
 part() { # part NAME TIMEOUT_S CMD...
@@ -246,6 +253,13 @@ part steptime 420 "$PY" bench/gpu/step_time.py --out "$OUT/results/steptime" \
     --rounds "${STEP_ROUNDS:-3}" --steps "${STEP_STEPS:-60}" --warmup 5
 [ -f "$OUT/logs/steptime.log" ] && grep "^|" "$OUT/logs/steptime.log"
 
+# ---- 10 stowage predict against the same scripts measured on this card ----
+SECTION=10
+prof="$ROOT/.gpu-carry/prof"
+part predict_vs_measured 330 env PATH="$prof:$PATH" \
+    LD_LIBRARY_PATH="$prof/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$PY" bench/gpu/predict_vs_measured.py --timeout 100 --out "$OUT/predict_vs_measured.json"
+
 echo
 echo "== summary ($(( $(date +%s) - T0 ))s total; logs in $OUT/logs)"
 cat "$STATUS"
@@ -255,6 +269,8 @@ echo "    python3 bench/model_check.py unseen"
 echo "    python3 bench/snapshot_check.py unseen/*.pickle.gz"
 tail -n 8 "$OUT/logs/host_profile.log" 2>/dev/null
 case " $PARTS " in *" 8 "*) "$PY" bench/gpu/routes_report.py "$OUT/results/routes" ;; esac
+[ -f "$OUT/predict_vs_measured.json" ] &&
+    "$PY" bench/gpu/predict_vs_measured.py --table "$OUT/predict_vs_measured.json"
 tar -C "$OUT" -czf "$OUT/gpu_results.tar.gz" logs results unseen &&
     rm -rf "$OUT/logs" "$OUT/results" "$OUT/unseen"
 ls -la "$OUT"
