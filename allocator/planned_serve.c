@@ -1107,13 +1107,15 @@ static bool arena_dissolve(stow_pool_t *pool, stow_planned_t *pl)
         return false;
     }
     size_t got = 0;
-    for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++) {
+    /* With no slot busy, slots is NULL and there is nothing to take. */
+    for (unsigned i = 0; n && i < STOW_PLANNED_KEYS_MAX; i++) {
         stow_planned_key_t *k = &pl->keys[i];
         got += take_slots(pl, k->layout, slots + got);
         got += take_slots(pl, k->retired, slots + got);
     }
     stow_assert_internal(got == n);
-    qsort(slots, got, sizeof *slots, by_offset);
+    if (got > 1)
+        qsort(slots, got, sizeof *slots, by_offset);
     for (unsigned i = 0; i < pl->clear_count; i++)
         stow__pool_destroy_event(pool, pl->clear_events[i]);
     pl->clear_count = 0;

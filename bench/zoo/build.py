@@ -289,7 +289,7 @@ def remove_traces(m):
 
 def merge(rows, redo):
     """Writes the index and the failures with `rows` in place of the rows of the models in
-    `redo`, the rows of models no longer in the table left out, in table order. Under a lock:
+    `redo`, the rows of models absent from the table left out, in table order. Under a lock:
     several builds may write at once."""
     import fcntl
     names = {m.name for m in zoo.MODELS}
