@@ -16,6 +16,10 @@ embedding's backward. The recorder books, for each operator below, the steps its
 Outputs a model does not name are allocated after its steps, in order. Each model follows the
 kernel's source and was checked against the real H200 traces (docs/predict.md, "Kernels");
 cub's temporary sizes are estimates (small blocks, under 1 MiB).
+
+A model is called as model(a, outs, card): `a` holds the operator's arguments by their names in
+its schema (bind), defaults filled in, so that overloads that place an argument differently
+(linalg_vector_norm's `ord` before `dim`) read the same name.
 """
 
 import math
@@ -23,6 +27,20 @@ import math
 import torch
 
 aten = torch.ops.aten
+
+
+def bind(func, args, kwargs):
+    """{argument name: value} of a call of the OpOverload func, as its schema names them;
+    arguments not given take their schema default (None where it has none)."""
+    out = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if i < len(args):
+            out[arg.name] = args[i]
+        elif arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        else:
+            out[arg.name] = arg.default_value if arg.has_default_value() else None
+    return out
 
 
 def _div_up(a, b):
@@ -159,18 +177,16 @@ def _reduced_dims(x, dim):
     return [d % x.dim() if x.dim() else 0 for d in dim]
 
 
-def _reduction(arg_size_fn, dim_pos=1, input_vec=lambda dt: 4, casts=False):
-    """A reduction's model. With casts (sum, mean, prod), an input whose dtype is not the
-    output's is first copied to it (make_reduction_from_out_ty), except half and bfloat16
-    summed into float, which the kernel reads as they are."""
-    def model(args, kwargs, outs, card):
-        x = args[0]
+def _reduction(arg_size_fn, input_vec=lambda dt: 4, casts=False):
+    """A reduction's model: over `dim` (every dimension where the overload has none, such as
+    any.default, or where it is None or empty). With casts (sum, mean, prod), an input whose
+    dtype is not the output's is first copied to it (make_reduction_from_out_ty), except half
+    and bfloat16 summed into float, which the kernel reads as they are."""
+    def model(a, outs, card):
+        x = a["self"]
         if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or x.dim() == 0:
             return []
-        dim = kwargs.get("dim", args[dim_pos] if len(args) > dim_pos else None)
-        if isinstance(dim, bool):  # e.g. any.default has no dim
-            dim = None
-        reduced = _reduced_dims(x, dim)
+        reduced = _reduced_dims(x, a.get("dim"))
         steps = [("out", k) for k in range(len(outs))]
         dtype = x.dtype
         shape, stride = tuple(x.shape), tuple(x.stride())
@@ -208,23 +224,23 @@ def _pair_size(dtype):
 _CUDNN_WORKSPACE_FWD = 256
 
 
-def _cudnn_attention(args, kwargs, outs, card):
+def _cudnn_attention(a, outs, card):
     # outputs: out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset,
     # debug_attn_mask. The seed and offset come first, then out and logsumexp; the plan's
     # workspace is taken and given back after.
-    compute_lse = args[4] if len(args) > 4 else kwargs.get("compute_log_sumexp", True)
+    compute_lse = a["compute_log_sumexp"] is not False
     steps = [("out", 6), ("out", 7), ("out", 0), ("out", 1) if compute_lse else ("none", 1)]
-    q = args[0]
+    q = a["query"]
     if isinstance(q, torch.Tensor) and q.dim() == 4 and int(q.shape[2]) > 1:
         # one query a sequence (decoding) runs a plan without workspace
         steps += [("tmp", "workspace", _CUDNN_WORKSPACE_FWD), ("free", "workspace")]
     return steps
 
 
-def _cudnn_attention_backward(args, kwargs, outs, card):
+def _cudnn_attention_backward(a, outs, card):
     # dq, dk, dv, then a workspace holding dQ in fp32 and the rows' dO.O sums:
     # 4 * B * H * Sq * (D + 1) bytes, and the plan's own 256.
-    q = args[1] if len(args) > 1 else None
+    q = a["query"]
     steps = [("out", 0), ("out", 1), ("out", 2)]
     if isinstance(q, torch.Tensor) and q.dim() == 4:
         b, h, sq, d = (int(s) for s in q.shape)
@@ -239,11 +255,11 @@ def _round_up(x, m):
     return _div_up(x, m) * m
 
 
-def _flash_backward(args, kwargs, outs, card):
+def _flash_backward(a, outs, card):
     # dq, dk, dv, then softmax_d [B, H, Sq rounded to 128] and dq_accum
     # [B, Sq rounded to 128, H, D rounded to 32] in fp32, both freed when the kernel returns.
     # (Not checked against a real trace: the H200 runs take cuDNN's attention.)
-    q = args[1] if len(args) > 1 else None
+    q = a["query"]
     steps = [("out", 0), ("out", 1), ("out", 2)]
     if isinstance(q, torch.Tensor) and q.dim() == 4:
         b, h, sq, d = (int(s) for s in q.shape)  # SDPA's layout: [B, H, S, D]
@@ -256,7 +272,7 @@ def _flash_backward(args, kwargs, outs, card):
 
 # ---- dropout (aten/src/ATen/native/cuda/Dropout.cu: the mask is made first) ----
 
-def _dropout(args, kwargs, outs, card):
+def _dropout(a, outs, card):
     return [("out", 1), ("out", 0)]
 
 
@@ -273,10 +289,10 @@ def _cub_scan_bytes(n):
     return 1279 if n <= 1 << 20 else 1279 + (n >> 10)
 
 
-def _embedding_backward(args, kwargs, outs, card):
-    grad, indices = args[0], args[1]
-    num_weights = args[2] if len(args) > 2 else kwargs.get("num_weights")
-    scale_by_freq = args[4] if len(args) > 4 else kwargs.get("scale_grad_by_freq", False)
+def _embedding_backward(a, outs, card):
+    grad, indices = a["grad_output"], a["indices"]
+    num_weights = a["num_weights"]
+    scale_by_freq = bool(a["scale_grad_by_freq"])
     n = 1
     for s in indices.shape:
         n *= int(s)
@@ -313,9 +329,9 @@ def _embedding_backward(args, kwargs, outs, card):
 
 # ---- scans (aten/src/ATen/native/cuda/ScanKernels.cpp: a 1-D scan goes through cub) ----
 
-def _scan(args, kwargs, outs, card):
-    x = args[0]
-    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+def _scan(a, outs, card):
+    x = a["self"]
+    dim = a["dim"]
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
         return []
     n = x.numel()
@@ -388,11 +404,9 @@ def _weight_partials(x, w, dy, card, case, per_image):
     return splits * dw32
 
 
-def _conv_forward(args, kwargs, outs, card):
-    x, w = args[0], args[1]
-    stride = args[3] if len(args) > 3 else kwargs.get("stride", [1, 1])
-    transposed = args[6] if len(args) > 6 else kwargs.get("transposed", False)
-    groups = args[8] if len(args) > 8 else kwargs.get("groups", 1)
+def _conv_forward(a, outs, card):
+    x, w = a["input"], a["weight"]
+    stride, transposed, groups = a["stride"], a["transposed"], a["groups"]
     if (not isinstance(x, torch.Tensor) or x.dim() != 4 or x.device.type != "cuda"
             or transposed or groups != 1):
         return []
@@ -403,14 +417,10 @@ def _conv_forward(args, kwargs, outs, card):
     return [("out", 0), ("tmp", "workspace", size), ("free", "workspace")]
 
 
-def _conv_backward(args, kwargs, outs, card):
-    # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
-    #                      transposed, output_padding, groups, output_mask)
-    dy, x, w = args[0], args[1], args[2]
-    stride = args[4] if len(args) > 4 else kwargs.get("stride", [1, 1])
-    transposed = args[7] if len(args) > 7 else kwargs.get("transposed", False)
-    groups = args[9] if len(args) > 9 else kwargs.get("groups", 1)
-    mask = args[10] if len(args) > 10 else kwargs.get("output_mask", [True, True, True])
+def _conv_backward(a, outs, card):
+    dy, x, w = a["grad_output"], a["input"], a["weight"]
+    stride, transposed, groups = a["stride"], a["transposed"], a["groups"]
+    mask = a["output_mask"]
     if (not isinstance(x, torch.Tensor) or x.dim() != 4 or x.device.type != "cuda"
             or transposed or groups != 1):
         return []
@@ -463,9 +473,9 @@ def _bn_channels_last(x):
             and not x.is_contiguous())
 
 
-def _batch_norm(args, kwargs, outs, card):
-    x = args[0]
-    training = args[5] if len(args) > 5 else kwargs.get("training", False)
+def _batch_norm(a, outs, card):
+    x = a["input"]
+    training = a["training"]
     if not isinstance(x, torch.Tensor) or not training or not _bn_channels_last(x):
         return []
     c = int(x.shape[1])
@@ -476,10 +486,10 @@ def _batch_norm(args, kwargs, outs, card):
             ("tmp", "semaphores", 4 * gx), ("free", "semaphores"), ("free", "staging")]
 
 
-def _batch_norm_backward(args, kwargs, outs, card):
+def _batch_norm_backward(a, outs, card):
     # sum_dy and sum_dy_xmu (fp32, one per channel) are reduced first, with grad_weight and
     # grad_bias; grad_input is made from them, then they are freed.
-    x = args[1]
+    x = a["input"]
     if not isinstance(x, torch.Tensor) or not _bn_channels_last(x):
         return []
     c = int(x.shape[1])
@@ -493,8 +503,9 @@ def _batch_norm_backward(args, kwargs, outs, card):
 
 # ---- isin (aten/src/ATen/native/TensorCompare.cpp: few test elements compare by broadcast) ----
 
-def _isin(args, kwargs, outs, card):
-    elements, test = args[0], args[1]
+def _isin(a, outs, card):
+    elements = a["elements"] if "elements" in a else a["element"]
+    test = a["test_elements"] if "test_elements" in a else a["test_element"]
     n = elements.numel() if isinstance(elements, torch.Tensor) else 1
     m = test.numel() if isinstance(test, torch.Tensor) else 1
     if n == 0 or m >= int(10.0 * math.pow(n, 0.145)):

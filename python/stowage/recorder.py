@@ -477,7 +477,8 @@ class Recorder:
                 self._last_seq = seq
         flat, _ = tree_flatten(out)
         model = kernels.MODELS.get(func)
-        steps = model(args, kwargs or {}, flat, self.card) if model is not None else ()
+        steps = (model(kernels.bind(func, args, kwargs or {}), flat, self.card)
+                 if model is not None else ())
         if not steps:
             for t in flat:
                 tag = self._book_tensor(t, tag)

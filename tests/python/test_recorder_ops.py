@@ -1,0 +1,66 @@
+"""The recorder on operators and modules that models of bench/zoo run: each test is a small
+script under `stowage predict` whose trace or output shows the recorder serving it as a GPU run
+does (the kernel models reading arguments by name, 0-dim parameters moved to the device, ...).
+
+The interpreter and the skips are test_predict.py's: an interpreter that imports torch and a C
+compiler for the emulated device.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from test_predict import NO_CC, NO_TORCH, TORCH_PY, _env  # noqa: E402
+
+
+@unittest.skipIf(NO_TORCH, NO_TORCH)
+@unittest.skipIf(NO_CC, NO_CC)
+class RecorderOps(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="stowage-test-recorder-ops-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def run_script(self, name, text):
+        """(stdout, allocation sizes of the trace) of the script under stowage predict."""
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(text))
+        trace = path + ".rep"
+        r = subprocess.run([TORCH_PY, "-m", "stowage", "predict", "--no-tags", "-o", trace, path],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+                           cwd=self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr.decode()[-3000:])
+        with open(trace) as f:
+            f.readline()
+            sizes = [int(line.split()[2]) for line in f if line.startswith("a ")]
+        return r.stdout.decode(), sizes
+
+    def test_norms_reduce_over_their_dim_argument(self):
+        # linalg_vector_norm(self, ord, dim, keepdim) and norm.ScalarOpt_dim(self, p, dim,
+        # keepdim): a norm over dim 0 of a (8192, 3072) bf16 tensor splits across thread blocks
+        # and takes the global buffer reduce_scratch gives for it, 138,412,032 B on an H100.
+        out, sizes = self.run_script("norms.py", """
+            import torch
+            import torch.nn.functional as F
+            x = torch.empty(8192, 3072, dtype=torch.bfloat16, device="cuda")
+            a = torch.linalg.vector_norm(x, 2.0, 0)
+            b = F.normalize(x, dim=0)
+            c = torch.ops.aten.norm.ScalarOpt_dim(x, 2.0, [0])
+            print(tuple(a.shape), tuple(b.shape), tuple(c.shape))
+        """)
+        self.assertEqual(out.splitlines()[0], "(3072,) (8192, 3072) (3072,)")
+        self.assertEqual(sizes.count(138412032), 3, sizes)
+
+
+if __name__ == "__main__":
+    unittest.main()
