@@ -797,6 +797,9 @@ class Recorder:
                     and torch._has_compatible_shallow_copy_type(t1, t2)):
                 t1.data = t2
                 return
+            for t in (t1, t2):
+                if isinstance(t, FakeTensor) and weakref.getweakrefs(t):
+                    self._unref_fake(t)
             return swap(t1, t2)
         patch(torch.utils, "swap_tensors", swap_or_set_data)
         self._library_hook = _PatchOnImport(patch)
@@ -816,6 +819,28 @@ class Recorder:
         self.fake_mode.__enter__()
         self.mode.__enter__()
         self.calibrate()
+
+    def _unref_fake(self, t):
+        """Drops the weak references that the fake mode's converter keeps to the fake t: its
+        memo of converted real tensors and its constants by storage (a 0-dim parameter made from
+        a value, `nn.Parameter(torch.tensor(v))`, is such a constant). torch.utils.swap_tensors
+        refuses a tensor with weak references, and after the swap these would name the tensor
+        of the other device."""
+        conv = self.fake_mode.fake_tensor_converter if self.fake_mode is not None else None
+        if conv is None:
+            return
+        memo = conv.tensor_memo
+        for key in [k for k, v in list(memo.items()) if v is t]:
+            del memo[key]
+        mapping = conv.constant_storage_mapping
+        for key, refs in list(mapping.items()):
+            kept = [r for r in refs if r() is not t]
+            if len(kept) == len(refs):
+                continue
+            if kept:
+                mapping[key] = kept
+            else:
+                del mapping[key]
 
     def uninstall(self):
         if getattr(self, "_library_hook", None) in sys.meta_path:

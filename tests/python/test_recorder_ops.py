@@ -61,6 +61,23 @@ class RecorderOps(unittest.TestCase):
         self.assertEqual(out.splitlines()[0], "(3072,) (8192, 3072) (3072,)")
         self.assertEqual(sizes.count(138412032), 3, sizes)
 
+    def test_a_zero_dim_parameter_made_from_a_value_moves_to_the_device(self):
+        # nn.Parameter(torch.tensor(v)) is a constant of the fake mode, which keeps weak
+        # references to it; Module.to("cuda") swaps it all the same and its value stays known.
+        out, sizes = self.run_script("zero_dim.py", """
+            import torch
+            class M(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.gain = torch.nn.Parameter(torch.tensor(0.5))
+                    self.w = torch.nn.Parameter(torch.ones(4))
+            m = M().to("cuda")
+            (m.gain * m.w).sum().backward()
+            print(m.gain.device, tuple(m.gain.shape), float(m.gain.detach()), m.gain.grad.device)
+        """)
+        self.assertEqual(out.splitlines()[0], "cuda:0 () 0.5 cuda:0")
+        self.assertEqual(sizes[:2], [4, 16])
+
 
 if __name__ == "__main__":
     unittest.main()
