@@ -514,6 +514,58 @@ def _isin(a, outs, card):
     return [("out", 0), ("tmp", "eq", n * m), ("tmp", "any", n), ("free", "any"), ("free", "eq")]
 
 
+# ---- grid sampling (aten/src/ATen/native/cudnn/GridSampler.cpp) ----
+#
+# F.grid_sample on CUDA runs cuDNN's spatial transformer for a 4-D input, bilinear, zero padding
+# and align_corners=True (cond_cudnn_grid_sampler); PyTorch 2.11 has no meta kernel for it.
+# The kernel copies an input (and a gradient) with a zero stride, an expanded tensor, to a
+# contiguous one first.
+
+def _zero_stride_copy(t):
+    if isinstance(t, torch.Tensor) and any(int(st) == 0 and int(sz) > 1
+                                           for st, sz in zip(t.stride(), t.shape)):
+        return t.numel() * t.element_size()
+    return 0
+
+
+def _cudnn_grid_sampler(a, outs, card):
+    copy = _zero_stride_copy(a["self"])
+    if not copy:
+        return []
+    return [("tmp", "input", copy), ("out", 0), ("free", "input")]
+
+
+def _cudnn_grid_sampler_backward(a, outs, card):
+    steps, names = [], []
+    for name in ("self", "grad_output"):
+        copy = _zero_stride_copy(a[name])
+        if copy:
+            steps.append(("tmp", name, copy))
+            names.append(name)
+    if not steps:
+        return []
+    return steps + [("out", 0), ("out", 1)] + [("free", n) for n in reversed(names)]
+
+
+def _cudnn_grid_sampler_fake(self, grid):
+    """The output, [N, C, H_out, W_out] in the input's dtype, contiguous."""
+    return self.new_empty((self.shape[0], self.shape[1], grid.shape[1], grid.shape[2]))
+
+
+def _cudnn_grid_sampler_backward_fake(self, grid, grad_output):
+    """grad_self of the input's sizes, grad_grid of the grid's, both contiguous."""
+    return self.new_empty(tuple(self.shape)), grid.new_empty(tuple(grid.shape))
+
+
+# Fake kernels of operators without a meta kernel in PyTorch 2.11 that models run on CUDA: the
+# outputs the CUDA kernel returns (shape, dtype, strides); the recorder calls one in place of
+# the operator on fake tensors.
+FAKE_KERNELS = {
+    aten.cudnn_grid_sampler.default: _cudnn_grid_sampler_fake,
+    aten.cudnn_grid_sampler_backward.default: _cudnn_grid_sampler_backward_fake,
+}
+
+
 MODELS = {}
 
 
@@ -546,3 +598,5 @@ _register(["convolution_backward.default"], _conv_backward)
 _register(["native_batch_norm.default", "_native_batch_norm_legit.default"], _batch_norm)
 _register(["native_batch_norm_backward.default"], _batch_norm_backward)
 _register(["isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"], _isin)
+_register(["cudnn_grid_sampler.default"], _cudnn_grid_sampler)
+_register(["cudnn_grid_sampler_backward.default"], _cudnn_grid_sampler_backward)

@@ -298,7 +298,8 @@ class RecordMode(TorchDispatchMode):
         if func is aten.add.Tensor and rec.accumulates_in_place(args, kwargs):
             return aten.add_.Tensor(args[0], args[1])
         try:
-            out = func(*args, **kwargs)
+            fake = kernels.FAKE_KERNELS.get(func)
+            out = fake(*args, **kwargs) if fake is not None else func(*args, **kwargs)
         except (DataDependentOutputException, DynamicOutputShapeException):
             out = rec.data_dependent(func, args, kwargs)
             rec.book_outputs(func, out, args, kwargs)
@@ -308,6 +309,12 @@ class RecordMode(TorchDispatchMode):
                             "trace it without running it" % _op_name(exc.func), func) from None
         except PredictError:
             raise
+        except torch.OutOfMemoryError:
+            # FakeTensorMode ran the operator's CUDA kernel on real tensors (its fallback for an
+            # operator without a meta kernel): the emulated device has no memory to give it.
+            raise rec.error("the operator %s has no fake (meta) kernel, so the recorder "
+                            "cannot trace it without running it" % _op_name(func),
+                            func) from None
         except (NotImplementedError, RuntimeError) as exc:
             msg = str(exc)
             if _NO_FAKE_KERNEL.search(msg):

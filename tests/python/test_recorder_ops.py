@@ -78,6 +78,25 @@ class RecorderOps(unittest.TestCase):
         self.assertEqual(out.splitlines()[0], "cuda:0 () 0.5 cuda:0")
         self.assertEqual(sizes[:2], [4, 16])
 
+    def test_grid_sample_runs_cudnn_grid_sampler_on_fake_tensors(self):
+        # bilinear, zero padding, align_corners: cuDNN's sampler, which has no meta kernel. The
+        # expanded input (16,384 B contiguous) is copied first in both directions, and in the
+        # backward the expanded gradient of the sum (2,240 B); then come the outputs: 2 x 8 x
+        # 5 x 7 floats, and grad_self (16,384 B) and the grid's gradient (2 x 5 x 7 x 2).
+        out, sizes = self.run_script("grid_sample.py", """
+            import torch
+            import torch.nn.functional as F
+            x = torch.randn(1, 8, 16, 16, device="cuda", requires_grad=True)
+            grid = torch.zeros(2, 5, 7, 2, device="cuda", requires_grad=True)
+            y = F.grid_sample(x.expand(2, 8, 16, 16), grid, align_corners=True)
+            y.sum().backward()
+            print(tuple(y.shape), tuple(x.grad.shape), tuple(grid.grad.shape))
+        """)
+        self.assertEqual(out.splitlines()[0], "(2, 8, 5, 7) (1, 8, 16, 16) (2, 5, 7, 2)")
+        i = sizes.index(2240)
+        self.assertEqual(sizes[i - 1:i + 1], [16384, 2240], sizes)
+        self.assertEqual(sizes[i + 3:i + 7], [16384, 2240, 16384, 560], sizes)
+
 
 if __name__ == "__main__":
     unittest.main()
