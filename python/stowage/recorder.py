@@ -412,6 +412,7 @@ class Recorder:
         self.notes = []            # what the output states about the run
         self._saved = []
         self._appended = []
+        self._texpr_fuser = None   # TorchScript's fuser setting, restored by uninstall()
 
     # -- errors and tags --
 
@@ -809,6 +810,11 @@ class Recorder:
                     self._unref_fake(t)
             return swap(t1, t2)
         patch(torch.utils, "swap_tensors", swap_or_set_data)
+        # TorchScript's profiling executor fuses a function's CUDA operators into a kernel it
+        # compiles at the function's second call; nothing compiles for the emulated device (the
+        # process dies), so the function's graph runs unfused, operator by operator.
+        self._texpr_fuser = torch._C._jit_texpr_fuser_enabled()
+        torch._C._jit_set_texpr_fuser_enabled(False)
         self._library_hook = _PatchOnImport(patch)
         sys.meta_path.insert(0, self._library_hook)
         # Fake tensors take the optimizers' and clip_grad_norm_'s foreach paths, as CUDA
@@ -860,5 +866,8 @@ class Recorder:
         while self._saved:
             obj, name, value = self._saved.pop()
             setattr(obj, name, value)
+        if self._texpr_fuser is not None:
+            torch._C._jit_set_texpr_fuser_enabled(self._texpr_fuser)
+            self._texpr_fuser = None
         while self._appended:
             self._appended.pop().remove(FakeTensor)

@@ -97,6 +97,22 @@ class RecorderOps(unittest.TestCase):
         self.assertEqual(sizes[i - 1:i + 1], [16384, 2240], sizes)
         self.assertEqual(sizes[i + 3:i + 7], [16384, 2240, 16384, 560], sizes)
 
+    def test_a_torchscript_function_runs_unfused_past_its_profiling_calls(self):
+        # DeBERTa's build_relative_position: from its second call the profiling executor would
+        # fuse the integer arithmetic into a CUDA kernel compiled for the emulated device.
+        out, sizes = self.run_script("script_fn.py", """
+            import torch
+            @torch.jit.script
+            def rel(q, k):
+                a = torch.arange(q.size(-2), dtype=torch.long, device=q.device)
+                b = torch.arange(k.size(-2), dtype=torch.long, device=k.device)
+                return (a[:, None] - b[None, :]).unsqueeze(0)
+            x = torch.empty(2, 16, 8, device="cuda")
+            print([tuple(rel(x, x).shape) for _ in range(4)][-1])
+        """)
+        self.assertEqual(out.splitlines()[0], "(1, 16, 16)")
+        self.assertEqual(sizes.count(2048), 4, sizes)  # each call's 16 x 16 int64 result
+
 
 if __name__ == "__main__":
     unittest.main()
