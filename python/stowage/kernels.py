@@ -557,12 +557,44 @@ def _cudnn_grid_sampler_backward_fake(self, grid, grad_output):
     return self.new_empty(tuple(self.shape)), grid.new_empty(tuple(grid.shape))
 
 
-# Fake kernels of operators without a meta kernel in PyTorch 2.11 that models run on CUDA: the
-# outputs the CUDA kernel returns (shape, dtype, strides); the recorder calls one in place of
-# the operator on fake tensors.
+# ---- grouped GEMM (aten/src/ATen/native/cuda/GroupedBlas.cpp, GroupedMMUtils.h) ----
+#
+# CUDA's _grouped_mm runs bfloat16 on CUTLASS and every other floating dtype on its fallback
+# (one mm per group); PyTorch 2.11's meta kernel takes bfloat16 only. Both paths allocate the
+# output alone, with its last dimension padded to 16 bytes for TMA
+# (create_grouped_gemm_output_tensor).
+
+def _grouped_mm_fake(self, mat2, offs=None, bias=None, out_dtype=None):
+    if self.dtype == torch.bfloat16 and mat2.dtype == torch.bfloat16:
+        return aten._grouped_mm.default(self, mat2, offs, bias, out_dtype)
+    if (self.dtype != mat2.dtype or not self.dtype.is_floating_point
+            or self.dim() not in (2, 3) or mat2.dim() not in (2, 3)):
+        raise RuntimeError("_grouped_mm: expected floating inputs of one dtype, 2-D or 3-D, "
+                           "got %s %s-D and %s %s-D" % (self.dtype, self.dim(), mat2.dtype,
+                                                        mat2.dim()))
+    dtype = out_dtype or self.dtype
+    a2, b2 = self.dim() == 2, mat2.dim() == 2
+    if a2 and b2:
+        size = [offs.shape[0], self.shape[0], mat2.shape[1]]
+    elif a2:
+        size = [self.shape[0], mat2.shape[-1]]
+    elif b2:
+        size = [self.shape[1], mat2.shape[1]]
+    else:
+        size = [self.shape[0], self.shape[1], mat2.shape[-1]]
+    align = 16 // torch.empty((), dtype=dtype).element_size()
+    padded = _round_up(int(size[-1]), align)
+    stride = [padded, 1] if a2 != b2 else [int(size[1]) * padded, padded, 1]
+    return torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+
+
+# Fake kernels of operators that models run on CUDA where PyTorch 2.11 has no meta kernel, or
+# one that refuses what the CUDA kernel runs: the outputs the CUDA kernel returns (shape, dtype,
+# strides); the recorder calls one in place of the operator on fake tensors.
 FAKE_KERNELS = {
     aten.cudnn_grid_sampler.default: _cudnn_grid_sampler_fake,
     aten.cudnn_grid_sampler_backward.default: _cudnn_grid_sampler_backward_fake,
+    aten._grouped_mm.default: _grouped_mm_fake,
 }
 
 

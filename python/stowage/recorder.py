@@ -810,6 +810,15 @@ class Recorder:
                     self._unref_fake(t)
             return swap(t1, t2)
         patch(torch.utils, "swap_tensors", swap_or_set_data)
+        tensor_format = torch.Tensor.__format__
+
+        def format_fake(t, spec):
+            # Tensor.__format__ writes a 0-dim tensor as its item() for the Tensor type only; a
+            # CUDA tensor of a GPU run is one (f"expert_{idx}" names a module by the value).
+            if t.dim() == 0 and not t.is_meta:
+                return t.item().__format__(spec)
+            return tensor_format(t, spec)
+        patch(FakeTensor, "__format__", format_fake)
         # TorchScript's profiling executor fuses a function's CUDA operators into a kernel it
         # compiles at the function's second call; nothing compiles for the emulated device (the
         # process dies), so the function's graph runs unfused, operator by operator.

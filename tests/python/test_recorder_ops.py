@@ -113,6 +113,41 @@ class RecorderOps(unittest.TestCase):
         self.assertEqual(out.splitlines()[0], "(1, 16, 16)")
         self.assertEqual(sizes.count(2048), 4, sizes)  # each call's 16 x 16 int64 result
 
+    def test_grouped_mm_in_float32_under_autocast(self):
+        # A mixture of experts' grouped GEMM with fp32 weights under bf16 autocast (autocast
+        # leaves _grouped_mm alone): CUDA's fallback runs it where the meta kernel wants bf16.
+        # The fp32 output is 64 x 24 (6,144 B); bfloat16 inputs take the meta kernel.
+        out, sizes = self.run_script("grouped_mm.py", """
+            import torch
+            x = torch.randn(64, 32, device="cuda", requires_grad=True)
+            w = torch.randn(4, 32, 24, device="cuda", requires_grad=True)
+            offs = torch.tensor([16, 32, 48, 64], dtype=torch.int32, device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = torch._grouped_mm(x, w, offs=offs)
+            y.sum().backward()
+            yb = torch._grouped_mm(x.bfloat16(), w.bfloat16(), offs=offs)
+            print(tuple(y.shape), y.dtype, tuple(w.grad.shape), yb.dtype)
+        """)
+        self.assertEqual(out.splitlines()[0],
+                         "(64, 24) torch.float32 (4, 32, 24) torch.bfloat16")
+        self.assertEqual(sizes[3], 6144, sizes)
+
+    def test_a_zero_dim_tensor_formats_as_its_value(self):
+        # Switch Transformers names its experts' modules f"expert_{idx}" with a 0-dim tensor
+        # from a routing that the recorder knows (the data-dependent policy: all zeros).
+        out, _ = self.run_script("format.py", """
+            import torch
+            experts = torch.nn.ModuleDict({"expert_%d" % i: torch.nn.Linear(8, 8)
+                                           for i in range(4)}).to("cuda")
+            x = torch.randn(16, 8, device="cuda")
+            route = experts["expert_0"](x).argmax(-1)
+            hit = torch.bincount(route, minlength=4).nonzero()
+            for idx in hit:
+                y = experts[f"expert_{idx[0]}"](x)
+            print(f"expert_{hit[0, 0]}", f"{torch.tensor(2.5, device='cuda'):.2f}")
+        """)
+        self.assertEqual(out.splitlines()[0], "expert_0 2.50")
+
 
 if __name__ == "__main__":
     unittest.main()
