@@ -36,7 +36,7 @@ from torch._subclasses.fake_tensor import (
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import kernels, stack_tags
+from . import kernels, rnn, stack_tags
 
 aten = torch.ops.aten
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -822,6 +822,13 @@ class Recorder:
         # TorchScript's profiling executor fuses a function's CUDA operators into a kernel it
         # compiles at the function's second call; nothing compiles for the emulated device (the
         # process dies), so the function's graph runs unfused, operator by operator.
+        # cuDNN's RNNs: _VF's C++ asks a cuDNN handle about the weights, which needs a device;
+        # rnn.py takes the same path with operators (and Module.to() flattens the weights).
+        vf = torch._VF
+        for name in rnn.MODES:
+            patch(vf, name, rnn.route(name, getattr(vf, name)))
+        flatten = torch.nn.RNNBase.flatten_parameters
+        patch(torch.nn.RNNBase, "flatten_parameters", lambda m: rnn.flatten(m, flatten))
         self._texpr_fuser = torch._C._jit_texpr_fuser_enabled()
         torch._C._jit_set_texpr_fuser_enabled(False)
         self._library_hook = _PatchOnImport(patch)

@@ -148,6 +148,25 @@ class RecorderOps(unittest.TestCase):
         """)
         self.assertEqual(out.splitlines()[0], "expert_0 2.50")
 
+    def test_lstm_runs_cudnn_rnn_under_autocast(self):
+        # nn.LSTM on CUDA: Module.to() flattens the weights into one buffer (125,952 B fp32);
+        # under autocast the weights are copied into a half buffer (62,976 B) and the input,
+        # hx and cx cast to half; training keeps cuDNN's reserve (46,080 B, an estimate); the
+        # backward's dw is one buffer of the half weights' size.
+        out, sizes = self.run_script("lstm.py", """
+            import torch
+            m = torch.nn.LSTM(32, 48, batch_first=True, bidirectional=True).to("cuda")
+            x = torch.randn(4, 10, 32, device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y, (h, c) = m(x)
+            y.float().sum().backward()
+            print(tuple(y.shape), y.dtype, tuple(h.shape), m.weight_hh_l0.grad.dtype)
+        """)
+        self.assertEqual(out.splitlines()[0], "(4, 10, 96) torch.float16 (2, 4, 48) torch.float32")
+        self.assertEqual(sizes[8], 125952, sizes)
+        self.assertEqual(sizes.count(62976), 2, sizes)
+        self.assertIn(46080, sizes)
+
 
 if __name__ == "__main__":
     unittest.main()
