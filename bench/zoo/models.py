@@ -235,7 +235,7 @@ add("mamba-130m", "transformers", "causal", hf(
     num_hidden_layers=24), DEC, seq=256, vocab=50280)
 # Mixture of experts, small configurations: routing is data dependent. Mixtral and Qwen2-MoE
 # run their experts one by one ("eager"); OLMoE keeps the default grouped_mm, which under
-# autocast gets the fp32 weights' dtype and refuses it (bf16 only), as on a GPU.
+# autocast gets the fp32 weights' dtype and runs on CUDA's fallback (one GEMM per expert).
 add("mixtral-8x7b-small", "transformers", "causal", hf(
     "MixtralForCausalLM", "MixtralConfig", vocab_size=32000, hidden_size=1024,
     intermediate_size=3584, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
