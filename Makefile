@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= 2
 # Debian packages the build and the tests need (toolchain.md). The CUDA
 # toolkit is optional: without it the CUDA backend uses private typedefs.
-DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev \
+DEB_PACKAGES := cmake make gcc pkg-config libcriterion-dev libjemalloc-dev zlib1g-dev \
                 clang libclang-rt-14-dev valgrind
 # The report's browser test (tests/check/report_browser.sh) runs in headless
 # Chromium; installed without the recommended desktop packages.

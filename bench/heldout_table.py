@@ -44,12 +44,21 @@ def ideal_summary(traces):
     ]
 
 
+def trace_name(path):
+    """A trace's name: its file name without .rep or .rep.gz."""
+    base = os.path.basename(path)
+    for suffix in (".rep.gz", ".rep"):
+        if base.endswith(suffix):
+            return base[:-len(suffix)]
+    return base
+
+
 def main(path):
     rows = {}
     with open(path) as f:
         for line in f:
             j = json.loads(line)
-            name = os.path.basename(j["trace"])[:-4]
+            name = trace_name(j["trace"])
             live = j["peak_live_bytes"]
             rows.setdefault(name, {})[j["policy"]] = (j["peak_reserved_bytes"] / live,
                                                       j["min_capacity_bytes"] / live)

@@ -35,7 +35,7 @@ The sets (written under --work, and reused from there when present):
 - snapshots: the distinct workloads of the public snapshots in --snapshots DIR
   (bench/snapshot_check.py --workloads; python3 bench/fetch_snapshots.py DIR fetches them).
 - zoo: the traces of the model corpus (--zoo, bench/zoo: those of its index.csv, or all of its
-  traces/ without one).
+  traces/ without one), replayed as committed, gzip-compressed.
 - long: the shared traces whose step repeats, 40 more steps, a marker `train` a step
   (bench/long_run.py).
 - varlen: BERT-base with a random sequence length each step, 24 steps, one key `train`
@@ -48,7 +48,6 @@ Exit status 0; the table goes to standard output, progress to standard error.
 import argparse
 import concurrent.futures
 import csv
-import gzip
 import hashlib
 import json
 import os
@@ -92,6 +91,15 @@ def reps(d):
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".rep"))
 
 
+def trace_name(path):
+    """A trace's name: its file name without .rep or .rep.gz."""
+    base = os.path.basename(path)
+    for suffix in (".rep.gz", ".rep"):
+        if base.endswith(suffix):
+            return base[:-len(suffix)]
+    return base
+
+
 def distinct(paths):
     """Paths whose contents differ (a workload committed under two names counts once)."""
     seen, out = set(), []
@@ -107,6 +115,17 @@ def distinct(paths):
 def make_set(name, work, args):
     """The set's trace paths, written under work/name unless there already."""
     d = os.path.join(work, name)
+    if name == "zoo":
+        # The committed .rep.gz files themselves: the replays read them compressed.
+        zoo = args.zoo
+        index = os.path.join(zoo, "index.csv")
+        if os.path.exists(index):
+            with open(index) as f:
+                files = [os.path.join(zoo, "traces", r["trace"]) for r in csv.DictReader(f)]
+        else:
+            files = [os.path.join(r, n) for r, _, ns in os.walk(os.path.join(zoo, "traces"))
+                     for n in ns if n.endswith(".rep.gz")]
+        return distinct(sorted(f for f in files if os.path.exists(f)))
     if name == "shared":
         return [os.path.join(traces_dir(), t + ".rep") for t in
                 ("gpt2_train", "resnet50_train", "resnet_multiscale_train", "vit_train",
@@ -130,21 +149,6 @@ def make_set(name, work, args):
                                  os.path.join(args.snapshots, n)
                                  for n in os.listdir(args.snapshots)),
                        capture_output=True, text=True)
-    elif name == "zoo":
-        zoo = args.zoo
-        index = os.path.join(zoo, "index.csv")
-        if os.path.exists(index):
-            with open(index) as f:
-                files = [os.path.join(zoo, r["trace"]) for r in csv.DictReader(f)]
-        else:
-            files = [os.path.join(r, n) for r, _, ns in os.walk(os.path.join(zoo, "traces"))
-                     for n in ns if n.endswith(".rep.gz")]
-        for src in sorted(files):
-            if not os.path.exists(src):
-                continue
-            out = os.path.join(d, os.path.basename(src)[:-3])
-            with gzip.open(src, "rb") as fi, open(out, "wb") as fo:
-                fo.write(fi.read())
     elif name == "long":
         run(py + [os.path.join(HERE, "long_run.py"), d] + make_set("shared", work, args) +
             ["--steps", "40", "--markers", "train"])
@@ -272,7 +276,7 @@ def main(argv=None):
                 cells["calls"], cells["time"], cells["settled"] = Cell("%.2f"), Cell("%.2f"), \
                     Cell("%.2f")
                 for path in paths:
-                    name = os.path.basename(path)[:-4]
+                    name = trace_name(path)
                     r = replays[path]
                     me, nat, exp, ideal = r[pol], r["pytorch"], r["pytorch-expandable"], \
                         r["ideal-remap"]

@@ -28,6 +28,11 @@ int stow__cli_is_stdout(const char *path);
  * errno set when it cannot be opened. */
 FILE *stow__cli_open_out(const char *path, const char *mode);
 
+/* The tags file beside a trace, the first that is readable of TRACE.tags and
+ * TRACE.tags.gz, and for TRACE.gz also STEM.tags.gz and STEM.tags (bench/zoo
+ * keeps X.rep.gz beside X.rep.tags.gz), written into buf; NULL when none is. */
+const char *stow__cli_tags_beside(const char *trace_path, char *buf, size_t len);
+
 /* Closes what stow__cli_open_out returned (standard output is flushed, not
  * closed). Returns 0, or -1 when a write or the close failed. */
 int stow__cli_close_out(FILE *f);

@@ -172,9 +172,9 @@ int stow__cli_diff(int argc, char **argv)
             rc = 2;
             break;
         }
-        char sidecar[4096];
-        snprintf(sidecar, sizeof sidecar, "%s.tags", path[k]);
-        if (access(sidecar, R_OK) == 0 &&
+        char buf[4096];
+        const char *sidecar = stow__cli_tags_beside(path[k], buf, sizeof buf);
+        if (sidecar &&
             !(tags[k] = stow__report_tags_load(sidecar, t[k]->id_count, err, sizeof err))) {
             fprintf(stderr, "stowage diff: %s\n", err);
             rc = 2;

@@ -31,7 +31,8 @@ static void report_usage(FILE *f)
             "                  exit 1 when live bytes grow steadily\n"
             "  --iterations N  the trace holds N iterations (else detected)\n"
             "  --boundary E,.. iteration boundaries as event indices\n"
-            "  --tags FILE     '<id> <tag>' lines (default TRACE.tags when present)\n"
+            "  --tags FILE     '<id> <tag>' lines, plain or gzip (default TRACE.tags or\n"
+            "                  TRACE.tags.gz, for X.rep.gz also X.rep.tags.gz, when present)\n"
             "  --bars N        lifetimes drawn one by one (default 2000)\n"
             "  --points N      memory-chart buckets (default 4000)\n"
             "  --policy P      a policy of 'stowage replay --help'; default: the pool the\n"
@@ -169,9 +170,8 @@ int stow__cli_report(int argc, char **argv)
     }
     stow__replay_note_no_steps(stderr, "stowage report", t, policy, &config);
     char sidecar[4096];
-    snprintf(sidecar, sizeof sidecar, "%s.tags", trace_path);
-    if (!tags_path && access(sidecar, R_OK) == 0)
-        tags_path = sidecar;
+    if (!tags_path)
+        tags_path = stow__cli_tags_beside(trace_path, sidecar, sizeof sidecar);
     const char **tags = NULL;
     if (tags_path && !(tags = stow__report_tags_load(tags_path, t->id_count, err, sizeof err))) {
         fprintf(stderr, "stowage report: %s\n", err);

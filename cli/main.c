@@ -55,6 +55,19 @@ FILE *stow__cli_open_out(const char *path, const char *mode)
     return fopen(path, mode);
 }
 
+const char *stow__cli_tags_beside(const char *trace_path, char *buf, size_t len)
+{
+    size_t n = strlen(trace_path);
+    int stem = n > 3 && !strcmp(trace_path + n - 3, ".gz") ? (int)(n - 3) : -1;
+    for (int k = 0; k < (stem >= 0 ? 4 : 2); k++) {
+        int w = k < 2 ? snprintf(buf, len, "%s.tags%s", trace_path, k ? ".gz" : "")
+                      : snprintf(buf, len, "%.*s.tags%s", stem, trace_path, k == 2 ? ".gz" : "");
+        if (w >= 0 && (size_t)w < len && access(buf, R_OK) == 0)
+            return buf;
+    }
+    return NULL;
+}
+
 int stow__cli_close_out(FILE *f)
 {
     if (f == stdout) {

@@ -182,7 +182,9 @@ void stow__report_growth_print(FILE *f, const stow_report_t *r, const stow_growt
  * id_count, and followed by blanks; the tag is the rest of the line (a final
  * '\r' dropped), of any length. Returns NULL and writes "FILE:LINE: reason"
  * into err on bad input (a NUL byte in a line included), "FILE: reason" when
- * the file cannot be read or host memory runs out. Free with
+ * the file cannot be read or host memory runs out. A gzip-compressed file is
+ * read decompressed ("FILE:LINE: reason" too for a corrupt or truncated
+ * stream). Free with
  * stow__report_tags_free. report/report_tags.c. */
 const char **stow__report_tags_load(const char *path, uint32_t id_count, char *err,
                                     size_t err_len);

@@ -2,9 +2,11 @@
  * report/report_tags.c: tag files, "<id> <tag text>" per line, that `stowage
  * report` and `stowage diff` read next to a trace (contract: report/report.h).
  * The parser works on memory, so that tests/fuzz/fuzz_tags.c can drive it
- * without the rest of the models.
+ * without the rest of the models. A file that begins with the gzip magic bytes
+ * is decompressed first (trace/gz.h).
  */
 #include "report/report.h"
+#include "trace/gz.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +117,13 @@ const char **stow__report_tags_load(const char *path, uint32_t id_count, char *e
         }
     }
     fclose(f);
+    if (ok && stow__gz_is(text, len)) {
+        char *plain = NULL;
+        size_t plain_len = 0;
+        ok = stow__gz_inflate(path, text, len, &plain, &plain_len, err, err_len) == STOW_OK;
+        free(text);
+        text = plain, len = plain_len;
+    }
     const char **tags = ok ? stow__report_tags_parse(path, text, len, id_count, err, err_len) : NULL;
     free(text);
     return tags;

@@ -3,7 +3,8 @@
  *
  * Owns parsing and validation only; it never touches a pool. Every rejection
  * names the file, the line and the reason, because users feed it traces
- * recorded elsewhere and must be able to find the broken line.
+ * recorded elsewhere and must be able to find the broken line. Input that
+ * begins with the gzip magic bytes is decompressed first (trace/gz.c).
  */
 #include "stowage/trace.h"
 
@@ -14,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "trace/gz.h"
 
 /* Ids are stored as uint32_t and streams as uint16_t in each event. */
 #define TRACE_MAX_IDS ((uint64_t)UINT32_MAX)
@@ -397,13 +400,9 @@ static stow_status_t parse_event(parser_t *p, const char *b, const char *e, stow
     return STOW_OK;
 }
 
-stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_len,
-                               stow_trace_t **out, char *err, size_t err_len)
+static stow_status_t parse_text(const char *name, const char *text, size_t text_len,
+                                stow_trace_t **out, char *err, size_t err_len)
 {
-    if (err && err_len)
-        err[0] = '\0';
-    if (!name || (!text && text_len) || !out)
-        return STOW_EINVAL;
     parser_t p = {name, text, text + text_len, 0, err, err_len};
     uint64_t id_count, event_count;
     stow_status_t st = parse_header(&p, &id_count, &event_count);
@@ -466,6 +465,25 @@ stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_l
     free(markers.slots);
     *out = t;
     return STOW_OK;
+}
+
+stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_len,
+                               stow_trace_t **out, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!name || (!text && text_len) || !out)
+        return STOW_EINVAL;
+    if (!stow__gz_is(text, text_len))
+        return parse_text(name, text, text_len, out, err, err_len);
+    /* Compressed (trace/gz.h): line numbers are those of the decompressed text. */
+    char *plain = NULL;
+    size_t plain_len = 0;
+    stow_status_t st = stow__gz_inflate(name, text, text_len, &plain, &plain_len, err, err_len);
+    if (st == STOW_OK)
+        st = parse_text(name, plain, plain_len, out, err, err_len);
+    free(plain);
+    return st;
 }
 
 stow_status_t stow_trace_load(const char *path, stow_trace_t **out, char *err, size_t err_len)

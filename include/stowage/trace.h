@@ -1,7 +1,7 @@
 /*
  * stowage/trace.h: allocation traces (the .rep format of ../shared/traces).
  *
- * Format, one event per line:
+ * Format, one event per line (the file may be gzip-compressed):
  *     <number of distinct allocation ids> <number of events>
  *     a <id> <size in bytes> <stream index>
  *     f <id>
@@ -65,9 +65,14 @@ typedef struct stow_trace {
 } stow_trace_t;
 
 /*
- * Reads and validates a trace file. On a malformed file returns STOW_EPARSE and
- * writes "FILE:LINE: reason" into err (always NUL-terminated when err_len > 0);
- * STOW_EIO when the file cannot be read. *out is untouched on error.
+ * Reads and validates a trace file, plain or gzip-compressed: a file that
+ * begins with the gzip magic bytes 1f 8b is decompressed first, whatever its
+ * name (.rep.gz by custom), and its lines are those of the decompressed text.
+ * On a malformed file returns STOW_EPARSE and writes "FILE:LINE: reason" into
+ * err (always NUL-terminated when err_len > 0); a corrupt or truncated gzip
+ * stream is STOW_EPARSE too, its LINE the one the stream broke off in, and so
+ * is a compressed file where the library was built without zlib. STOW_EIO when
+ * the file cannot be read. *out is untouched on error.
  * Ownership: the caller frees *out with stow_trace_free.
  * Thread safety: reentrant.
  * Errors: STOW_EINVAL, STOW_EIO, STOW_EPARSE, STOW_EHOSTMEM.
@@ -75,7 +80,8 @@ typedef struct stow_trace {
 STOW_API stow_status_t stow_trace_load(const char *path, stow_trace_t **out, char *err,
                                        size_t err_len);
 
-/* Same as stow_trace_load, from a memory buffer; `name` is used in messages. */
+/* Same as stow_trace_load, from a memory buffer (plain or gzip-compressed);
+ * `name` is used in messages. */
 STOW_API stow_status_t stow_trace_parse(const char *name, const char *text, size_t text_len,
                                         stow_trace_t **out, char *err, size_t err_len);
 

@@ -5,6 +5,7 @@ importable."""
 import csv
 import gzip
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -101,20 +102,38 @@ class Figures(unittest.TestCase):
 
 @unittest.skipUnless(stowage_cli(), "the stowage CLI is not built (make build)")
 class Replay(unittest.TestCase):
-    def test_the_cli_reads_an_unpacked_trace_with_the_index_s_figures(self):
+    def replay(self, path):
+        p = subprocess.run([stowage_cli(), "replay", "--policy", "classic", "--json",
+                            "--repeats", "1", path], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(p.stdout.splitlines()[0])
+
+    def test_the_cli_reads_a_committed_trace_and_its_unpacked_copy_alike(self):
         _, index = rows(build.INDEX)
         r = min(index, key=lambda r: int(r["events"]))
+        committed = self.replay(os.path.join(build.TRACES, r["trace"]))
+        self.assertEqual((committed["events"], committed["peak_live_bytes"]),
+                         (int(r["events"]), int(r["peak_live_bytes"])))
         with tempfile.TemporaryDirectory() as d:
             subprocess.run([sys.executable, os.path.join(ZOO, "build.py"), "--unpack", d,
                             "--models", r["model"]], check=True, capture_output=True)
-            path = os.path.join(d, os.path.basename(r["trace"])[:-3])
-            p = subprocess.run([stowage_cli(), "replay", "--policy", "classic", "--json",
-                                "--repeats", "1", path], capture_output=True, text=True)
+            plain = self.replay(os.path.join(d, os.path.basename(r["trace"])[:-3]))
+        for key in ("events", "peak_live_bytes", "peak_reserved_bytes", "backend_calls"):
+            self.assertEqual(committed[key], plain[key], key)
+
+    def test_report_finds_the_compressed_tags_beside_a_committed_trace(self):
+        _, index = rows(build.INDEX)
+        r = min(index, key=lambda r: int(r["events"]))
+        trace = os.path.join(build.TRACES, r["trace"])
+        self.assertTrue(os.path.exists(trace[:-3] + ".tags.gz"), trace)
+        with tempfile.TemporaryDirectory() as d:
+            page = os.path.join(d, "r.html")
+            p = subprocess.run([stowage_cli(), "report", trace, "-o", page], capture_output=True,
+                               text=True)
             self.assertEqual(p.returncode, 0, p.stderr)
-            import json
-            j = json.loads(p.stdout.splitlines()[0])
-            self.assertEqual((j["events"], j["peak_live_bytes"]),
-                             (int(r["events"]), int(r["peak_live_bytes"])))
+            with open(page) as f:
+                html = f.read()
+        self.assertNotIn("this trace has no tags file", html)
 
 
 def torch_missing():

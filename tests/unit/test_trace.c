@@ -5,7 +5,9 @@
  * right events, stream count and live-bytes peak, also on random traces checked
  * against a shadow. Every rejection is STOW_EPARSE with the exact
  * "NAME:LINE: reason" message and *out untouched. stow_trace_load reads files
- * (STOW_EIO when missing) and the shared real traces match their README.
+ * (STOW_EIO when missing), gzip-compressed ones as their text (a truncated or
+ * corrupt stream named with its file and line), and the shared real traces
+ * match their README.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -599,6 +601,256 @@ Test(trace, load_large_file_crosses_read_chunks)
     stow_trace_free(t);
     unlink(path);
 }
+
+/* ---- gzip-compressed traces (trace/gz.c) ---- */
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    cr_assert_geq(n, 0);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void write_bytes(char *path, const void *data, size_t len)
+{
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, data, len), (ssize_t)len);
+    close(fd);
+}
+
+#ifdef STOW_HAVE_ZLIB
+#include <zlib.h>
+
+/* text as `members` gzip members, one after another (as `cat a.gz b.gz`
+ * makes); *len is the compressed size. */
+static unsigned char *gzip_bytes(const char *text, size_t text_len, int members, size_t *len)
+{
+    size_t cap = text_len + 1024 * (size_t)members, used = 0;
+    unsigned char *out = malloc(cap);
+    cr_assert_not_null(out);
+    for (int m = 0; m < members; m++) {
+        size_t from = text_len * (size_t)m / (size_t)members;
+        size_t to = text_len * (size_t)(m + 1) / (size_t)members;
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        cr_assert_eq(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
+                     Z_OK);
+        zs.next_in = (Bytef *)(text + from);
+        zs.avail_in = (uInt)(to - from);
+        zs.next_out = out + used;
+        zs.avail_out = (uInt)(cap - used);
+        cr_assert_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+        used = cap - zs.avail_out;
+        deflateEnd(&zs);
+    }
+    *len = used;
+    return out;
+}
+
+static void assert_same_trace(const stow_trace_t *a, const stow_trace_t *b)
+{
+    cr_assert_eq(a->id_count, b->id_count);
+    cr_assert_eq(a->stream_count, b->stream_count);
+    cr_assert_eq(a->event_count, b->event_count);
+    cr_assert_eq(memcmp(a->events, b->events, a->event_count * sizeof *a->events), 0);
+    cr_assert_eq(a->peak_live_bytes, b->peak_live_bytes);
+    cr_assert_eq(a->peak_live_event, b->peak_live_event);
+    cr_assert_eq(a->marker_count, b->marker_count);
+    if (a->marker_count)
+        cr_assert_eq(memcmp(a->markers, b->markers, a->marker_count * sizeof *a->markers), 0);
+    cr_assert_eq(a->key_count, b->key_count);
+    for (uint32_t k = 0; k < a->key_count; k++)
+        cr_assert_str_eq(a->keys[k], b->keys[k]);
+}
+
+/* A compressed trace reads as the plain one, found by its magic bytes under a
+ * name without .gz, in one member or several. */
+Test(trace, gzip_trace_equals_the_plain_one)
+{
+    const char *plain_path = STOW_SOURCE_DIR "/bench/traces/resnet50_train.rep";
+    size_t text_len;
+    char *text = read_all(plain_path, &text_len);
+    /* Markers and keys too: the bundled trace with a step marker line in front. */
+    const char *head = "m train\n";
+    char *marked = malloc(text_len + strlen(head) + 1);
+    cr_assert_not_null(marked);
+    const char *nl = memchr(text, '\n', text_len);
+    cr_assert_not_null(nl);
+    size_t header = (size_t)(nl - text) + 1;
+    memcpy(marked, text, header);
+    memcpy(marked + header, head, strlen(head));
+    memcpy(marked + header + strlen(head), nl + 1, text_len - header);
+    size_t marked_len = text_len + strlen(head);
+    char err[512];
+    stow_trace_t *plain = NULL;
+    cr_assert_eq(stow_trace_parse("plain", marked, marked_len, &plain, err, sizeof err), STOW_OK,
+                 "%s", err);
+    cr_assert_eq(plain->marker_count, 1);
+    for (int members = 1; members <= 3; members += 2) {
+        size_t gz_len;
+        unsigned char *gz = gzip_bytes(marked, marked_len, members, &gz_len);
+        cr_assert_lt(gz_len, marked_len / 2, "compressed %zu of %zu", gz_len, marked_len);
+        char path[] = "/tmp/stow_trace_gz_XXXXXX";
+        write_bytes(path, gz, gz_len);
+        stow_trace_t *t = NULL;
+        cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+        cr_assert_str_eq(t->path, path);
+        assert_same_trace(t, plain);
+        stow_trace_free(t);
+        t = NULL;
+        cr_assert_eq(stow_trace_parse("mem", (const char *)gz, gz_len, &t, err, sizeof err),
+                     STOW_OK, "%s", err);
+        assert_same_trace(t, plain);
+        stow_trace_free(t);
+        unlink(path);
+        free(gz);
+    }
+    stow_trace_free(plain);
+    free(marked);
+    free(text);
+}
+
+/* The lines of a compressed trace are those of its text. */
+Test(trace, gzip_trace_errors_name_the_file_and_line)
+{
+    const char *bad = "# header next\n2 2\na 0 10 0\nf 1\n";
+    size_t gz_len;
+    unsigned char *gz = gzip_bytes(bad, strlen(bad), 1, &gz_len);
+    char path[] = "/tmp/stow_trace_gz_XXXXXX";
+    write_bytes(path, gz, gz_len);
+    stow_trace_t *t = UNTOUCHED;
+    char err[512], want[600];
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_EPARSE);
+    snprintf(want, sizeof want, "%s:4: id 1 freed before it was allocated", path);
+    cr_assert_str_eq(err, want);
+    cr_assert_eq(t, UNTOUCHED);
+    unlink(path);
+    free(gz);
+}
+
+/* A truncated stream names the file, the line it broke off in and how much
+ * came; a corrupt one the compressed byte and zlib's reason; bytes after the
+ * end that are not another member are corrupt too. *out stays untouched. */
+Test(trace, truncated_and_corrupt_gzip_name_the_file)
+{
+    const char *plain_path = STOW_SOURCE_DIR "/bench/traces/resnet50_train.rep";
+    size_t text_len, gz_len;
+    char *text = read_all(plain_path, &text_len);
+    unsigned char *gz = gzip_bytes(text, text_len, 1, &gz_len);
+    char err[512], want[700];
+    stow_trace_t *t = UNTOUCHED;
+
+    char cut[] = "/tmp/stow_trace_gz_XXXXXX";
+    write_bytes(cut, gz, gz_len / 2);
+    cr_assert_eq(stow_trace_load(cut, &t, err, sizeof err), STOW_EPARSE);
+    cr_assert_eq(t, UNTOUCHED);
+    char *colon = strchr(err + strlen(cut) + 1, ':');
+    cr_assert_not_null(colon, "%s", err);
+    unsigned long line = strtoul(err + strlen(cut) + 1, NULL, 10);
+    cr_assert(line > 1000 && line < 9711, "line %lu: %s", line, err);
+    size_t got = (size_t)strtoull(strstr(err, "compressed bytes, ") + 18, NULL, 10);
+    cr_assert(got > 0 && got < text_len, "%s", err);
+    snprintf(want, sizeof want,
+             "%s:%lu: truncated gzip stream: the file ends after %zu compressed bytes, %zu bytes "
+             "into the trace",
+             cut, line, gz_len / 2, got);
+    cr_assert_str_eq(err, want);
+    /* The lines that came are whole up to the one reported. */
+    size_t lines = 1;
+    for (size_t i = 0; i < got; i++)
+        lines += text[i] == '\n';
+    cr_assert_eq(lines, line);
+    unlink(cut);
+
+    /* The gzip header alone: cut before any data. */
+    char head[] = "/tmp/stow_trace_gz_XXXXXX";
+    write_bytes(head, gz, 10);
+    cr_assert_eq(stow_trace_load(head, &t, err, sizeof err), STOW_EPARSE);
+    snprintf(want, sizeof want,
+             "%s:1: truncated gzip stream: the file ends after 10 compressed bytes, 0 bytes into "
+             "the trace",
+             head);
+    cr_assert_str_eq(err, want);
+    unlink(head);
+
+    /* A damaged block: the first byte of the deflate data (after the 10-byte header) set to
+     * the reserved block type 3. */
+    unsigned char *bad = malloc(gz_len);
+    cr_assert_not_null(bad);
+    memcpy(bad, gz, gz_len);
+    bad[10] = 0x07;
+    char corrupt[] = "/tmp/stow_trace_gz_XXXXXX";
+    write_bytes(corrupt, bad, gz_len);
+    cr_assert_eq(stow_trace_load(corrupt, &t, err, sizeof err), STOW_EPARSE);
+    snprintf(want, sizeof want,
+             "%s:1: corrupt gzip stream at compressed byte 11 of %zu (zlib: invalid block type)",
+             corrupt, gz_len);
+    cr_assert_str_eq(err, want);
+    unlink(corrupt);
+
+    /* A wrong checksum in the trailer: all the text came, and none of it is trusted. */
+    memcpy(bad, gz, gz_len);
+    bad[gz_len - 8] ^= 0xff;
+    char crc[] = "/tmp/stow_trace_gz_XXXXXX";
+    write_bytes(crc, bad, gz_len);
+    cr_assert_eq(stow_trace_load(crc, &t, err, sizeof err), STOW_EPARSE);
+    cr_assert(strstr(err, "corrupt gzip stream") && strstr(err, "(zlib: incorrect data check)"),
+              "%s", err);
+    cr_assert_eq(strncmp(err, crc, strlen(crc)), 0, "%s", err);
+    unlink(crc);
+
+    /* Bytes after the end that are not another member. */
+    unsigned char *tail = malloc(gz_len + 5);
+    cr_assert_not_null(tail);
+    memcpy(tail, gz, gz_len);
+    memcpy(tail + gz_len, "junk\n", 5);
+    char trailing[] = "/tmp/stow_trace_gz_XXXXXX";
+    write_bytes(trailing, tail, gz_len + 5);
+    cr_assert_eq(stow_trace_load(trailing, &t, err, sizeof err), STOW_EPARSE);
+    snprintf(want, sizeof want,
+             "%s:9713: corrupt gzip stream: 5 bytes after its end (compressed byte %zu of %zu) "
+             "are not gzip",
+             trailing, gz_len, gz_len + 5);
+    cr_assert_str_eq(err, want);
+    cr_assert_eq(t, UNTOUCHED);
+    unlink(trailing);
+    free(tail);
+    free(bad);
+    free(gz);
+    free(text);
+}
+
+#else /* !STOW_HAVE_ZLIB */
+
+/* Without zlib a compressed trace is refused with what is missing, never parsed as text. */
+Test(trace, gzip_trace_without_zlib_says_so)
+{
+    /* "0 0\n" as Python's gzip.compress(..., mtime=0) writes it. */
+    static const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                       0x02, 0x03, 0x33, 0x50, 0x30, 0xe0, 0x02, 0x00,
+                                       0xb0, 0xbe, 0xb1, 0xd6, 0x04, 0x00, 0x00, 0x00};
+    char path[] = "/tmp/stow_trace_gz_XXXXXX";
+    write_bytes(path, gz, sizeof gz);
+    stow_trace_t *t = UNTOUCHED;
+    char err[512];
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_EPARSE);
+    cr_assert(strstr(err, "gzip-compressed, and this build of Stowage has no zlib"), "%s", err);
+    cr_assert_eq(t, UNTOUCHED);
+    unlink(path);
+    (void)read_all;
+}
+
+#endif
 
 /* ---- shared real traces (../shared/traces/README.md) ---- */
 
