@@ -295,6 +295,9 @@ struct stow_pool {
     size_t free_handle_count, free_handle_capacity;
     uint64_t free_handle_granules;     /* their granules */
     uint64_t phys_granules;            /* granules of the handles held (mapped + free) */
+    uint64_t phys_granules_high_water; /* the most phys_granules held since creation or the
+                                          last empty_cache: handles are created up to it
+                                          before any remap (vmm.c, obtain_handle) */
     uint64_t mapped_count;             /* granules mapped */
     size_t vmm_small_bytes;            /* requests of at most this go to the small range;
                                           0: one range for all (config vmm_small_kb) */

@@ -340,7 +340,12 @@ static void note_peak_before_release(stow_pool_t *pool)
 }
 
 /* Obtains a handle of `granules` for a range of `kind`: a free handle of that
- * size, or a new one while the pool stays within its allowance (and limit).
+ * size, or a new one while the pool stays within what it may hold (and its
+ * limit): its allowance, or the most it has held since creation or the last
+ * empty_cache, whichever is larger. A remap below that high-water mark could
+ * not lower the pool's peak, which it reached already; it would only cost an
+ * unmap and a map, and move the granules a later block of the same layout
+ * needs (a freed block's room is where best fit puts the next one).
  * Beyond it, idle mappings are unmapped, the oldest first: one of that size is
  * remapped as it is (a loop's blocks of the same sizes take each other's
  * handles), one of another size (and any free handle) goes back to the device
@@ -358,6 +363,8 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, size_t gran
             return STOW_OK;
         }
     uint64_t allowed = stow__vmm_allowance_for(pool, live_bytes_high_water);
+    if (allowed < pool->phys_granules_high_water && !pool->vmm_cap_bytes)
+        allowed = pool->phys_granules_high_water;
     bool none_idle = false;
     for (;;) {
         uint64_t held = granule_bytes(pool, pool->phys_granules);
@@ -367,6 +374,8 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, size_t gran
                 pool, pool->backend->phys_create(pool->backend->ctx, (size_t)bytes, out));
             if (st == STOW_OK) {
                 pool->phys_granules += granules;
+                if (pool->phys_granules > pool->phys_granules_high_water)
+                    pool->phys_granules_high_water = pool->phys_granules;
                 pool->acct.s.num_device_alloc++;
                 stow__acct_reserved_add(&pool->acct, kind, bytes);
                 return STOW_OK;
@@ -853,8 +862,9 @@ void stow__vmm_release_unused(stow_pool_t *pool)
     }
     release_free_handles(pool);
     /* What remains mapped is live data and the handles it holds in part: that
-     * is the new high-water baseline. */
+     * is the new high-water baseline, of live bytes and of handles held. */
     pool->live_bytes_high_water = pool->live_bytes;
+    pool->phys_granules_high_water = pool->phys_granules;
     update_idle(pool);
 }
 

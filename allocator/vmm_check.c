@@ -249,16 +249,18 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char 
     if (mapped != pool->mapped_count || counts[3] != mapped - unused ||
         free_granules != pool->free_handle_granules ||
         pool->phys_granules != mapped + free_granules ||
+        pool->phys_granules > pool->phys_granules_high_water ||
         pool->acct.s.reserved_bytes[STOW_POOL_ALL].current != pool->phys_granules * g ||
         pool->acct.idle_segment_bytes != (unused + free_granules) * g) {
         snprintf(why, why_len,
                  "vmm: mapped %llu vs %llu, live granules %llu, unused %llu, free handles' %llu "
-                 "vs %llu, held %llu",
+                 "vs %llu, held %llu (high-water mark %llu)",
                  (unsigned long long)mapped, (unsigned long long)pool->mapped_count,
                  (unsigned long long)counts[3], (unsigned long long)unused,
                  (unsigned long long)free_granules,
                  (unsigned long long)pool->free_handle_granules,
-                 (unsigned long long)pool->phys_granules);
+                 (unsigned long long)pool->phys_granules,
+                 (unsigned long long)pool->phys_granules_high_water);
         return STOW_EINVAL;
     }
     return STOW_OK;
