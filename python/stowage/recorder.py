@@ -650,6 +650,21 @@ class Recorder:
                 v = torch.zeros(tuple(m.shape), dtype=m.dtype)
         return v
 
+    def host_value(self, t, what):
+        """A NumPy array of t's values: the known ones, else zeros (the data policy, counted
+        as `what`); refused over the value limit."""
+        v = _value(t)
+        if v is None:
+            if _numel(t) > VALUE_LIMIT:
+                raise self.error("%s needs the values of a tensor of %d elements that the "
+                                 "recorder does not keep (over %d)"
+                                 % (what, _numel(t), VALUE_LIMIT))
+            self.policy.note(what, user_line())
+            with torch._C._DisableTorchDispatch(), _one_thread():
+                v = torch.zeros(tuple(t.shape), dtype=t.dtype)
+        with torch._C._DisableTorchDispatch():  # numpy() runs operators: none on fakes
+            return v.detach().reshape(tuple(t.shape)).numpy()
+
     def _long_indices(self, func, indices):
         """Boolean (or uint8) index tensors as the long index tensors of their true places, fakes
         with values: the shape of the result then needs no data."""
@@ -819,6 +834,15 @@ class Recorder:
                 return t.item().__format__(spec)
             return tensor_format(t, spec)
         patch(FakeTensor, "__format__", format_fake)
+
+        def numpy_fake(t, *, force=False):
+            # A host tensor of a GPU run (after .cpu()) converts to a NumPy array of its
+            # values (np.asarray and SciPy through __array__): the values the recorder has.
+            if t.device.type != "cpu":
+                raise TypeError("can't convert %s device type tensor to numpy. Use Tensor.cpu() "
+                                "to copy the tensor to host memory first." % t.device)
+            return self.host_value(t, "Tensor.numpy")
+        patch(FakeTensor, "numpy", numpy_fake)
         # TorchScript's profiling executor fuses a function's CUDA operators into a kernel it
         # compiles at the function's second call; nothing compiles for the emulated device (the
         # process dies), so the function's graph runs unfused, operator by operator.

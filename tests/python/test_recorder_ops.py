@@ -167,6 +167,20 @@ class RecorderOps(unittest.TestCase):
         self.assertEqual(sizes.count(62976), 2, sizes)
         self.assertIn(46080, sizes)
 
+    def test_a_host_tensor_converts_to_numpy_with_its_values(self):
+        # DETR's Hungarian matching hands a cost matrix brought to the host to SciPy
+        # (np.asarray): known values convert as they are, unknown ones as zeros (the policy).
+        out, _ = self.run_script("to_numpy.py", """
+            import numpy as np
+            import torch
+            known = (torch.arange(6, device="cuda").view(2, 3) * 2).cpu()
+            w = torch.randn(100, 100, device="cuda")
+            unknown = (torch.randn(4, 100, device="cuda") @ w).cpu()
+            print(np.asarray(known).tolist(), known.numpy().dtype, np.asarray(unknown).sum(),
+                  np.asarray(unknown, dtype=np.float64).shape)
+        """)
+        self.assertEqual(out.splitlines()[0], "[[0, 2, 4], [6, 8, 10]] int64 0.0 (4, 100)")
+
 
 if __name__ == "__main__":
     unittest.main()
