@@ -21,7 +21,7 @@
 void stow_config_default(stow_config_t *config)
 {
     memset(config, 0, sizeof *config);
-    config->policy = STOW_POLICY_CLASSIC;
+    config->policy = STOW_POLICY_AUTO;
     config->max_split_size_bytes = SIZE_MAX;
     config->max_non_split_rounding_bytes = 20 * MIB;
     config->garbage_collection_threshold = 0.0;
@@ -54,7 +54,8 @@ static bool is_pow2_or_zero(unsigned long v) { return (v & (v - 1)) == 0; }
 
 stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t err_len)
 {
-    if (c->policy != STOW_POLICY_CLASSIC && c->policy != STOW_POLICY_VMM)
+    if (c->policy != STOW_POLICY_CLASSIC && c->policy != STOW_POLICY_VMM &&
+        c->policy != STOW_POLICY_AUTO)
         return fail(err, err_len, "key 'policy': unknown policy %d", (int)c->policy);
     if (c->max_split_size_bytes < 20 * MIB)
         return fail(err, err_len, "key 'max_split_size_mb': must be at least 20 (MiB)");
@@ -229,8 +230,10 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
             c->policy = STOW_POLICY_CLASSIC;
         else if (!strcmp(v, "vmm"))
             c->policy = STOW_POLICY_VMM;
+        else if (!strcmp(v, "auto"))
+            c->policy = STOW_POLICY_AUTO;
         else
-            return fail(err, err_len, "key 'policy': '%s' is not classic or vmm", v);
+            return fail(err, err_len, "key 'policy': '%s' is not auto, classic or vmm", v);
         return STOW_OK;
     }
     if (!strcmp(key, "expandable_segments")) {

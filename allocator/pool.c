@@ -181,6 +181,14 @@ static void pool_free_memory(stow_pool_t *pool)
     free(pool);
 }
 
+/* Whether the backend has every page-mapping method a page-mapped pool needs
+ * (the CUDA backend sets them only where the driver maps pages). */
+static bool backend_maps_pages(const stow_backend_t *b)
+{
+    return b->va_reserve && b->va_release && b->phys_create && b->phys_release && b->map &&
+           b->unmap;
+}
+
 stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t *backend,
                                stow_pool_t **out)
 {
@@ -195,9 +203,9 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
         return STOW_EINVAL;
     if (cfg.scrub_on_free && !backend->scrub)
         return STOW_ENOSYS;
-    if (cfg.policy == STOW_POLICY_VMM &&
-        !(backend->va_reserve && backend->va_release && backend->phys_create &&
-          backend->phys_release && backend->map && backend->unmap))
+    if (cfg.policy == STOW_POLICY_AUTO)
+        cfg.policy = backend_maps_pages(backend) ? STOW_POLICY_VMM : STOW_POLICY_CLASSIC;
+    if (cfg.policy == STOW_POLICY_VMM && !backend_maps_pages(backend))
         return STOW_ENOSYS;
     size_t free_bytes = 0, total_bytes = 0;
     stow_status_t st = backend->mem_info(backend->ctx, &free_bytes, &total_bytes);

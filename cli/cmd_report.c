@@ -20,7 +20,7 @@ static void report_usage(FILE *f)
             "                     [--iterations N | --boundary EVENT,...] [--tags FILE]\n"
             "                     [--bars N] [--points N]\n"
             "\n"
-            "Replays TRACE under a policy (default classic) and writes one self-contained\n"
+            "Replays TRACE under a policy (default vmm) and writes one self-contained\n"
             "HTML page: memory over time (live and reserved bytes, peak marked), allocation\n"
             "lifetimes, fragmentation, growth across iterations, the allocations alive at\n"
             "the peak, and the headline figures (docs/report.md).\n"
@@ -36,7 +36,7 @@ static void report_usage(FILE *f)
             "  --bars N        lifetimes drawn one by one (default 2000)\n"
             "  --points N      memory-chart buckets (default 4000)\n"
             "  --policy P      a policy of 'stowage replay --help'; default: the pool the\n"
-            "                  settings select (classic, or vmm with policy:vmm)\n"
+            "                  settings select (vmm, or classic with policy:classic)\n"
             "  --conf S        settings in STOWAGE_CONF syntax (also read from STOWAGE_CONF);\n"
             "                  a key the policy cannot apply is an error naming it\n"
             "Exit status: 0 ok, 1 leak (--growth), 2 bad usage or input.\n");

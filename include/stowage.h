@@ -52,9 +52,13 @@ STOW_API unsigned stow_version(void);
  * ====================================================================== */
 typedef enum {
     STOW_POLICY_CLASSIC = 0, /* caching pool of backend segments (docs/design.md) */
-    STOW_POLICY_VMM = 1      /* page-mapped segments: physical memory only under live blocks
+    STOW_POLICY_VMM = 1,     /* page-mapped segments: physical memory only under live blocks
                                 (docs/design.md, "Page-mapped segments"); needs a backend
                                 with the page-mapping methods, else STOW_ENOSYS */
+    STOW_POLICY_AUTO = 2     /* the default: STOW_POLICY_VMM where the backend maps pages
+                                (the CUDA driver with virtual memory management, the
+                                simulated device), STOW_POLICY_CLASSIC where it cannot;
+                                stow_pool_config() reports the one the pool took */
 } stow_policy_t;
 
 /* roundup_power2_divisions applies per power-of-two interval of the request
@@ -65,7 +69,7 @@ typedef enum {
 /* One field per STOWAGE_CONF key. docs/design.md describes what each does;
  * docs/decisions.md says why each default is what it is. */
 typedef struct stow_config {
-    stow_policy_t policy;          /* default STOW_POLICY_CLASSIC; key "policy" */
+    stow_policy_t policy;          /* default STOW_POLICY_AUTO; key "policy" */
     size_t max_split_size_bytes;   /* SIZE_MAX = unlimited (default), else at least 20 MiB: cached
                                       blocks this large are never split, and smaller requests never
                                       take them; key "max_split_size_mb" */
@@ -155,7 +159,7 @@ STOW_API void stow_config_default(stow_config_t *config);
 
 /*
  * Applies `text` in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value")
- * on top of *config. Keys: policy (classic|vmm), max_split_size_mb,
+ * on top of *config. Keys: policy (auto|classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
  * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, vmm_slack_max,
  * record_events,
@@ -163,7 +167,7 @@ STOW_API void stow_config_default(stow_config_t *config);
  * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
  * vmm_handle_mb, planned_steps (true|false), planned_warmup_steps, planned_headroom,
  * planned_auto (true|false), planned_async (true|false), expandable_segments (True
- * selects policy vmm). An unknown key or a bad value returns STOW_EINVAL, writes
+ * selects policy vmm, False policy classic). An unknown key or a bad value returns STOW_EINVAL, writes
  * "key 'K': reason" into err and leaves *config unchanged.
  * Thread safety: reentrant. Errors: STOW_EINVAL.
  */

@@ -254,7 +254,8 @@ static const stow_replay_policy_t *key_wants(const conf_key_t *key, const stow_c
     bool planned = (g & APPLY_PLANNED) != 0;
     switch (key->kind) {
     case KEY_PAGE_MAPPED: {
-        bool want = config->policy == STOW_POLICY_VMM;
+        /* The simulated device maps pages: policy auto is the page-mapped pool. */
+        bool want = config->policy != STOW_POLICY_CLASSIC;
         if (policy_page_mapped(p) == want)
             return NULL;
         if (g & APPLY_PYTORCH)
@@ -288,7 +289,7 @@ stow_status_t stow__replay_conf_resolve(const char *conf, const stow_config_t *c
     if (conf)
         scan_keys(conf, false, given, &n);
     if (!policy_given) {
-        policies[0] = pool_policy(config->policy == STOW_POLICY_VMM, config->planned_steps);
+        policies[0] = pool_policy(config->policy != STOW_POLICY_CLASSIC, config->planned_steps);
         *count = 1;
     }
     char origin[128], names[256];
@@ -372,8 +373,9 @@ void stow__replay_usage(FILE *f)
             "timed in rounds, each replaying it untimed and then timed in turn).\n"
             "  --policy P      a policy below, or all (one table row per trace and policy);\n"
             "                  may be repeated. Default: the pool the settings select:\n"
-            "                  classic; vmm with policy:vmm or expandable_segments:True;\n"
-            "                  classic-planned or vmm-planned with planned_steps:true\n"
+            "                  vmm (policy auto: the simulated device maps pages); classic\n"
+            "                  with policy:classic or expandable_segments:False;\n"
+            "                  vmm-planned or classic-planned with planned_steps:true\n"
             "  --capacity B    simulated device memory in bytes (suffixes K, M, G, T), at\n"
             "                  least 2M; default unlimited; device policies only\n"
             "  --allow-oom     out-of-memory errors do not fail the replay (capacity\n"

@@ -3,7 +3,7 @@
 The global swap: Stowage serves every CUDA tensor.
 
     import stowage.torch
-    stowage.torch.enable("max_split_size_mb:256")   # before the first CUDA tensor
+    stowage.torch.enable("per_process_memory_fraction:0.9")   # before the first CUDA tensor
     ...
     print(stowage.torch.memory_summary())
 

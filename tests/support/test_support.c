@@ -57,6 +57,19 @@ stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_even
     return stow_sim_create(&c, &b) == STOW_OK ? b : NULL;
 }
 
+void ts_config_classic(stow_config_t *config)
+{
+    stow_config_default(config);
+    config->policy = STOW_POLICY_CLASSIC;
+}
+
+const stow_config_t *ts_classic(void)
+{
+    static stow_config_t config;
+    ts_config_classic(&config);
+    return &config;
+}
+
 void ts_sim_assert_released_then_destroy(stow_backend_t *sim)
 {
     stow_sim_counters_t c;

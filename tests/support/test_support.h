@@ -33,6 +33,12 @@ static inline uint64_t ts_xorshift(uint64_t *state)
 
 /* A simulated device with the given capacity (0 = unlimited). */
 stow_backend_t *ts_sim(size_t capacity_bytes, bool host_backed, bool manual_events);
+
+/* The defaults with policy classic, for tests of what only the classic pool
+ * does (the default, policy auto, is the page-mapped pool on the simulated
+ * device). ts_classic() points to such a configuration. */
+void ts_config_classic(stow_config_t *config);
+const stow_config_t *ts_classic(void);
 /* After the pools on it are destroyed: the simulated device holds no memory,
  * every mapping was undone and every address range released. Then destroys
  * it. */

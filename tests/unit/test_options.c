@@ -51,7 +51,7 @@ Test(options, defaults)
     stow_config_t c;
     memset(&c, 0xAB, sizeof c);
     stow_config_default(&c);
-    cr_assert_eq(c.policy, STOW_POLICY_CLASSIC);
+    cr_assert_eq(c.policy, STOW_POLICY_AUTO);
     cr_assert_eq(c.max_split_size_bytes, SIZE_MAX);
     cr_assert_eq(c.max_non_split_rounding_bytes, 20 * MIB);
     for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)

@@ -39,7 +39,7 @@ static size_t n_shadow;
 static void make_bare(const char *conf, bool manual_events)
 {
     sim = ts_sim(0, false, manual_events);
-    stow_config_t c = ts_config("planned_steps:true,planned_async:false");
+    stow_config_t c = ts_config("policy:classic,planned_steps:true,planned_async:false");
     char err[256];
     if (conf)
         cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
@@ -958,7 +958,7 @@ Test(planned, plans_made_on_the_helper_thread_are_taken_later)
 {
     sim = ts_sim(0, false, false);
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     char err[256];
     cr_assert_eq(stow_config_parse(&c, "planned_steps:true", err, sizeof err), STOW_OK);
     cr_assert(c.planned_async);

@@ -20,7 +20,7 @@ static void make_pool(size_t capacity, const stow_config_t *cfg)
 {
     sim = ts_sim(capacity, false, false);
     cr_assert_not_null(sim);
-    cr_assert_eq(stow_pool_create(cfg, sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create(cfg ? cfg : ts_classic(), sim, &pool), STOW_OK);
 }
 
 static void check_pool(void)
@@ -93,12 +93,12 @@ Test(pool, create_rejects_bad_backend_and_config)
     cr_assert_eq(stow_pool_create(NULL, &bad, &p), STOW_EINVAL);
     cr_assert_eq(p, (stow_pool_t *)0x1, "out untouched on error");
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.memory_fraction = 0.0;
     cr_assert_eq(stow_pool_create(&c, b, &p), STOW_EINVAL);
     c.memory_fraction = 1e-98; /* valid syntax, but less than one 2 MiB granule of the device */
     cr_assert_eq(stow_pool_create(&c, b, &p), STOW_EINVAL);
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.policy = STOW_POLICY_VMM;
     bad = *b;
     bad.map = NULL; /* page mapping unsupported */
@@ -110,11 +110,50 @@ Test(pool, create_rejects_bad_backend_and_config)
     cr_assert_eq(stow_sim_destroy(b), STOW_OK);
 }
 
+/* The default policy, auto, takes the page-mapped pool where the backend maps
+ * pages and the classic pool where it cannot; the pool's configuration names
+ * the one it took. */
+Test(pool, policy_auto_maps_pages_where_the_backend_can)
+{
+    stow_backend_t *b = ts_sim(0, false, false);
+    stow_backend_t no_vmm = *b;
+    no_vmm.unmap = NULL;
+    struct {
+        const stow_config_t *config;
+        const stow_backend_t *backend;
+        stow_policy_t want;
+    } cases[] = {
+        {NULL, b, STOW_POLICY_VMM},
+        {NULL, &no_vmm, STOW_POLICY_CLASSIC},
+        {ts_classic(), b, STOW_POLICY_CLASSIC},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stow_pool_t *p = NULL;
+        cr_assert_eq(stow_pool_create(cases[i].config, cases[i].backend, &p), STOW_OK, "case %zu", i);
+        stow_config_t got;
+        stow_pool_config(p, &got);
+        cr_assert_eq(got.policy, cases[i].want, "case %zu", i);
+        void *ptr = NULL;
+        cr_assert_eq(stow_pool_alloc(p, 3 * MIB, NULL, &ptr), STOW_OK);
+        cr_assert_eq(stow_pool_free(p, ptr), STOW_OK);
+        cr_assert_eq(stow_pool_destroy(p), STOW_OK);
+    }
+    stow_config_t c;
+    char err[128];
+    stow_config_default(&c);
+    cr_assert_eq(stow_config_parse(&c, "policy:classic", err, sizeof err), STOW_OK);
+    cr_assert_eq(stow_config_parse(&c, "policy:auto", err, sizeof err), STOW_OK, "%s", err);
+    cr_assert_eq(c.policy, STOW_POLICY_AUTO);
+    cr_assert_eq(stow_config_parse(&c, "policy:paged", err, sizeof err), STOW_EINVAL);
+    cr_assert_str_eq(err, "key 'policy': 'paged' is not auto, classic or vmm");
+    cr_assert_eq(stow_sim_destroy(b), STOW_OK);
+}
+
 Test(pool, small_blocks_share_a_segment_and_coalesce)
 {
     /* Merging at free, without quick lists (tests/unit/test_quick.c has them). */
     stow_config_t cfg;
-    stow_config_default(&cfg);
+    ts_config_classic(&cfg);
     cfg.quick_depth = 0;
     make_pool(0, &cfg);
     void *a = alloc_ok(1000), *b = alloc_ok(512), *c = alloc_ok(3000);
@@ -259,7 +298,7 @@ Test(pool, out_of_memory_explains_and_changes_nothing)
 Test(pool, release_and_retry_recovers_cached_memory)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.release_idle_on_grow = false; /* exercise the retry path itself */
     make_pool(32 * MIB, &c);
     void *a = alloc_ok(24 * MIB);
@@ -322,7 +361,7 @@ static uint64_t run_loop6(unsigned steps, unsigned tail)
 static void make_pool_keeping(size_t capacity_bytes, double keep_idle_max)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.keep_idle_max = keep_idle_max;
     make_pool(capacity_bytes, &c);
 }
@@ -410,7 +449,7 @@ Test(pool, a_whole_idle_segment_serves_a_smaller_request_when_no_split_block_fit
 Test(pool, memory_fraction_limits_reservations)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.memory_fraction = 0.5;
     make_pool(16 * MIB, &c);
     void *a = alloc_ok(8 * MIB);
@@ -444,7 +483,7 @@ Test(pool, memory_fraction_can_change_at_run_time)
 Test(pool, max_split_size_keeps_large_blocks_whole)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.max_split_size_bytes = 20 * MIB;
     c.release_idle_on_grow = false; /* keep the idle oversize segment cached */
     make_pool(0, &c);
@@ -490,7 +529,7 @@ Test(pool, injected_backend_failures_return_errors)
 Test(pool, garbage_collection_threshold_releases_oldest_idle)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.release_idle_on_grow = false;
     c.garbage_collection_threshold = 0.5;
     make_pool(128 * MIB, &c);
@@ -570,7 +609,7 @@ Test(pool, summary_and_json_describe_the_pool)
 Test(pool, host_backed_blocks_never_overlap)
 {
     sim = ts_sim(64 * MIB, true, false);
-    cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create(ts_classic(), sim, &pool), STOW_OK);
     enum { SLOTS = 64 };
     unsigned char *ptr[SLOTS] = {0};
     size_t size[SLOTS] = {0};
@@ -644,7 +683,7 @@ Test(pool, concurrent_threads_keep_books_exact)
 Test(pool, a_block_whose_scrub_failed_is_not_reused_until_scrubbed)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.scrub_on_free = true;
     c.release_idle_on_grow = false;
     sim = ts_sim(64 * MIB, true, false); /* host-backed: real bytes to check */
@@ -688,7 +727,7 @@ Test(pool, a_block_whose_scrub_failed_is_not_reused_until_scrubbed)
 Test(pool, scrub_on_free_zeroes_blocks_before_reuse)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.scrub_on_free = true;
     sim = ts_sim(64 * MIB, false, false);
     stow_backend_t no_scrub = *sim;

@@ -23,7 +23,7 @@ static void make_mid(size_t capacity, bool manual_events, unsigned depth, unsign
     sim = ts_sim(capacity, false, manual_events);
     cr_assert_not_null(sim);
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.quick_depth = depth;
     c.quick_mid_slots = mid_slots;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
@@ -73,7 +73,7 @@ static void free_ok(void *p)
 Test(quick, default_depth_and_the_key_sets_it)
 {
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     cr_assert_eq(c.quick_depth, STOW_QUICK_DEPTH_DEFAULT);
     cr_assert_eq(STOW_QUICK_DEPTH_DEFAULT, 64u);
     char err[128];
@@ -267,7 +267,7 @@ Test(quick, large_blocks_and_one_range_page_mapped_pools_are_not_kept)
 
     sim = ts_sim(0, false, false);
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.policy = STOW_POLICY_VMM;
     c.vmm_small_kb = 0; /* one range: no small pool (tests/unit/test_vmm.c has the other) */
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
@@ -389,7 +389,7 @@ Test(quick, scrub_on_free_blocks_are_not_kept)
 {
     sim = ts_sim(64 * MIB, true, false);
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.scrub_on_free = true;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
     unsigned char *a = alloc_on(NULL, 5000);

@@ -81,7 +81,7 @@ Test(tags, interned_per_process_and_current_per_thread)
 
 Test(tags, pool_accounts_bytes_per_tag)
 {
-    make_pool(NULL);
+    make_pool("policy:classic");
     unsigned w, act;
     cr_assert_eq(stow_tag_set("weights", &w), STOW_OK);
     void *p, *q, *r;
@@ -269,7 +269,7 @@ Test(record, torch_entry_site_hook)
 
 Test(record, dump_writes_a_trace_the_reader_accepts)
 {
-    make_pool("record_events:1000");
+    make_pool("policy:classic,record_events:1000");
     char path[] = "/tmp/stow_record_XXXXXX";
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
@@ -316,7 +316,7 @@ Test(record, dump_writes_a_trace_the_reader_accepts)
  * nothing; markers without recording are accepted and leave no trace. */
 Test(record, step_markers_are_recorded_and_dumped)
 {
-    make_pool(NULL);
+    make_pool("policy:classic");
     cr_assert_eq(stow_pool_step(pool, "early"), STOW_OK, "not recording: nothing kept");
     cr_assert_eq(stow_record_start(pool, 100), STOW_OK);
     char path[] = "/tmp/stow_record_XXXXXX";
@@ -362,7 +362,7 @@ Test(record, step_markers_are_recorded_and_dumped)
 
 Test(record, the_ring_keeps_the_newest_events)
 {
-    make_pool(NULL);
+    make_pool("policy:classic");
     cr_assert_eq(stow_trace_dump(pool, "/tmp/never"), STOW_EINVAL, "not recording");
     cr_assert_eq(stow_record_start(pool, 4), STOW_OK);
     void *p[6];

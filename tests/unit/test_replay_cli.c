@@ -470,14 +470,17 @@ Test(replay_conf_resolve, settings_pick_the_pool_without_policy)
     struct {
         const char *conf, *want;
     } cases[] = {
-        {NULL, "classic"},
+        {NULL, "vmm"},
+        {"policy:auto", "vmm"},
+        {"policy:classic", "classic"},
         {"policy:vmm", "vmm"},
         {"expandable_segments:True", "vmm"},
         {"expandable_segments:False", "classic"},
-        {"planned_steps:true", "classic-planned"},
+        {"planned_steps:true", "vmm-planned"},
+        {"policy:classic,planned_steps:true", "classic-planned"},
         {"policy:vmm,planned_steps:true", "vmm-planned"},
         {"policy:vmm,vmm_slack:0.02", "vmm"},
-        {"planned_steps:true,planned_warmup_steps:2", "classic-planned"},
+        {"planned_steps:true,planned_warmup_steps:2", "vmm-planned"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const stow_replay_policy_t *p;
@@ -553,7 +556,11 @@ Test(replay_conf_resolve, a_key_no_policy_applies_is_an_error_naming_it)
         {"keep_idle_max:0.1", "pytorch",
          "--conf keep_idle_max:0.1 applies to classic and classic-planned only; the policy "
          "pytorch cannot apply it: use --policy with one of those, or drop the key"},
-        {"vmm_slack:0.02", NULL,
+        {"keep_idle_max:0.1", NULL,
+         "--conf keep_idle_max:0.1 applies to classic and classic-planned only; the policy vmm "
+         "(the one the settings select) cannot apply it: use --policy with one of those, or drop "
+         "the key"},
+        {"policy:classic,vmm_slack:0.02", NULL,
          "--conf vmm_slack:0.02 applies to vmm and vmm-planned only; the policy classic (the one "
          "the settings select) cannot apply it: use --policy with one of those, or drop the key"},
         {"max_split_size_mb:64", "vmm",
@@ -1225,8 +1232,11 @@ Test(cli_settings, conf_and_environment_pick_the_pool_the_label_shows)
         {"policy:vmm", NULL, "(policy vmm)"},
         {NULL, "expandable_segments:True", "(policy vmm)"},
         {"expandable_segments:True", NULL, "(policy vmm)"},
-        {NULL, "planned_steps:true,planned_auto:true", "(policy classic-planned)"},
-        {NULL, NULL, "(policy classic)"},
+        {NULL, "planned_steps:true,planned_auto:true", "(policy vmm-planned)"},
+        {NULL, "policy:classic,planned_steps:true,planned_auto:true", "(policy classic-planned)"},
+        {NULL, "policy:classic", "(policy classic)"},
+        {"expandable_segments:False", NULL, "(policy classic)"},
+        {NULL, NULL, "(policy vmm)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(args, sizeof args, "replay --repeats 0 %s%s%s %s",
@@ -1261,7 +1271,8 @@ Test(cli_settings, settings_no_policy_applies_exit_2_naming_the_key)
         {NULL, "--policy all --conf policy:vmm", "--conf policy:vmm", "--policy vmm"},
         {NULL, "--policy pytorch --conf keep_idle_max:0.1", "keep_idle_max:0.1",
          "classic and classic-planned"},
-        {NULL, "--conf vmm_slack:0.02", "vmm_slack:0.02", "vmm and vmm-planned"},
+        {NULL, "--conf keep_idle_max:0.1", "keep_idle_max:0.1", "classic and classic-planned"},
+        {NULL, "--conf policy:classic,vmm_slack:0.02", "vmm_slack:0.02", "vmm and vmm-planned"},
         {NULL, "--policy naive --policy jemalloc --conf quick_depth:4", "quick_depth:4",
          "classic, vmm"},
         {NULL, "--conf planned_async:true", "planned_async:true", "drop the key"},
@@ -1327,7 +1338,8 @@ Test(cli_settings, planned_policy_without_markers_says_it_plans_nothing)
     cr_assert(a && b);
     cr_assert_eq(strtoull(a + strlen(key), NULL, 10), strtoull(b + strlen(key), NULL, 10));
     /* The same through the settings. */
-    snprintf(args, sizeof args, "replay --repeats 0 --conf planned_steps:true %s", path);
+    snprintf(args, sizeof args, "replay --repeats 0 --conf policy:classic,planned_steps:true %s",
+             path);
     cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
     cr_assert_str_eq(err, want);
     unlink(path);

@@ -175,7 +175,7 @@ static void workload(unsigned steps)
 
 Test(snapshot, classic_pool_matches_its_books)
 {
-    make_pool(NULL);
+    make_pool("policy:classic");
     workload(1200);
     finish();
 }
@@ -217,7 +217,7 @@ Test(snapshot, page_mapped_runs_cut_free_blocks)
 
 Test(snapshot, counts_beyond_the_capacity_and_bad_arguments)
 {
-    make_pool(NULL);
+    make_pool("policy:classic");
     void *p[3];
     for (int i = 0; i < 3; i++)
         cr_assert_eq(stow_pool_alloc(pool, 30 * MIB, S1, &p[i]), STOW_OK);
@@ -238,7 +238,7 @@ Test(snapshot, counts_beyond_the_capacity_and_bad_arguments)
 
 Test(record_read, events_in_order_with_streams_sizes_and_times)
 {
-    make_pool(NULL);
+    make_pool("policy:classic");
     size_t count = 12345;
     cr_assert_eq(stow_record_read(pool, NULL, 0, &count, NULL), STOW_EINVAL);
     cr_assert_eq(count, 12345, "count written on an error");
@@ -290,7 +290,7 @@ Test(record_read, events_in_order_with_streams_sizes_and_times)
 
 Test(record_read, a_wrapped_ring_gives_the_newest_oldest_first)
 {
-    make_pool(NULL);
+    make_pool("policy:classic");
     cr_assert_eq(stow_record_start(pool, 8), STOW_OK);
     void *p;
     for (size_t i = 1; i <= 20; i++) {

@@ -29,7 +29,7 @@ static void pool_setup(void)
 {
     sim = ts_sim(0, false, false);
     cr_assert_not_null(sim);
-    cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create(ts_classic(), sim, &pool), STOW_OK);
 }
 
 static void pool_teardown_check(void)

@@ -20,7 +20,7 @@ static void setup_with(bool reuse_other_streams_on_miss)
     cr_assert_not_null(sim);
     /* Keep idle segments cached so that reuse, not release, is what is seen. */
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.release_idle_on_grow = false;
     c.reuse_other_streams_on_miss = reuse_other_streams_on_miss;
     cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
@@ -53,7 +53,7 @@ static void single_stream_pool(stow_backend_t *device, bool scrub_on_free)
     cr_assert_not_null(sim);
     single_stream = ts_single_stream(sim);
     stow_config_t c;
-    stow_config_default(&c);
+    ts_config_classic(&c);
     c.release_idle_on_grow = false;
     c.scrub_on_free = scrub_on_free;
     cr_assert_eq(stow_pool_create(&c, &single_stream, &pool), STOW_OK);
@@ -268,7 +268,7 @@ Test(stream, destroy_with_pending_blocks_is_clean, .init = setup)
 Test(stream, out_of_memory_synchronizes_and_reuses_other_streams_blocks)
 {
     sim = ts_sim(32 * MIB, false, true);
-    cr_assert_eq(stow_pool_create(NULL, sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create(ts_classic(), sim, &pool), STOW_OK);
     void *a = alloc_on(S1, 8 * MIB + 1);
     void *hold = alloc_on(S1, 8 * MIB + 1);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
