@@ -14,10 +14,12 @@ host time moves with the machine and is left to bench/replay_all.sh.
 The replays: `STOWAGE replay --policy all --policy ideal-remap --min-capacity --json --repeats 1`
 on the five shared traces (TRACES, default ../shared/traces beside the repository), about 10 s on
 2 cores. PyTorch's own figures come from TRACES/README.md (measured on an H200).
-With --heldout SNAPSHOTS it also makes the held-out, long-run and loop tables from
-bench/scaled_traces.py, bench/mixed_heldout.sh, bench/snapshot_heldout.sh, bench/vmm_long_run.sh,
-bench/random_loops.py and build/vmm_churn (10-20 minutes on 2 cores); without it those tables
-are left as they are.
+With --heldout SNAPSHOTS it also makes the held-out tables, the calls by group, the long-run
+and loop tables from bench/scaled_traces.py, bench/mixed_heldout.sh, bench/snapshot_heldout.sh,
+bench/zoo/heldout.sh, bench/vmm_calls.py, bench/vmm_long_run.sh (the shared traces, and
+SET=zoo), bench/random_loops.py, bench/long_run.py on the corpus's training runs and
+build/vmm_churn (about 15 minutes on 2 cores, the corpus's rows 5.5 of them; each script's wall
+time goes to standard error); without it those tables are left as they are.
 Exit status: 0 ok, 1 a table differs, 2 bad usage or input, 77 the traces are missing.
 """
 import argparse
@@ -30,6 +32,7 @@ import sys
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TRACES = ["gpt2_train", "resnet50_train", "resnet_multiscale_train", "vit_train", "gpt2_generate"]
 MARKER = re.compile(r"<!-- doc_tables:([a-z_]+) -->")
+HELDOUT_TABLES = ("heldout", "vmm_groups", "long", "loops")  # made only with --heldout
 
 
 def replay(stowage, traces_dir):
@@ -131,10 +134,17 @@ TABLES = {"readme": table_readme, "memory": table_memory, "calls": table_calls,
 
 
 def run_script(args, env=None):
+    """The script's standard output; its wall time goes to standard error."""
+    import time
+    start = time.monotonic()
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
                          env=dict(os.environ, **(env or {})))
     if out.returncode != 0:
         sys.exit(f"doc_tables: {' '.join(args)} failed:\n{out.stderr[-2000:]}")
+    settings = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    shown = " ".join(a if len(a) < 60 else "..." for a in args[:6])
+    print(f"doc_tables: {settings + ' ' if settings else ''}{shown}{' ...' if len(args) > 6 else ''}"
+          f": {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return out.stdout
 
 
@@ -197,18 +207,67 @@ def table_heldout(traces_dir, snapshots):
                            run_script(["bash", "bench/mixed_heldout.sh"]), True))
     out.append(heldout_row("public snapshot workloads", "bench/snapshot_heldout.sh DIR",
                            run_script(["bash", "bench/snapshot_heldout.sh", snapshots]), True))
+    out.append(heldout_row("model workloads (bench/zoo)", "bench/zoo/heldout.sh",
+                           run_script(["bash", "bench/zoo/heldout.sh"]), True))
+    return out
+
+
+def table_vmm_groups(traces_dir, snapshots):
+    """bench/vmm_calls.py --row on each group of traces of bench/vmm_handles.sh (the shared
+    traces, their scaled variants, the distinct public snapshot workloads) and on the corpus of
+    model workloads, at the default handle size: calls and modelled time against the
+    pytorch-expandable model's (median, max, traces above 2 x), reserved / live (median, max),
+    and the traces above 1.01 x live where ideal-remap is at most 1.005."""
+    import glob
+    import hashlib
+    import tempfile
+    out = ["| traces | calls / expandable: median, max, above 2 x | modelled time: median, max, "
+           "above 2 x | reserved / live: median, max | above 1.01 where ideal-remap <= 1.005 |",
+           "|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as d:
+        run_script([sys.executable, "bench/scaled_traces.py", os.path.join(d, "scaled"), "--src",
+                    traces_dir, "--factors", "0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5"])
+        subprocess.run([sys.executable, "bench/snapshot_check.py", "--stowage",
+                        os.path.join(ROOT, "build", "stowage"), "--workloads",
+                        os.path.join(d, "wl")] + sorted(glob.glob(os.path.join(snapshots, "*"))),
+                       cwd=ROOT, capture_output=True, text=True)
+        seen, workloads = set(), []
+        for path in sorted(glob.glob(os.path.join(d, "wl", "*.rep"))):
+            with open(path, "rb") as f:  # a workload committed under two names counts once
+                digest = hashlib.md5(f.read()).hexdigest()
+            if digest not in seen:
+                seen.add(digest)
+                workloads.append(path)
+        zoo = os.path.join(ROOT, "bench", "zoo")
+        with open(os.path.join(zoo, "index.csv")) as f:
+            corpus = [os.path.join(zoo, "traces", line.rstrip("\n").split(",")[-1])
+                      for line in f.readlines()[1:]]
+        groups = [("shared", [os.path.join(traces_dir, t + ".rep") for t in TRACES]),
+                  ("scaled variants", sorted(glob.glob(os.path.join(d, "scaled", "*.rep")))),
+                  ("snapshot workloads", workloads),
+                  ("model workloads of bench/zoo", corpus)]
+        for label, paths in groups:
+            row = run_script([sys.executable, "bench/vmm_calls.py", "--stowage",
+                              os.path.join(ROOT, "build", "stowage"), "--jobs", "2", "--row",
+                              label] + paths)
+            c = [x.strip() for x in row.strip().strip("|").split("|")]
+            out.append(f"| {label} ({len(paths)}) | {c[1]}, {c[2]}, {c[3]} | {c[4]}, {c[5]}, "
+                       f"{c[6]} | {c[7]}, {c[8]} | {c[9]} |")
     return out
 
 
 def table_long():
-    """bench/vmm_long_run.sh's summary lines, one row per model."""
+    """bench/vmm_long_run.sh's summary lines, one row per model of the shared traces, then one
+    per mode of the corpus's training runs (SET=zoo; REPLAYS=3, the least: the table takes only
+    the first replay)."""
     out = ["| model | long runs | maps+unmaps per 1000 events over the last 10 steps: max | "
            "settled from step |", "|---|---:|---:|---|"]
-    text = run_script(["bash", "bench/vmm_long_run.sh"])
-    for m in re.finditer(r"^(\w+): (\d+) long runs; maps\+unmaps per 1000 events, last 10 steps: "
-                         r"median \S+, mean \S+, max (\S+), above 20: \d+; settled from step "
-                         r"(\S+);", text, re.M):
-        out.append(f"| {m.group(1)} | {m.group(2)} | {m.group(3)} | {m.group(4)} |")
+    for env in ({}, {"SET": "zoo", "REPLAYS": "3"}):
+        text = run_script(["bash", "bench/vmm_long_run.sh"], env)
+        for m in re.finditer(r"^(\S+(?: [\w-]+)?): (\d+) long runs; maps\+unmaps per 1000 "
+                             r"events, last 10 steps: median \S+, mean \S+, max (\S+), above 20: "
+                             r"\d+; settled from step (\S+);", text, re.M):
+            out.append(f"| {m.group(1)} | {m.group(2)} | {m.group(3)} | {m.group(4)} |")
     return out
 
 
@@ -246,8 +305,12 @@ def table_loops(snapshots):
         run_script([sys.executable, "bench/snapshot_check.py"] +
                    sorted(glob.glob(os.path.join(snapshots, "*"))) +
                    ["--workloads", os.path.join(d, "snap"), "--iterations", "64"])
+        zoo = run_script([sys.executable, "bench/zoo/build.py", "--training"]).split()
+        run_script([sys.executable, "bench/long_run.py", os.path.join(d, "zoo")] + zoo +
+                   ["--steps", "40"])
         for name, sub in (("random, 3,000 steps", "random"), ("snapshot workloads, 64 steps",
-                                                               "snap")):
+                                                               "snap"),
+                          ("model training runs (bench/zoo), 40 more steps", "zoo")):
             traces = sorted(glob.glob(os.path.join(d, sub, "*.rep")))
             for conf in (None, "vmm_learn_step:false"):
                 args = [os.path.join(ROOT, "build", "vmm_churn"), "--replays", "1", "--parts", "8"]
@@ -278,7 +341,7 @@ def documents(paths):
             m = MARKER.search(line)
             if not m:
                 continue
-            if m.group(1) not in TABLES and m.group(1) not in ("heldout", "long", "loops"):
+            if m.group(1) not in TABLES and m.group(1) not in HELDOUT_TABLES:
                 bad_input(f"{path}:{i + 1}: unknown table '{m.group(1)}'")
             end = i + 1
             while end < len(lines) and lines[end].startswith("|"):
@@ -301,7 +364,7 @@ def main():
                                                        os.path.join(ROOT, "..", "shared", "traces")))
     ap.add_argument("--heldout", metavar="SNAPSHOTS",
                     help="also the held-out, long-run and loop tables, SNAPSHOTS holding the "
-                         "snapshots of bench/snapshots.txt (10-20 minutes on 2 cores)")
+                         "snapshots of bench/snapshots.txt (about 15 minutes on 2 cores)")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     if not a.print and not a.files:
@@ -314,6 +377,7 @@ def main():
     tables = {name: fn(rows, real) for name, fn in TABLES.items()}
     if a.heldout:
         tables["heldout"] = table_heldout(a.traces, a.heldout)
+        tables["vmm_groups"] = table_vmm_groups(a.traces, a.heldout)
         tables["long"] = table_long()
         tables["loops"] = table_loops(a.heldout)
     if a.print:

@@ -20,7 +20,8 @@ in resnet_multiscale_train or gpt2_generate) is reported and skipped.
 
     python3 bench/long_run.py OUT TRACE... [--steps 12] [--markers KEY]
 
-Writes OUT/<name>_long.rep and prints, per trace, the period, where the
+A TRACE may be gzip-compressed (bench/zoo's .rep.gz). Writes OUT/<name>_long.rep
+(<name> without .rep or .rep.gz) and prints, per trace, the period, where the
 repeated step starts and the number of events written.
 
 With --markers KEY, a step marker `m KEY` (docs/trace_format.md) comes before
@@ -32,7 +33,10 @@ live (the earliest such phase), which is where an iteration boundary lies: the
 previous step's activations freed, the next ones not made yet.
 """
 import argparse
+import gzip
+import operator
 import os
+import re
 import sys
 
 MIN_PERIOD = 50
@@ -43,6 +47,8 @@ def lines_of(path):
     (the format is ASCII, and str.isdigit below would take other digits, such
     as superscripts, that int() refuses)."""
     with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"  # gzip-compressed, as bench/zoo commits its traces
+    with (gzip.open if gz else open)(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
                 yield number, raw.decode("ascii").split()
@@ -98,14 +104,15 @@ def signatures(path, events):
 
 
 def longest_periodic(sig, period):
-    """(length, end) of the longest stretch where sig[i] == sig[i - period]."""
-    best, run = (0, 0), 0
-    for i in range(period, len(sig)):
-        if sig[i] == sig[i - period]:
-            run += 1
-        else:
-            best, run = max(best, (run, i)), 0
-    return max(best, (run, len(sig)))
+    """(length, end) of the longest stretch where sig[i] == sig[i - period], the latest of
+    equal ones; end is the index after it. The comparisons run as one map and the stretches
+    are found by a regular expression over their bytes: a trace's largest size can be made
+    a hundred times, and each distance between two of them is a period to check."""
+    same = bytes(map(operator.eq, sig[period:], sig[:len(sig) - period]))
+    best = (0, len(sig))
+    for m in re.finditer(b"\x01+", same):
+        best = max(best, (m.end() - m.start(), period + m.end()))
+    return best
 
 
 def find_step(sig):
@@ -120,6 +127,8 @@ def find_step(sig):
     candidates = sorted({b - a for a in at for b in at if b - a >= MIN_PERIOD})
     best = None
     for period in candidates:
+        if best is not None and len(sig) - period <= best[0]:
+            break  # no stretch of this period or a longer one can be longer
         length, end = longest_periodic(sig, period)
         if length >= period and (best is None or length > best[0]):
             best = (length, end, period)
@@ -204,7 +213,11 @@ def main():
             print(f"{name}: no repeating step, skipped")
             continue
         period, end = found
-        out = extend(sig, period, end, args.steps)
+        try:
+            out = extend(sig, period, end, args.steps)
+        except ValueError as e:  # the stretch repeats, but not as a step the copies can repeat
+            print(f"{name}: step of {period} events that does not repeat whole ({e}), skipped")
+            continue
         ids = sum(1 for e in out if e[0] == "a")
         marks = set()
         if args.markers is not None:
@@ -213,7 +226,8 @@ def main():
             while first - period >= end - length - period:
                 first -= period
             marks = set(range(first, len(out), period))
-        dst = os.path.join(args.out, name[:-4] + "_long.rep" if name.endswith(".rep") else name)
+        stem = next((name[:-len(x)] for x in (".rep.gz", ".rep") if name.endswith(x)), None)
+        dst = os.path.join(args.out, stem + "_long.rep" if stem else name)
         with open(dst, "w") as f:
             f.write(f"{ids} {len(out)}\n")
             for i, (kind, ident, size, stream) in enumerate(out):

@@ -22,10 +22,13 @@
 # a column that does not scatter: vmm's instructions per event against
 # classic's over four warm passes of the long run (bench/warm_instructions.sh,
 # under callgrind: about 20 s a long run of 126,549 events).
+# SET=zoo takes instead the training runs of the corpus of model workloads
+# (bench/zoo/build.py --training: modes train and train-ckpt, as committed,
+# gzip-compressed) and summarizes them by mode.
 # Extra arguments go to vmm_churn (and warm_instructions) as settings (--conf ...).
 # Usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...]   (from the repository
-# root, after building; STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5,
-# REPLAYS=5 and INSTRUCTIONS=0 by default)
+# root, after building; SET=shared, STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,
+# 1.25,1.5, REPLAYS=5 and INSTRUCTIONS=0 by default)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,10 +48,19 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --factors "$factors" \
-    >/dev/null
-python3 "$root/bench/long_run.py" "$out/long" "${trace_paths[@]}" "$out"/scaled/*.rep \
-    --steps "$steps" >"$out/long.txt"
+set_name=${SET:-shared}
+case "$set_name" in
+shared)
+    python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" \
+        --factors "$factors" >/dev/null
+    sources=("${trace_paths[@]}" "$out"/scaled/*.rep) ;;
+zoo)
+    mapfile -t sources < <(python3 "$root/bench/zoo/build.py" --training) ;;
+*)
+    echo "vmm_long_run: SET=$set_name: shared or zoo" >&2
+    exit 2 ;;
+esac
+python3 "$root/bench/long_run.py" "$out/long" "${sources[@]}" --steps "$steps" >"$out/long.txt"
 runs=$(grep -c "repeated from" "$out/long.txt" || true)
 echo "$runs long runs (traces without a repeating step skipped)" >&2
 if [ "$runs" -eq 0 ]; then
@@ -57,7 +69,9 @@ if [ "$runs" -eq 0 ]; then
 fi
 for t in "$out"/long/*.rep; do
     name=$(basename "$t" _long.rep)
-    period=$(grep "^$name.rep: step of" "$out/long.txt" | sed 's/.*step of \([0-9]*\) events.*/\1/')
+    # "NAME.rep: step of P events, repeated from ..." (NAME.rep.gz for the corpus).
+    period=$(awk -v n="$name" '($1 == n ".rep:" || $1 == n ".rep.gz:") && $6 == "repeated" {
+        print $4 }' "$out/long.txt")
     events=$(head -1 "$t" | cut -d' ' -f2)
     parts=$(( (events + period / 2) / period ))
     [ "$parts" -gt 64 ] && parts=64
@@ -72,8 +86,8 @@ for t in "$out"/long/*.rep; do
     echo "$name $period $events $parts $host $instr $(grep "first replay, map+unmap" <<<"$churn" | cut -d: -f2)"
 done >"$out/parts.txt"
 
-python3 - "$out/parts.txt" <<'EOF'
-import statistics, sys
+SET=$set_name python3 - "$out/parts.txt" <<'EOF'
+import os, re, statistics, sys
 
 rows = []
 for line in open(sys.argv[1]):
@@ -101,7 +115,11 @@ for name, period, per_k, per_step, settled, host, instr in rows:
 print()
 families = {}
 for name, _, per_k, _, settled, host, instr in rows:
-    families.setdefault(name.split("_x")[0], []).append((per_k, settled, host, instr))
+    if os.environ["SET"] == "zoo":  # by mode: MODEL.MODE.bBATCH
+        fam = "bench/zoo " + re.search(r"\.([a-z-]+)\.b\d+$", name).group(1)
+    else:
+        fam = name.split("_x")[0]
+    families.setdefault(fam, []).append((per_k, settled, host, instr))
 for fam, v in families.items():
     churn = [c for c, _, _, _ in v]
     hosts = [h for _, _, h, _ in v]

@@ -4,6 +4,7 @@
     nice -n 10 PYTHON bench/zoo/build.py [--models A,B,...] [--jobs N] [--timeout S]
     python3 bench/zoo/build.py --unpack DIR [--models A,B,...]
     python3 bench/zoo/build.py --list
+    python3 bench/zoo/build.py --training [--models A,B,...]
 
 PYTHON is the recorder's environment (python/requirements.txt, `make deps`). Every workload of
 bench/zoo/models.py (a model, a mode, a batch size) runs under `stowage.predict.record` with the
@@ -19,8 +20,10 @@ Each trace goes to bench/zoo/traces/LIBRARY/MODEL.MODE.bBATCH.rep.gz (its tags b
 that could not be recorded (model,mode,batch,reason). With --models only those models are
 recorded again; the rows of the others stay as they were.
 
-`stowage replay` reads plain .rep files: --unpack DIR writes every indexed trace there as
-DIR/MODEL.MODE.bBATCH.rep (and its .rep.tags).
+Every `stowage` command reads the .rep.gz files as they are. --unpack DIR writes every indexed
+trace there as a plain DIR/MODEL.MODE.bBATCH.rep (and its .rep.tags), for tools that read only
+plain text. --training prints the paths of the training runs (modes train and train-ckpt), the
+long runs of docs/benchmarks.md.
 """
 
 import argparse
@@ -328,6 +331,14 @@ def build(names, python, jobs, timeout):
           f"traces {size / 2**20:.1f} MiB; {time.time() - t0:.0f} s")
 
 
+def training_runs(names=None):
+    """The committed paths of the indexed training runs whose step repeats (modes train and
+    train-ckpt, both batch sizes; train-varlen changes shapes every step), in index order: the
+    long runs of docs/benchmarks.md (bench/vmm_long_run.sh SET=zoo, bench/doc_tables.py)."""
+    return [os.path.join(TRACES, r["trace"]) for r in read_csv(INDEX)
+            if r["mode"] in ("train", "train-ckpt") and (not names or r["model"] in names)]
+
+
 def unpack(dest, names):
     os.makedirs(dest, exist_ok=True)
     n = 0
@@ -352,6 +363,8 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="the recorder's interpreter")
     ap.add_argument("--unpack", metavar="DIR", help="write the indexed traces as plain .rep")
     ap.add_argument("--list", action="store_true", help="print the workloads and exit")
+    ap.add_argument("--training", action="store_true",
+                    help="print the paths of the indexed training runs (train, train-ckpt)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -360,6 +373,9 @@ def main():
         worker(a.worker, TRACES, a.skip)
     elif a.unpack:
         unpack(a.unpack, names)
+    elif a.training:
+        for path in training_runs(names):
+            print(path)
     elif a.list:
         for m, mode, b in zoo.workloads([zoo.by_name(n) for n in names] if names else None):
             print(m.library, m.name, mode, b)

@@ -74,6 +74,15 @@ class Index(unittest.TestCase):
             m = models.by_name(r["model"])
             self.assertEqual(r["trace"], models.trace_name(m, r["mode"], int(r["batch"])))
 
+    def test_the_training_runs_are_the_indexed_train_and_train_ckpt_workloads(self):
+        p = subprocess.run([sys.executable, os.path.join(ZOO, "build.py"), "--training"],
+                           capture_output=True, text=True, check=True)
+        want = [os.path.join(build.TRACES, r["trace"]) for r in self.index
+                if r["mode"] in ("train", "train-ckpt")]
+        self.assertEqual(p.stdout.split(), want)
+        self.assertGreater(len(want), 100)
+        self.assertTrue(all(os.path.exists(t) for t in want))
+
     def test_every_row_has_the_events_and_peak_of_its_trace(self):
         for r in self.index:
             events, peak = build.gz_figures(os.path.join(build.TRACES, r["trace"]))
