@@ -187,6 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     stow_config_t cfg;
     stow_config_default(&cfg);
+    cfg.policy = STOW_POLICY_CLASSIC; /* a configuration bit below picks the page-mapped pool */
     bool vmm_large_view = false; /* below: a page-mapped pool's limit beyond its device */
     if (conf & 1)
         cfg.max_split_size_bytes = (20 + (size_t)fz_u8(&in)) * FZ_MIB;

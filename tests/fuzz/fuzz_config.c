@@ -41,7 +41,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static void fc_check_valid(const stow_config_t *c, const char *text)
 {
-    FUZZ_CHECK(c->policy == STOW_POLICY_CLASSIC || c->policy == STOW_POLICY_VMM, "policy: %s", text);
+    FUZZ_CHECK(c->policy == STOW_POLICY_CLASSIC || c->policy == STOW_POLICY_VMM ||
+                   c->policy == STOW_POLICY_AUTO,
+               "policy: %s", text);
     FUZZ_CHECK(c->max_split_size_bytes >= 20 * FC_MIB, "max_split_size: %s", text);
     FUZZ_CHECK(c->garbage_collection_threshold >= 0.0 && c->garbage_collection_threshold < 1.0,
              "gc threshold %g: %s", c->garbage_collection_threshold, text);
