@@ -234,6 +234,8 @@ RULES = {
         fill=[("[--conf vmm_learn_step:false]", "--conf vmm_learn_step:false"),
               ("TRACE", BUNDLED)], needs=["valgrind"]),
     "bench/vmm_handles.sh DIR": dict(skip=SNAPSHOTS),
+    "build/stowage replay --policy vmm --policy pytorch --policy pytorch-expandable "
+    "--policy ideal-remap --repeats 1 --json TRACE": dict(fill=[("TRACE", BUNDLED)]),
     "build/planned_steps --conf policy:vmm,planned_steps:true": dict(append=BUNDLED),
     "build/planned_steps --parts 42 --conf C OUT/*.rep": dict(
         fill=[("--conf C", "--conf policy:vmm,planned_auto:true")], shared=True),
