@@ -330,6 +330,47 @@ struct Trace {
     std::string user_metadata;
 };
 
+/* Puts each free before the unmaps of its block's granules. A pool's segment
+ * events and the adapter's block events come from two clocks, so a sort by time
+ * can put a free just after the unmap it allowed, which memory_viz (walking
+ * the history back from the segments) cannot place. Between a block's alloc
+ * and its free no granule under it can be unmapped: an unmap found there over
+ * the block is out of order, and the free moves to just before the first. */
+void order_frees_before_unmaps(std::vector<Trace> &merged)
+{
+    std::unordered_map<size_t, size_t> alloc_at; /* block address -> its alloc's index */
+    for (size_t i = 0; i < merged.size(); i++) {
+        const Trace &t = merged[i];
+        if (t.action == Action::ALLOC) {
+            alloc_at[t.addr] = i;
+            continue;
+        }
+        if (t.action != Action::FREE_REQUESTED && t.action != Action::FREE_COMPLETED)
+            continue;
+        auto it = alloc_at.find(t.addr);
+        size_t from = it != alloc_at.end() ? it->second + 1 : 0;
+        size_t first_unmap = i;
+        for (size_t j = from; j < i; j++) {
+            const Trace &u = merged[j];
+            if (u.action == Action::SEGMENT_UNMAP && u.device == t.device &&
+                u.addr < t.addr + t.size && t.addr < u.addr + u.size) {
+                first_unmap = j;
+                break;
+            }
+        }
+        if (first_unmap < i) {
+            std::rotate(merged.begin() + static_cast<std::ptrdiff_t>(first_unmap),
+                        merged.begin() + static_cast<std::ptrdiff_t>(i),
+                        merged.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+            merged[first_unmap].time_us = std::min(merged[first_unmap].time_us,
+                                                   merged[first_unmap + 1].time_us);
+            for (auto &entry : alloc_at) /* indices from first_unmap on moved up by one */
+                if (entry.second >= first_unmap && entry.second < i)
+                    entry.second++;
+        }
+    }
+}
+
 struct Annotation {
     int device;
     int64_t time_us;
@@ -587,8 +628,10 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     PrivatePool *create_pool_locked(int device, MempoolId_t id);
     void create_or_incref_locked(int device, MempoolId_t id);
     void retire_if_done_locked(PrivatePool *pp);
+    /* time_us < 0: now. */
     bool trace_locked(Action action, int device, size_t addr, size_t size, cudaStream_t stream,
-                      MempoolId_t pool, std::shared_ptr<c10::GatheredContext> context);
+                      MempoolId_t pool, std::shared_ptr<c10::GatheredContext> context,
+                      int64_t time_us = -1);
     void start_recording_locked(stow_pool_t *pool, bool *started);
     void add_segments_locked(CCA::SnapshotInfo &info, stow_pool_t *pool, int device,
                              MempoolId_t id);
@@ -812,6 +855,11 @@ void StowageAllocator::free_ptr(void *ptr) noexcept
 bool StowageAllocator::free_in_locked(stow_pool_t *pool, void *ptr, int device,
                                       MempoolId_t pool_id, size_t requested)
 {
+    /* The free's entries take the time before the pool frees: a page-mapped pool
+     * unmaps granules inside stow_pool_free, and its recorded segment_unmap
+     * must follow the free_completed, as in PyTorch's history (memory_viz walks
+     * the history backwards from the segments and needs that order). */
+    int64_t freed_us = history_on_.load() ? now_us() : 0;
     if (stow_pool_free(pool, ptr) != STOW_OK)
         return false;
     if (history_on_.load()) {
@@ -822,9 +870,9 @@ bool StowageAllocator::free_in_locked(stow_pool_t *pool, void *ptr, int device,
             context = it->second.context;
         /* Stowage frees at once; a use on another stream delays only the reuse. */
         trace_locked(Action::FREE_REQUESTED, device, reinterpret_cast<size_t>(ptr), requested,
-                     stream, pool_id, context);
+                     stream, pool_id, context, freed_us);
         trace_locked(Action::FREE_COMPLETED, device, reinterpret_cast<size_t>(ptr), requested,
-                     stream, pool_id, context);
+                     stream, pool_id, context, freed_us);
     }
     live_.erase(ptr);
     return true;
@@ -1539,12 +1587,14 @@ std::shared_ptr<c10::GatheredContext> StowageAllocator::gather_context(CCA::Reco
 /* Adds an entry to device's history unless its action is skipped; whether it did. */
 bool StowageAllocator::trace_locked(Action action, int device, size_t addr, size_t size,
                                     cudaStream_t stream, MempoolId_t pool,
-                                    std::shared_ptr<c10::GatheredContext> context)
+                                    std::shared_ptr<c10::GatheredContext> context,
+                                    int64_t time_us)
 {
     if (!history_on_.load() || skip_.count(static_cast<int>(action)))
         return false;
     std::deque<Trace> &ring = traces_[device];
-    ring.push_back(Trace{action, device, addr, size, stream, pool, now_us(), std::move(context),
+    ring.push_back(Trace{action, device, addr, size, stream, pool,
+                         time_us >= 0 ? time_us : now_us(), std::move(context),
                          tl_compile_context.empty() ? std::string() : tl_compile_context.back(),
                          user_metadata()});
     while (ring.size() > max_entries_)
@@ -1796,9 +1846,21 @@ CCA::SnapshotInfo StowageAllocator::snapshot(MempoolId_t mempool_id, bool includ
                         add_segment_traces_locked(merged, entry.second->pool, d,
                                                   entry.second->id);
             }
-            std::stable_sort(merged.begin(), merged.end(), [](const Trace &a, const Trace &b) {
-                return a.time_us < b.time_us;
-            });
+            /* At the same microsecond a segment's creation and mapping come
+             * before the block events (the pool maps inside the allocation),
+             * its unmapping and release after them (inside the free). */
+            auto rank = [](Action a) {
+                return a == Action::SEGMENT_ALLOC || a == Action::SEGMENT_MAP     ? 0
+                       : a == Action::SEGMENT_UNMAP || a == Action::SEGMENT_FREE ? 2
+                                                                                  : 1;
+            };
+            std::stable_sort(merged.begin(), merged.end(),
+                             [&rank](const Trace &a, const Trace &b) {
+                                 if (a.time_us != b.time_us)
+                                     return a.time_us < b.time_us;
+                                 return rank(a.action) < rank(b.action);
+                             });
+            order_frees_before_unmaps(merged);
             if (merged.size() > max_entries_) {
                 auto drop = static_cast<std::ptrdiff_t>(merged.size() - max_entries_);
                 merged.erase(merged.begin(), merged.begin() + drop);
