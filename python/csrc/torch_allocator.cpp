@@ -1887,6 +1887,12 @@ CCA::SnapshotInfo StowageAllocator::snapshot(MempoolId_t mempool_id, bool includ
     stow_config_default(&cfg);
     if (stow_config_from_env(&cfg, err, sizeof err) != STOW_OK)
         stow_config_default(&cfg);
+    /* A device pool's configuration names the policy it took (auto resolves there). */
+    for (int d = 0; d < kMaxDevices; d++)
+        if (((mask >> d) & 1) && stow_torch_pool(d)) {
+            stow_pool_config(stow_torch_pool(d), &cfg);
+            break;
+        }
     const char *conf = std::getenv("STOWAGE_CONF");
     info.config_metadata.last_allocator_settings = conf ? conf : "";
     info.config_metadata.garbage_collection_threshold = cfg.garbage_collection_threshold;

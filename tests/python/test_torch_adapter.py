@@ -591,6 +591,8 @@ class Snapshots(Base):
         call("userMetadata", 0, 7)
         call("annotation")
         snap = torch.cuda.memory._snapshot()
+        # The pool's own policy: the default is page-mapped where pages map (the simulated device).
+        self.assertTrue(snap["allocator_settings"]["expandable_segments"])
         trace = snap["device_traces"][0]
         actions = {e["action"] for e in trace}
         self.assertTrue({"alloc", "free_requested", "free_completed", "segment_alloc",
