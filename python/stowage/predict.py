@@ -35,6 +35,9 @@ import time
 from . import fake_gpu
 
 POLICIES = ("pytorch", "pytorch-expandable", "classic", "vmm")
+# Stowage's default pool (policy auto) on every card of fake_gpu.CARDS: their drivers map
+# pages (CUDA's virtual memory management), so auto is the page-mapped pool.
+DEFAULT_POLICY = "vmm"
 EXIT_SCRIPT, EXIT_RECORDER, EXIT_USAGE, EXIT_NO_FIT = 1, 3, 2, 4
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -207,7 +210,8 @@ class Recording:
     def summary(self):
         """The figures of `predict --json`, as a dict."""
         out = {"peak_allocated_bytes": self.peak_allocated_bytes, "events": self.events,
-               "gpu": self.card.key, "policies": self.policies()}
+               "gpu": self.card.key, "policies": self.policies(),
+               "default_policy": DEFAULT_POLICY}
         out["peak_live_bytes"] = self.peak_live_bytes
         out["context_bytes"] = self.card.context_bytes
         out["data_dependent"] = self.data_policy
@@ -445,8 +449,10 @@ def _print_report(rec, capacity, alpha, out=sys.stdout):
         for p in POLICIES:
             if p in pols:
                 d = pols[p]
-                w("  %-20s %16s %16s\n" % (p, fmt_bytes(d["peak_reserved_bytes"]),
-                                          fmt_bytes(d["min_capacity_bytes"])))
+                w("  %-20s %16s %16s%s\n" % (p, fmt_bytes(d["peak_reserved_bytes"]),
+                                            fmt_bytes(d["min_capacity_bytes"]),
+                                            "  (Stowage's default)" if p == DEFAULT_POLICY
+                                            else ""))
     else:
         w("  (no stowage tool found: policies not replayed; build it with `make build`)\n")
     if capacity is not None and pols:

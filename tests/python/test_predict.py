@@ -161,6 +161,7 @@ class Predict(unittest.TestCase):
         self.assertGreater(s["peak_allocated_bytes"], 32 * MiB)  # the cuBLAS workspace and more
         self.assertGreater(s["events"], 0)
         self.assertIn("policies", s)
+        self.assertEqual(s["default_policy"], "vmm")
         if _have_tool():
             self.assertEqual(set(s["policies"]),
                              {"pytorch", "pytorch-expandable", "classic", "vmm"})
