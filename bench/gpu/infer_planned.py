@@ -31,7 +31,7 @@ stowage_mode = args.mode != "native"
 if stowage_mode:
     import stowage
     import stowage.torch
-    os.environ["STOWAGE_CONF"] = {"stowage_planned": "planned_steps:true",
+    os.environ["STOWAGE_CONF"] = {"stowage_planned": "policy:classic,planned_steps:true",
                                   "stowage_vmm_planned": "policy:vmm,planned_steps:true"}[args.mode]
     stowage.torch.enable()
 

@@ -8,7 +8,7 @@
 #                there when Criterion exists, else the ones prepare.sh built and carried
 #   3 gputests   bench/gpu/gpu_tests.py: PyTorch on Stowage (write/read, streams +
 #                record_stream, OOM under a memory fraction, empty_cache, stats), on classic
-#                pools and again on page-mapped ones (STOWAGE_CONF=policy:vmm)
+#                pools (STOWAGE_CONF=policy:classic) and on page-mapped ones (policy:vmm)
 #   4 replay     bench/gpu/replay_cuda (C, pool on the CUDA backend; classic, then vmm
 #                with and without its learned step on the traces and their long runs) and
 #                bench/gpu/replay_torch.py (Stowage vs PyTorch's allocator, same process, from
@@ -155,7 +155,8 @@ fi
 
 # ---- 3 PyTorch on Stowage: functional GPU checks ----
 SECTION=3
-part gputests 150 "$PY" bench/gpu/gpu_tests.py --out "$OUT/results/gputests.json"
+part gputests 150 env STOWAGE_CONF=policy:classic "$PY" bench/gpu/gpu_tests.py \
+    --out "$OUT/results/gputests.json"
 # The same checks on page-mapped pools (STOWAGE_CONF is read at each pool's creation).
 part gputests_vmm 150 env STOWAGE_CONF=policy:vmm "$PY" bench/gpu/gpu_tests.py \
     --out "$OUT/results/gputests_vmm.json"
@@ -173,7 +174,7 @@ if [ -x "$BUILD/replay_cuda" ]; then
         [ -f "$LONG/${t}_long.rep" ] && replay_traces+=("$LONG/${t}_long.rep")
     done
     part replay_cuda 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda.json" \
-        "${replay_traces[@]}"
+        --conf policy:classic "${replay_traces[@]}"
     part replay_cuda_vmm 120 "$BUILD/replay_cuda" "$OUT/results/replay_cuda_vmm.json" \
         --conf policy:vmm "${replay_traces[@]}"
     part replay_cuda_vmm_nolearn 120 "$BUILD/replay_cuda" \
@@ -211,7 +212,7 @@ for k in $(seq "$rounds"); do
     suffix=""
     [ "$rounds" -gt 1 ] && suffix="_r$k"
     for model in ${TRAIN_MODELS:-gpt2 resnet50}; do
-        for mode in ${TRAIN_MODES:-native expandable stowage stowage_vmm stowage_vmm_learn \
+        for mode in ${TRAIN_MODES:-native expandable stowage stowage_classic stowage_vmm \
                      stowage_planned stowage_vmm_planned}; do
             part "train_${model}_${mode}$suffix" 110 "$PY" bench/gpu/train.py --model "$model" \
                 --mode "$mode" --steps "${TRAIN_STEPS:-30}" \

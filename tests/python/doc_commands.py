@@ -358,7 +358,7 @@ RULES = {
     "python3 bench/model_check.py bench/gpu/results/2026-12-04-h200/run2/unseen": dict(
         expect="8 comparisons on 4 workloads, worst 0.000%, 0 beyond 1%"),
     'PARTS="1 8" bash bench/gpu/run.sh': dict(skip=GPU),
-    'PARTS="1 5" TRAIN_STEPS=60 TRAIN_MODELS=resnet50 TRAIN_MODES="native stowage stowage_keep" '
+    'PARTS="1 5" TRAIN_STEPS=60 TRAIN_MODELS=resnet50 TRAIN_MODES="native stowage_classic stowage_keep" '
     'TRAIN_ROUNDS=2 bash bench/gpu/run.sh': dict(skip=GPU),
     # docs/predict.md
     "python -m stowage predict bench/predict/vit_train.py": dict(torch=True),
