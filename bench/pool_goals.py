@@ -59,6 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import random_loops  # noqa: E402
+from heldout_table import trace_name  # noqa: E402
 
 SETS = ["shared", "scaled", "mixes", "streams", "snapshots", "zoo", "long", "varlen",
         "buckets", "random"]
@@ -89,15 +90,6 @@ def traces_dir():
 
 def reps(d):
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".rep"))
-
-
-def trace_name(path):
-    """A trace's name: its file name without .rep or .rep.gz."""
-    base = os.path.basename(path)
-    for suffix in (".rep.gz", ".rep"):
-        if base.endswith(suffix):
-            return base[:-len(suffix)]
-    return base
 
 
 def distinct(paths):
