@@ -9,7 +9,7 @@ TRACE=bench/traces/resnet50_train.rep
 PYTORCH_NATIVE_BYTES=6824132608   # bench/traces/README.md
 PYTORCH_EXPANDABLE_BYTES=6098518016
 
-echo "== Stowage (policy classic) replaying $TRACE on the simulated device =="
+echo "== Stowage (the default pool: policy vmm on a device that maps pages) replaying $TRACE on the simulated device =="
 "$BUILD/stowage" replay --summary "$TRACE"
 echo
 echo "== Headline: peak reserved bytes on the same trace =="
