@@ -330,47 +330,6 @@ struct Trace {
     std::string user_metadata;
 };
 
-/* Puts each free before the unmaps of its block's granules. A pool's segment
- * events and the adapter's block events come from two clocks, so a sort by time
- * can put a free just after the unmap it allowed, which memory_viz (walking
- * the history back from the segments) cannot place. Between a block's alloc
- * and its free no granule under it can be unmapped: an unmap found there over
- * the block is out of order, and the free moves to just before the first. */
-void order_frees_before_unmaps(std::vector<Trace> &merged)
-{
-    std::unordered_map<size_t, size_t> alloc_at; /* block address -> its alloc's index */
-    for (size_t i = 0; i < merged.size(); i++) {
-        const Trace &t = merged[i];
-        if (t.action == Action::ALLOC) {
-            alloc_at[t.addr] = i;
-            continue;
-        }
-        if (t.action != Action::FREE_REQUESTED && t.action != Action::FREE_COMPLETED)
-            continue;
-        auto it = alloc_at.find(t.addr);
-        size_t from = it != alloc_at.end() ? it->second + 1 : 0;
-        size_t first_unmap = i;
-        for (size_t j = from; j < i; j++) {
-            const Trace &u = merged[j];
-            if (u.action == Action::SEGMENT_UNMAP && u.device == t.device &&
-                u.addr < t.addr + t.size && t.addr < u.addr + u.size) {
-                first_unmap = j;
-                break;
-            }
-        }
-        if (first_unmap < i) {
-            std::rotate(merged.begin() + static_cast<std::ptrdiff_t>(first_unmap),
-                        merged.begin() + static_cast<std::ptrdiff_t>(i),
-                        merged.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-            merged[first_unmap].time_us = std::min(merged[first_unmap].time_us,
-                                                   merged[first_unmap + 1].time_us);
-            for (auto &entry : alloc_at) /* indices from first_unmap on moved up by one */
-                if (entry.second >= first_unmap && entry.second < i)
-                    entry.second++;
-        }
-    }
-}
-
 struct Annotation {
     int device;
     int64_t time_us;
@@ -1860,7 +1819,6 @@ CCA::SnapshotInfo StowageAllocator::snapshot(MempoolId_t mempool_id, bool includ
                                      return a.time_us < b.time_us;
                                  return rank(a.action) < rank(b.action);
                              });
-            order_frees_before_unmaps(merged);
             if (merged.size() > max_entries_) {
                 auto drop = static_cast<std::ptrdiff_t>(merged.size() - max_entries_);
                 merged.erase(merged.begin(), merged.begin() + drop);
