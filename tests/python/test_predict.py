@@ -126,12 +126,13 @@ print("loss", loss.item(), "allocated", torch.cuda.memory_allocated())
 """
 
 
-@unittest.skipIf(NO_TORCH, NO_TORCH)
-@unittest.skipIf(NO_CC, NO_CC)
-class Predict(unittest.TestCase):
+class ScriptDir:
+    """A temporary folder per test class (cls.dir) and script(name, text), which
+    writes a dedented script there; mixed into the TestCases that run scripts."""
+
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="stowage-test-predict-")
+        cls.dir = tempfile.mkdtemp(prefix="stowage-test-%s-" % cls.__name__.lower())
 
     @classmethod
     def tearDownClass(cls):
@@ -142,6 +143,11 @@ class Predict(unittest.TestCase):
         with open(path, "w") as f:
             f.write(textwrap.dedent(text))
         return path
+
+
+@unittest.skipIf(NO_TORCH, NO_TORCH)
+@unittest.skipIf(NO_CC, NO_CC)
+class Predict(ScriptDir, unittest.TestCase):
 
     def predict(self, *args, env=None):
         r = subprocess.run([TORCH_PY, "-m", "stowage", "predict"] + list(args),

@@ -7,34 +7,21 @@ compiler for the emulated device.
 """
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import textwrap
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from test_predict import NO_CC, NO_TORCH, TORCH_PY, _env  # noqa: E402
+from test_predict import NO_CC, NO_TORCH, TORCH_PY, ScriptDir, _env  # noqa: E402
 
 
 @unittest.skipIf(NO_TORCH, NO_TORCH)
 @unittest.skipIf(NO_CC, NO_CC)
-class RecorderOps(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="stowage-test-recorder-ops-")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
-
+class RecorderOps(ScriptDir, unittest.TestCase):
     def run_script(self, name, text):
         """(stdout, allocation sizes of the trace) of the script under stowage predict."""
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(textwrap.dedent(text))
+        path = self.script(name, text)
         trace = path + ".rep"
         r = subprocess.run([TORCH_PY, "-m", "stowage", "predict", "--no-tags", "-o", trace, path],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
