@@ -141,6 +141,8 @@ void stow__block_store_destroy(stow_block_store_t *store);
 /* ---- options.c ---- */
 /* Checks a configuration; on error writes the offending key into err. */
 stow_status_t stow__config_validate(const stow_config_t *config, char *err, size_t err_len);
+/* Checks the measured constants (stowage/tuning.h) against their bounds. */
+stow_status_t stow__tuning_validate(const stow_tuning_t *tuning, char *err, size_t err_len);
 
 typedef struct stow_free_handle {
     stow_phys_t phys;
@@ -194,7 +196,7 @@ void stow__record_step(stow_pool_t *pool, const char *key);
 /* The adaptive allowance of a page-mapped pool (vmm_allowance.c): remaps
  * counted by windows of pool operations. */
 typedef struct stow_vmm_adapt {
-    double slack;                /* in force: config.vmm_slack, raised up to vmm_slack_max */
+    double slack;                /* in force: tuning.vmm_slack, raised up to vmm_slack_max */
     uint64_t window_start_op;    /* op_count when the current window began */
     uint64_t window_remaps;      /* granules remapped in it so far */
     uint64_t hot_ops, hot_remaps; /* over the run of consecutive hot windows */
@@ -263,6 +265,7 @@ typedef struct stow_idle_keep {
 struct stow_pool {
     stow_lock_t lock;                /* allocator/lock.h; each entry point takes it once */
     stow_config_t config;
+    stow_tuning_t tuning;            /* the measured constants (stowage/tuning.h) */
     const stow_backend_t *backend;
     size_t granularity_bytes;
     unsigned granularity_shift;        /* log2(granularity_bytes) (a power of two) */

@@ -1,7 +1,8 @@
 /*
  * allocator/options.c: stow_config_t defaults and the STOWAGE_CONF parser
  * (PyTorch's "key:value,key:value" syntax, so users can carry their
- * PYTORCH_CUDA_ALLOC_CONF settings over).
+ * PYTORCH_CUDA_ALLOC_CONF settings over), and the measured constants of
+ * stowage/tuning.h with their parser (the benchmarks' and tests').
  *
  * Parsing works on a copy and commits only when every key was valid: a bad
  * setting never half-applies.
@@ -17,6 +18,8 @@
 #define MIB ((size_t)1 << 20)
 #define KEY_MAX 64
 #define VALUE_MAX 256
+/* apply_key and apply_tuning_key: the key is not one of theirs. */
+#define KEY_NOT_HERE STOW_STATUS_COUNT_
 
 void stow_config_default(stow_config_t *config)
 {
@@ -27,16 +30,21 @@ void stow_config_default(stow_config_t *config)
     config->garbage_collection_threshold = 0.0;
     config->memory_fraction = 1.0;
     config->release_idle_on_grow = true;
-    config->vmm_slack = 0.0095;
-    config->vmm_slack_max = 0.05;
-    config->vmm_small_kb = STOW_VMM_SMALL_KB_DEFAULT;
-    config->vmm_handle_mb = STOW_VMM_HANDLE_MB_DEFAULT;
-    config->vmm_learn_step = true;
-    config->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
-    config->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
-    config->keep_idle_max = 0.05;
-    config->planned_warmup_steps = 1;
     config->planned_async = true;
+}
+
+void stow_tuning_default(stow_tuning_t *tuning)
+{
+    memset(tuning, 0, sizeof *tuning);
+    tuning->quick_depth = STOW_QUICK_DEPTH_DEFAULT;
+    tuning->quick_mid_slots = STOW_QUICK_MID_SLOTS_MAX;
+    tuning->keep_idle_max = 0.05;
+    tuning->vmm_slack = 0.0095;
+    tuning->vmm_slack_max = 0.05;
+    tuning->vmm_small_kb = STOW_VMM_SMALL_KB_DEFAULT;
+    tuning->vmm_handle_mb = STOW_VMM_HANDLE_MB_DEFAULT;
+    tuning->vmm_learn_step = true;
+    tuning->planned_warmup_steps = 1;
 }
 
 static stow_status_t fail(char *err, size_t err_len, const char *fmt, ...)
@@ -65,25 +73,6 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
         return fail(err, err_len, "key 'garbage_collection_threshold': must be in (0, 1)");
     if (!(c->memory_fraction > 0.0 && c->memory_fraction <= 1.0))
         return fail(err, err_len, "key 'per_process_memory_fraction': must be in (0, 1]");
-    if (!(c->vmm_slack >= 0.0 && c->vmm_slack <= 1.0))
-        return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
-    if (!(c->vmm_slack_max >= 0.0 && c->vmm_slack_max <= 1.0))
-        return fail(err, err_len, "key 'vmm_slack_max': must be in [0, 1]");
-    if (!(c->keep_idle_max >= 0.0 && c->keep_idle_max <= 1.0))
-        return fail(err, err_len, "key 'keep_idle_max': must be in [0, 1]");
-    if (!(c->planned_headroom >= 0.0 && c->planned_headroom <= 1.0))
-        return fail(err, err_len, "key 'planned_headroom': must be in [0, 1]");
-    if (c->planned_warmup_steps > STOW_PLANNED_WARMUP_MAX)
-        return fail(err, err_len, "key 'planned_warmup_steps': at most %u",
-                    STOW_PLANNED_WARMUP_MAX);
-    if (c->vmm_small_kb > STOW_SMALL_REQUEST_KB)
-        return fail(err, err_len, "key 'vmm_small_kb': at most %u", STOW_SMALL_REQUEST_KB);
-    if (c->vmm_handle_mb > STOW_VMM_HANDLE_MB_MAX)
-        return fail(err, err_len, "key 'vmm_handle_mb': at most %u", STOW_VMM_HANDLE_MB_MAX);
-    if (c->quick_depth > STOW_QUICK_DEPTH_MAX)
-        return fail(err, err_len, "key 'quick_depth': at most %u", STOW_QUICK_DEPTH_MAX);
-    if (c->quick_mid_slots > STOW_QUICK_MID_SLOTS_MAX)
-        return fail(err, err_len, "key 'quick_mid_slots': at most %u", STOW_QUICK_MID_SLOTS_MAX);
     if (c->record_events > STOW_RECORD_EVENTS_MAX)
         return fail(err, err_len, "key 'record_events': at most %zu events", STOW_RECORD_EVENTS_MAX);
     for (unsigned i = 0; i < STOW_ROUNDUP_INTERVALS; i++)
@@ -92,6 +81,30 @@ stow_status_t stow__config_validate(const stow_config_t *c, char *err, size_t er
             return fail(err, err_len,
                         "key 'roundup_power2_divisions': each value must be 0 or a power of two "
                         "up to 1024");
+    return STOW_OK;
+}
+
+stow_status_t stow__tuning_validate(const stow_tuning_t *t, char *err, size_t err_len)
+{
+    if (!(t->vmm_slack >= 0.0 && t->vmm_slack <= 1.0))
+        return fail(err, err_len, "key 'vmm_slack': must be in [0, 1]");
+    if (!(t->vmm_slack_max >= 0.0 && t->vmm_slack_max <= 1.0))
+        return fail(err, err_len, "key 'vmm_slack_max': must be in [0, 1]");
+    if (!(t->keep_idle_max >= 0.0 && t->keep_idle_max <= 1.0))
+        return fail(err, err_len, "key 'keep_idle_max': must be in [0, 1]");
+    if (!(t->planned_headroom >= 0.0 && t->planned_headroom <= 1.0))
+        return fail(err, err_len, "key 'planned_headroom': must be in [0, 1]");
+    if (t->planned_warmup_steps > STOW_PLANNED_WARMUP_MAX)
+        return fail(err, err_len, "key 'planned_warmup_steps': at most %u",
+                    STOW_PLANNED_WARMUP_MAX);
+    if (t->vmm_small_kb > STOW_SMALL_REQUEST_KB)
+        return fail(err, err_len, "key 'vmm_small_kb': at most %u", STOW_SMALL_REQUEST_KB);
+    if (t->vmm_handle_mb > STOW_VMM_HANDLE_MB_MAX)
+        return fail(err, err_len, "key 'vmm_handle_mb': at most %u", STOW_VMM_HANDLE_MB_MAX);
+    if (t->quick_depth > STOW_QUICK_DEPTH_MAX)
+        return fail(err, err_len, "key 'quick_depth': at most %u", STOW_QUICK_DEPTH_MAX);
+    if (t->quick_mid_slots > STOW_QUICK_MID_SLOTS_MAX)
+        return fail(err, err_len, "key 'quick_mid_slots': at most %u", STOW_QUICK_MID_SLOTS_MAX);
     return STOW_OK;
 }
 
@@ -278,64 +291,103 @@ static stow_status_t apply_key(stow_config_t *c, const char *key, const char *v,
         c->record_events = (size_t)n;
         return STOW_OK;
     }
+    if (!strcmp(key, "planned_steps") || !strcmp(key, "planned_async")) {
+        bool *flag = !strcmp(key, "planned_steps") ? &c->planned_steps : &c->planned_async;
+        if (!parse_bool(v, flag))
+            return fail(err, err_len, "key '%s': '%s' is not true or false", key, v);
+        return STOW_OK;
+    }
+    return KEY_NOT_HERE;
+}
+
+/* A key of stowage/tuning.h: KEY_NOT_HERE when `key` is none of them. */
+static stow_status_t apply_tuning_key(stow_tuning_t *t, const char *key, const char *v,
+                                      char *err, size_t err_len)
+{
     if (!strcmp(key, "vmm_slack") || !strcmp(key, "vmm_slack_max") ||
         !strcmp(key, "keep_idle_max") || !strcmp(key, "planned_headroom")) {
         double f;
         if (!parse_double(v, &f) || !(f >= 0.0 && f <= 1.0))
             return fail(err, err_len, "key '%s': '%s' is not a number in [0, 1]", key, v);
-        *(!strcmp(key, "vmm_slack")       ? &c->vmm_slack
-          : !strcmp(key, "vmm_slack_max") ? &c->vmm_slack_max
-          : !strcmp(key, "keep_idle_max") ? &c->keep_idle_max
-                                          : &c->planned_headroom) = f;
+        *(!strcmp(key, "vmm_slack")       ? &t->vmm_slack
+          : !strcmp(key, "vmm_slack_max") ? &t->vmm_slack_max
+          : !strcmp(key, "keep_idle_max") ? &t->keep_idle_max
+                                          : &t->planned_headroom) = f;
         return STOW_OK;
     }
     if (!strcmp(key, "planned_warmup_steps"))
-        return parse_count(key, v, STOW_PLANNED_WARMUP_MAX, &c->planned_warmup_steps, err,
+        return parse_count(key, v, STOW_PLANNED_WARMUP_MAX, &t->planned_warmup_steps, err,
                            err_len);
     if (!strcmp(key, "quick_depth"))
-        return parse_count(key, v, STOW_QUICK_DEPTH_MAX, &c->quick_depth, err, err_len);
-    if (!strcmp(key, "vmm_small_kb")) {
-        unsigned long long kb;
-        if (!parse_ulong(v, &kb) || kb > STOW_SMALL_REQUEST_KB)
-            return fail(err, err_len, "key 'vmm_small_kb': '%s' is not a size in KiB up to %u",
-                        v, STOW_SMALL_REQUEST_KB);
-        c->vmm_small_kb = (unsigned)kb;
-        return STOW_OK;
-    }
-    if (!strcmp(key, "vmm_handle_mb")) {
-        unsigned long long mb;
-        if (!parse_ulong(v, &mb) || mb > STOW_VMM_HANDLE_MB_MAX)
-            return fail(err, err_len, "key 'vmm_handle_mb': '%s' is not a size in MiB up to %u",
-                        v, STOW_VMM_HANDLE_MB_MAX);
-        c->vmm_handle_mb = (unsigned)mb;
-        return STOW_OK;
-    }
+        return parse_count(key, v, STOW_QUICK_DEPTH_MAX, &t->quick_depth, err, err_len);
     if (!strcmp(key, "quick_mid_slots"))
-        return parse_count(key, v, STOW_QUICK_MID_SLOTS_MAX, &c->quick_mid_slots, err, err_len);
-    if (!strcmp(key, "release_idle_on_grow") || !strcmp(key, "reuse_other_streams_on_miss") ||
-        !strcmp(key, "vmm_learn_step") || !strcmp(key, "planned_steps") ||
-        !strcmp(key, "planned_async") || !strcmp(key, "planned_auto")) {
-        bool *flag = !strcmp(key, "release_idle_on_grow")          ? &c->release_idle_on_grow
-                     : !strcmp(key, "reuse_other_streams_on_miss") ? &c->reuse_other_streams_on_miss
-                     : !strcmp(key, "vmm_learn_step")              ? &c->vmm_learn_step
-                     : !strcmp(key, "planned_steps")               ? &c->planned_steps
-                     : !strcmp(key, "planned_auto")                ? &c->planned_auto
-                                                                   : &c->planned_async;
+        return parse_count(key, v, STOW_QUICK_MID_SLOTS_MAX, &t->quick_mid_slots, err, err_len);
+    if (!strcmp(key, "vmm_small_kb"))
+        return parse_count(key, v, STOW_SMALL_REQUEST_KB, &t->vmm_small_kb, err, err_len);
+    if (!strcmp(key, "vmm_handle_mb"))
+        return parse_count(key, v, STOW_VMM_HANDLE_MB_MAX, &t->vmm_handle_mb, err, err_len);
+    if (!strcmp(key, "reuse_other_streams_on_miss") || !strcmp(key, "vmm_learn_step") ||
+        !strcmp(key, "planned_auto")) {
+        bool *flag = !strcmp(key, "vmm_learn_step") ? &t->vmm_learn_step
+                     : !strcmp(key, "planned_auto") ? &t->planned_auto
+                                                    : &t->reuse_other_streams_on_miss;
         if (!parse_bool(v, flag))
             return fail(err, err_len, "key '%s': '%s' is not true or false", key, v);
         return STOW_OK;
     }
+    return KEY_NOT_HERE;
+}
+
+/* The keys that are the pool's constants, with the heading of
+ * docs/decisions.md that measures each: STOWAGE_CONF names them with this. */
+static const struct constant_key {
+    const char *key;
+    const char *heading;
+} constant_keys[] = {
+    {"quick_depth", "Quick lists"},
+    {"quick_mid_slots", "Quick lists"},
+    {"keep_idle_max", "keep_idle_max 0.05"},
+    {"release_idle_on_grow", "release_idle_on_grow true"},
+    {"reuse_other_streams_on_miss", "reuse_other_streams_on_miss false"},
+    {"vmm_slack", "vmm_slack 0.0095"},
+    {"vmm_slack_max", "vmm_slack_max 0.05"},
+    {"vmm_small_kb", "vmm_small_kb 128"},
+    {"vmm_handle_mb", "vmm_handle_mb 20"},
+    {"vmm_learn_step", "vmm_learn_step true"},
+    {"planned_warmup_steps", "Planned steps"},
+    {"planned_headroom", "Planned steps"},
+    {"planned_auto", "planned_steps and planned_auto false"},
+};
+
+static stow_status_t unknown_key(const char *key, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < sizeof constant_keys / sizeof constant_keys[0]; i++)
+        if (!strcmp(key, constant_keys[i].key))
+            return fail(err, err_len,
+                        "key '%s' is not a setting: it is one of the pool's measured constants "
+                        "(docs/decisions.md, \"%s\"); `stowage replay --tuning %s:VALUE` "
+                        "measures another value",
+                        key, constant_keys[i].heading, key);
     return fail(err, err_len, "unknown key '%s'", key);
 }
 
-stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,
-                                size_t err_len)
+/* Parses `text` into c, and into t when t is not NULL (stow_tuning_parse);
+ * commits nothing unless every key is valid. */
+static stow_status_t parse_text(stow_config_t *config, stow_tuning_t *tuning, const char *text,
+                                char *err, size_t err_len)
 {
     if (err && err_len)
         err[0] = '\0';
-    if (!config || !text)
+    if ((!config && !tuning) || !text)
         return fail(err, err_len, "no configuration given");
-    stow_config_t c = *config;
+    stow_config_t c;
+    stow_tuning_t t;
+    if (config)
+        c = *config;
+    else
+        stow_config_default(&c);
+    if (tuning)
+        t = *tuning;
     /* Commas inside [...] belong to the list value: turn them into '|' first. */
     size_t n = strlen(text);
     char *copy = malloc(n + 1);
@@ -362,17 +414,48 @@ stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *e
         char *key = item, *value = colon + 1;
         trim(&key);
         trim(&value);
-        if (strlen(key) >= KEY_MAX || strlen(value) >= VALUE_MAX)
+        if (strlen(key) >= KEY_MAX || strlen(value) >= VALUE_MAX) {
             st = fail(err, err_len, "key '%.32s': too long", key);
-        else
-            st = apply_key(&c, key, value, err, err_len);
+            break;
+        }
+        st = config ? apply_key(&c, key, value, err, err_len) : KEY_NOT_HERE;
+        if (st == KEY_NOT_HERE && tuning)
+            st = apply_tuning_key(&t, key, value, err, err_len);
+        /* The C API's field, which a measurement may set beside the constants. */
+        if (st == KEY_NOT_HERE && tuning && config && !strcmp(key, "release_idle_on_grow") &&
+            !parse_bool(value, &c.release_idle_on_grow))
+            st = fail(err, err_len, "key '%s': '%s' is not true or false", key, value);
+        else if (st == KEY_NOT_HERE && tuning && config && !strcmp(key, "release_idle_on_grow"))
+            st = STOW_OK;
+        if (st == KEY_NOT_HERE)
+            st = unknown_key(key, err, err_len);
     }
     free(copy);
-    if (st == STOW_OK)
+    if (st == STOW_OK && config)
         st = stow__config_validate(&c, err, err_len);
-    if (st == STOW_OK)
+    if (st == STOW_OK && tuning)
+        st = stow__tuning_validate(&t, err, err_len);
+    if (st == STOW_OK && config)
         *config = c;
+    if (st == STOW_OK && tuning)
+        *tuning = t;
     return st;
+}
+
+stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,
+                                size_t err_len)
+{
+    if (!config)
+        return parse_text(NULL, NULL, text, err, err_len);
+    return parse_text(config, NULL, text, err, err_len);
+}
+
+stow_status_t stow_tuning_parse(stow_config_t *config, stow_tuning_t *tuning, const char *text,
+                                char *err, size_t err_len)
+{
+    if (!tuning)
+        return parse_text(NULL, NULL, text, err, err_len);
+    return parse_text(config, tuning, text, err, err_len);
 }
 
 stow_status_t stow_config_from_env(stow_config_t *config, char *err, size_t err_len)

@@ -150,7 +150,7 @@ stow_status_t stow__planned_create(stow_pool_t *pool)
         return STOW_EHOSTMEM;
     }
     pool->planned = pl;
-    pl->auto_on = pool->config.planned_auto;
+    pl->auto_on = pool->tuning.planned_auto;
     note_fine_handles(pool, pl);
     return STOW_OK;
 }
@@ -328,7 +328,7 @@ static size_t arena_want(const stow_pool_t *pool, const stow_planned_t *pl,
     for (unsigned i = 0; i < STOW_PLANNED_KEYS_MAX; i++)
         if (pl->keys[i].layout && pl->keys[i].layout->height_bytes > h)
             h = pl->keys[i].layout->height_bytes;
-    double want = (double)h * (1.0 + pool->config.planned_headroom);
+    double want = (double)h * (1.0 + pool->tuning.planned_headroom);
     if (want >= (double)(SIZE_MAX / 2))
         return 0;
     size_t w = (size_t)want;
@@ -1248,7 +1248,7 @@ static void key_step_begins(stow_pool_t *pool, stow_planned_t *pl, stow_planned_
          * ones do not (optimizer state, autotuning); they are recorded and
          * dropped. A step ended by stow_pool_step(NULL) is planned at once. */
         if (k->rec && k->rec->count && !k->rec->steps[0].closed &&
-            k->rec->steps[0].key_step <= pool->config.planned_warmup_steps)
+            k->rec->steps[0].key_step <= pool->tuning.planned_warmup_steps)
             stop_recording(pl, k);
         start_recording(pl, k);
         if (!stow__planned_rec_step_begin(pl, k))

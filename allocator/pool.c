@@ -192,6 +192,12 @@ static bool backend_maps_pages(const stow_backend_t *b)
 stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t *backend,
                                stow_pool_t **out)
 {
+    return stow_pool_create_tuned(config, NULL, backend, out);
+}
+
+stow_status_t stow_pool_create_tuned(const stow_config_t *config, const stow_tuning_t *tuning,
+                                     const stow_backend_t *backend, stow_pool_t **out)
+{
     if (!out || !backend_valid(backend))
         return STOW_EINVAL;
     stow_config_t cfg;
@@ -199,7 +205,13 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
         cfg = *config;
     else
         stow_config_default(&cfg);
-    if (stow__config_validate(&cfg, NULL, 0) != STOW_OK)
+    stow_tuning_t tun;
+    if (tuning)
+        tun = *tuning;
+    else
+        stow_tuning_default(&tun);
+    if (stow__config_validate(&cfg, NULL, 0) != STOW_OK ||
+        stow__tuning_validate(&tun, NULL, 0) != STOW_OK)
         return STOW_EINVAL;
     if (cfg.scrub_on_free && !backend->scrub)
         return STOW_ENOSYS;
@@ -220,6 +232,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     if (!pool)
         return STOW_EHOSTMEM;
     pool->config = cfg;
+    pool->tuning = tun;
     pool->backend = backend;
     pool->granularity_bytes = backend->granularity_bytes;
     pool->granularity_shift = (unsigned)__builtin_ctzll(backend->granularity_bytes);
@@ -229,11 +242,11 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
                                   ? backend->event_synchronize
                                   : NULL;
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
-    pool->learn_step = pool->vmm && cfg.vmm_learn_step;
-    pool->adapt.slack = cfg.vmm_slack;
-    pool->adapt.settled = cfg.vmm_slack_max <= cfg.vmm_slack;
+    pool->learn_step = pool->vmm && tun.vmm_learn_step;
+    pool->adapt.slack = tun.vmm_slack;
+    pool->adapt.settled = tun.vmm_slack_max <= tun.vmm_slack;
     pool->unmap_epoch = 1;
-    pool->vmm_small_bytes = pool->vmm ? (size_t)cfg.vmm_small_kb << 10 : 0;
+    pool->vmm_small_bytes = pool->vmm ? (size_t)tun.vmm_small_kb << 10 : 0;
     pool->small_kind_max_bytes = pool->vmm ? pool->vmm_small_bytes : STOW_SMALL_REQUEST_BYTES;
     /* Quick lists need a small pool (a page-mapped pool's small range, when it
      * has one) and cannot hold blocks that must be scrubbed before reuse. In a
@@ -241,8 +254,8 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
      * shallower and it has no mid ring (docs/design.md, small range). */
     bool quick_pool = !cfg.scrub_on_free && (!pool->vmm || pool->vmm_small_bytes);
     unsigned depth_max = pool->vmm ? STOW_VMM_QUICK_DEPTH_MAX : STOW_QUICK_DEPTH_MAX;
-    pool->quick_depth = quick_pool ? (cfg.quick_depth < depth_max ? cfg.quick_depth : depth_max) : 0;
-    pool->quick_mid_slots = quick_pool && !pool->vmm ? cfg.quick_mid_slots : 0;
+    pool->quick_depth = quick_pool ? (tun.quick_depth < depth_max ? tun.quick_depth : depth_max) : 0;
+    pool->quick_mid_slots = quick_pool && !pool->vmm ? tun.quick_mid_slots : 0;
     pool->quick_on = pool->quick_depth || pool->quick_mid_slots;
     pool->capacity_bytes = total_bytes;
     pool->limit_bytes = limit_for(cfg.memory_fraction, total_bytes);
@@ -260,7 +273,7 @@ stow_status_t stow_pool_create(const stow_config_t *config, const stow_backend_t
     pool->any->is_any = true;
     atomic_init(&pool->lock.state, 0);
     if ((cfg.record_events && stow_record_start(pool, cfg.record_events) != STOW_OK) ||
-        ((cfg.planned_steps || cfg.planned_auto) && !cfg.scrub_on_free &&
+        ((cfg.planned_steps || tun.planned_auto) && !cfg.scrub_on_free &&
          stow__planned_create(pool) != STOW_OK)) {
         pool_free_memory(pool);
         return STOW_EHOSTMEM;
@@ -455,7 +468,7 @@ static stow_status_t alloc_slow(stow_pool_t *pool, stow_stream_state_t *ss, unsi
      * hands them over. Taken on every miss, they go to the lists all streams
      * share, where best fit mixes one workload's blocks into the other's
      * (docs/decisions.md, reuse_other_streams_on_miss). */
-    if (pool->config.reuse_other_streams_on_miss && pool->stream_count > 1 &&
+    if (pool->tuning.reuse_other_streams_on_miss && pool->stream_count > 1 &&
         stow__stream_clear_others(pool, ss) && (*out = find_fit(pool, ss, kind, rounded)) != NULL)
         return STOW_OK;
     *cached = false;

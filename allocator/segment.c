@@ -379,7 +379,7 @@ void stow__segment_explain_oom(stow_pool_t *pool, size_t requested, size_t segme
 static bool keep_idle(stow_pool_t *pool, uint64_t reserved_after, unsigned kind, size_t size)
 {
     stow_idle_keep_t *k = &pool->idle_keep;
-    double keep_max = pool->config.keep_idle_max;
+    double keep_max = pool->tuning.keep_idle_max;
     if (keep_max <= 0.0)
         return false;
     bool regret = release_regretted(pool, kind, size);

@@ -549,7 +549,7 @@ static size_t handle_max_granules(const stow_pool_t *pool)
 {
     if (pool->fine_handles)
         return 1;
-    size_t n = ((size_t)pool->config.vmm_handle_mb << 20) >> pool->granularity_shift;
+    size_t n = ((size_t)pool->tuning.vmm_handle_mb << 20) >> pool->granularity_shift;
     uint64_t limit = pool->limit_bytes >> pool->granularity_shift;
     uint64_t headroom = limit > pool->phys_granules ? limit - pool->phys_granules : 0;
     if (headroom / HANDLE_HEADROOM_SHARE < n)

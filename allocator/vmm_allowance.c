@@ -135,8 +135,8 @@ static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
     a->slack = needed > a->slack ? needed : a->slack * ADAPT_GROWTH;
     if (a->slack < ADAPT_MIN_SLACK)
         a->slack = ADAPT_MIN_SLACK; /* from a slack of 0 */
-    if (a->slack >= pool->config.vmm_slack_max) {
-        a->slack = pool->config.vmm_slack_max;
+    if (a->slack >= pool->tuning.vmm_slack_max) {
+        a->slack = pool->tuning.vmm_slack_max;
         a->settled = true;
     }
     a->rate_at_last_raise = rate;
@@ -152,9 +152,9 @@ static void end_hot_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
 static void end_warm_run(stow_pool_t *pool, stow_vmm_adapt_t *a)
 {
     double needed = footprint_slack(pool);
-    double limit = ADAPT_WARM_SLACK_FACTOR * pool->config.vmm_slack;
-    if (limit > pool->config.vmm_slack_max)
-        limit = pool->config.vmm_slack_max;
+    double limit = ADAPT_WARM_SLACK_FACTOR * pool->tuning.vmm_slack;
+    if (limit > pool->tuning.vmm_slack_max)
+        limit = pool->tuning.vmm_slack_max;
     if (needed <= a->slack || needed > limit)
         return;
     a->slack = needed;

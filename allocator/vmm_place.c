@@ -125,7 +125,7 @@ stow_block_t *stow__vmm_place(stow_pool_t *pool, stow_stream_state_t *ss, size_t
      * never more than STOW_VMM_PLACE_BUDGET of the live peak: a larger slack
      * is there to cache granules, not to loosen the layout. */
     uint64_t live_hw_granules = pool->live_bytes_high_water / pool->granularity_bytes;
-    double budget_fraction = pool->config.vmm_slack / 2;
+    double budget_fraction = pool->tuning.vmm_slack / 2;
     if (budget_fraction > STOW_VMM_PLACE_BUDGET)
         budget_fraction = STOW_VMM_PLACE_BUDGET;
     uint64_t budget = (uint64_t)((double)live_hw_granules * budget_fraction);

@@ -2,7 +2,8 @@
 """bench/loop_calls.py: backend calls and modelled backend time per step of a loop, after its
 first steps.
 
-    python3 bench/loop_calls.py [--policy classic] [--conf KEY:VALUE,...] [--skip 3]
+    python3 bench/loop_calls.py [--policy classic] [--conf KEY:VALUE,...]
+        [--tuning KEY:VALUE,...] [--skip 3]
         [--long TRACE... [--long-steps 40]] [--loop FULL CUT [--loop-steps 64]] [--random FIRST:END [--random-steps 400]]
         [--varlen FIRST:END [--varlen-steps 60]] [--stowage build/stowage]
 
@@ -12,7 +13,9 @@ after its first SKIP steps (the same events, so the same calls up to the cut) wi
 `stowage replay --json --repeats 0`, and prints per loop the backend calls and the modelled
 backend milliseconds (`modelled_backend_ms`, H200 costs) of the steps after the cut, per step,
 and the peak reserved / peak live of the whole run; then how many loops make more than one call
-per ten steps after the cut (the goal: none).
+per ten steps after the cut (the goal: none). --conf gives the replays settings (STOWAGE_CONF's
+keys); --tuning the pool's measured constants (stowage/tuning.h, `stowage replay --tuning`), to
+measure one against its alternatives.
 
 The loops:
 - --long: each trace's last training step repeated LONG_STEPS times (bench/long_run.py, which
@@ -90,10 +93,12 @@ def write(path, lines):
         f.write("\n".join(lines) + "\n")
 
 
-def replay(stowage, policy, conf, paths):
+def replay(stowage, policy, conf, tuning, paths):
     cmd = [stowage, "replay", "--policy", policy, "--json", "--repeats", "0"]
     if conf:
         cmd += ["--conf", conf]
+    if tuning:
+        cmd += ["--tuning", tuning]
     out = subprocess.run(cmd + paths, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     return {r["trace"]: r for r in rows}
@@ -103,7 +108,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stowage", default=os.path.join(HERE, "..", "build", "stowage"))
     ap.add_argument("--policy", default="classic")
-    ap.add_argument("--conf", default="")
+    ap.add_argument("--conf", default="", help="settings (STOWAGE_CONF's keys)")
+    ap.add_argument("--tuning", default="",
+                    help="the pool's measured constants (stowage/tuning.h)")
     ap.add_argument("--skip", type=int, default=3, help="steps not counted (default 3)")
     ap.add_argument("--long", nargs="+", default=[], metavar="TRACE")
     ap.add_argument("--long-steps", type=int, default=40)
@@ -139,7 +146,7 @@ def main(argv=None):
             write(full, lines)
             write(cut, lines[:ends[args.skip - 1]])
             paths.append((name, full, cut, len(ends) - args.skip))
-        result = replay(args.stowage, args.policy, args.conf,
+        result = replay(args.stowage, args.policy, args.conf, args.tuning,
                         [p for _, full, cut, _ in paths for p in (full, cut)])
     print("| loop | steps after the first %d | backend calls | per step | modelled backend ms "
           "per step | peak reserved / live |" % args.skip)
@@ -155,7 +162,8 @@ def main(argv=None):
             over.append("%s (%.2f)" % (name, calls / steps))
     print()
     print("%s%s: %d loops; more than one backend call per ten steps after the first %d: %d%s"
-          % (args.policy, " --conf " + args.conf if args.conf else "", len(paths), args.skip,
+          % (args.policy, (" --conf " + args.conf if args.conf else "") +
+             (" --tuning " + args.tuning if args.tuning else ""), len(paths), args.skip,
              len(over), (": " + ", ".join(over)) if over else ""))
     return 0
 

@@ -12,10 +12,11 @@
 # classic's minimum capacity is above the pytorch model's, those where vmm is
 # above 1.01 x live on either figure, and which of them ideal-remap keeps
 # within 1.01 (bench/heldout_table.py).
-# Extra arguments go to the replays as settings (--conf ...).
-# Usage: bench/mixed_heldout.sh [--conf KEY:VALUE,...]   (from the repository
-# root, after building; PAIRS=A+B,... restricts the pairs; the default 40
-# traces take a few minutes on 2 cores)
+# Extra arguments go to the replays: settings (--conf ...) and the pool's
+# measured constants (--tuning ..., stowage/tuning.h).
+# Usage: bench/mixed_heldout.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]
+# (from the repository root, after building; PAIRS=A+B,... restricts the pairs;
+# the default 40 traces take a few minutes on 2 cores)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -2,8 +2,9 @@
  * bench/planned_steps.c: what a pool does step by step through a long run
  * (docs/planned.md, the figures). Replays each trace once on a fresh pool
  * (simulated device, the trace's streams, the settings of --conf over
- * STOWAGE_CONF), handing it the trace's step markers, and reads the pool's
- * statistics at every step boundary: a marker, or, for a trace without
+ * STOWAGE_CONF; --conf also takes the constants of stowage/tuning.h),
+ * handing it the trace's step markers, and reads the pool's statistics at
+ * every step boundary: a marker, or, for a trace without
  * markers, each of --parts equal slices of its events (whose boundaries the
  * pool is not told).
  *
@@ -87,6 +88,9 @@ typedef struct opts {
     bool per_step, hide_markers;
 } opts_t;
 
+/* The constants of --conf (stowage/tuning.h), beside its settings. */
+static stow_tuning_t tuning;
+
 static int replay(const char *path, const stow_config_t *cfg, const opts_t *o)
 {
     unsigned last = o->last, parts = o->parts;
@@ -104,7 +108,7 @@ static int replay(const char *path, const stow_config_t *cfg, const opts_t *o)
     r.steps = calloc(MAX_STEPS, sizeof *r.steps);
     void **ptrs = calloc(t->id_count ? t->id_count : 1, sizeof *ptrs);
     if (!r.steps || !ptrs || stow_sim_create(&sc, &sim) != STOW_OK ||
-        stow_pool_create(cfg, sim, &r.pool) != STOW_OK) {
+        stow_pool_create_tuned(cfg, &tuning, sim, &r.pool) != STOW_OK) {
         fprintf(stderr, "planned_steps: cannot create the pool\n");
         return 1;
     }
@@ -200,6 +204,7 @@ int main(int argc, char **argv)
 {
     stow_config_t cfg;
     stow_config_default(&cfg);
+    stow_tuning_default(&tuning);
     char err[512];
     if (stow_config_from_env(&cfg, err, sizeof err) != STOW_OK) {
         fprintf(stderr, "%s\n", err);
@@ -209,7 +214,7 @@ int main(int argc, char **argv)
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "--conf") && i + 1 < argc) {
-            if (stow_config_parse(&cfg, argv[++i], err, sizeof err) != STOW_OK) {
+            if (stow_tuning_parse(&cfg, &tuning, argv[++i], err, sizeof err) != STOW_OK) {
                 fprintf(stderr, "--conf: %s\n", err);
                 return 2;
             }

@@ -2,8 +2,13 @@
 """bench/pool_goals.py: the pool's goals, set by set (docs/benchmarks.md, goals).
 
     python3 bench/pool_goals.py [--sets shared,scaled,...] [--policies classic,vmm]
-        [--snapshots DIR] [--zoo DIR] [--work DIR] [--jobs N] [--conf KEY:VALUE,...] [--details]
-        [--varlen-seeds 0:10] [--stowage build/stowage] [--planned-steps build/planned_steps]
+        [--snapshots DIR] [--zoo DIR] [--work DIR] [--jobs N] [--conf KEY:VALUE,...]
+        [--tuning KEY:VALUE,...] [--details] [--varlen-seeds 0:10] [--stowage build/stowage]
+        [--planned-steps build/planned_steps]
+
+--conf: settings (STOWAGE_CONF's keys) for every Stowage policy. --tuning: the pool's
+measured constants (stowage/tuning.h), to measure one against its alternatives: they go to
+`stowage replay --tuning` and, with the settings, to `build/planned_steps --conf`.
 
 One row per set and policy, each cell "failing of traces (worst)":
 
@@ -43,7 +48,8 @@ The sets (written under --work, and reused from there when present):
   key per length.
 - random: 10 random step programs of 200 steps (bench/random_loops.py), a marker a step.
 
-Exit status 0; the table goes to standard output, progress to standard error.
+Exit status 0, or 1 when a command it runs fails (its error quoted); the table goes to
+standard output, progress to standard error.
 """
 import argparse
 import concurrent.futures
@@ -81,7 +87,11 @@ def log(msg):
 
 
 def run(cmd):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("pool_goals: %s exited %d:\n%s" % (" ".join(cmd), out.returncode,
+                                                     out.stderr.strip()))
+    return out.stdout
 
 
 def traces_dir():
@@ -174,6 +184,8 @@ def replay_one(args, policies, path):
         cmd += ["--policy", p]
     if args.conf:
         cmd += ["--conf", args.conf]
+    if args.tuning:
+        cmd += ["--tuning", args.tuning]
     rows = {}
     for line in run(cmd + [path]).splitlines():
         if line.startswith("{"):
@@ -184,7 +196,7 @@ def replay_one(args, policies, path):
 
 def steps_one(args, policy, path):
     """planned_steps of the pool alone (markers hidden) and with planned steps (markers)."""
-    conf = "policy:" + policy + ("," + args.conf if args.conf else "")
+    conf = ",".join(["policy:" + policy] + [c for c in (args.conf, args.tuning) if c])
     alone = json.loads(run([args.planned_steps, "--hide-markers", "--conf", conf, path]))
     marked = json.loads(run([args.planned_steps, "--conf", conf + ",planned_steps:true", path]))
     return path, policy, alone, marked
@@ -227,6 +239,8 @@ def main(argv=None):
     ap.add_argument("--work", help="where the sets' traces go (kept; reused when present)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--conf", default="", help="settings for every Stowage policy")
+    ap.add_argument("--tuning", default="",
+                    help="measured constants for every Stowage policy (stowage/tuning.h)")
     ap.add_argument("--details", action="store_true", help="name the failing traces")
     ap.add_argument("--varlen-seeds", default="0:10", type=str)
     ap.add_argument("--stowage", default=os.path.join(ROOT, "build", "stowage"))

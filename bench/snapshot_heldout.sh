@@ -7,13 +7,15 @@
 # from an empty device (the blocks alive when recording began first, in address order); the
 # distinct ones are replayed with --min-capacity under classic, vmm, pytorch, pytorch-expandable
 # and the ideal-remap yardstick, and bench/heldout_table.py prints one Markdown row per workload
-# and the summary of the held-out goals. Extra arguments go to the replays (--conf ...).
-# Usage: bench/snapshot_heldout.sh DIR [--conf KEY:VALUE,...]   (from the repository root,
-# after building; the 40 distinct workloads of bench/snapshots.txt take under a minute on 2 cores)
+# and the summary of the held-out goals. Extra arguments go to the replays: settings
+# (--conf ...) and the pool's measured constants (--tuning ..., stowage/tuning.h).
+# Usage: bench/snapshot_heldout.sh DIR [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]
+# (from the repository root, after building; the 40 distinct workloads of bench/snapshots.txt
+# take under a minute on 2 cores)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${1:?usage: bench/snapshot_heldout.sh DIR [--conf ...]}
+dir=${1:?usage: bench/snapshot_heldout.sh DIR [--conf ...] [--tuning ...]}
 shift
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -4,8 +4,9 @@ expandable segments, and its memory against the ideal-remap yardstick, on
 single replays from a cold pool (docs/design.md, page-mapped segments).
 
 For each trace, `stowage replay --policy vmm --policy pytorch-expandable
---policy ideal-remap --repeats 1 --json` (extra arguments, such as --conf
-KEY:VALUE, go to the replay) gives:
+--policy ideal-remap --repeats 1 --json` (extra arguments go to the replay:
+settings as --conf KEY:VALUE, the pool's measured constants as --tuning
+KEY:VALUE) gives:
   - vmm's map + unmap calls against the pytorch-expandable model's (a call per
     physical handle for vmm, per 20 MiB or 2 MiB page for the model);
   - vmm's modelled driver time against the model's (the simulated device's cost
@@ -41,7 +42,11 @@ IDEAL_BOUND = 1.005
 def replay(stowage, trace, extra):
     cmd = [stowage, "replay", "--policy", "vmm", "--policy", "pytorch-expandable",
            "--policy", "ideal-remap", "--repeats", "1", "--json"] + extra + [trace]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit("vmm_calls: %s exited %d:\n%s" % (" ".join(cmd), run.returncode,
+                                                   run.stderr.strip()))
+    out = run.stdout
     rows = {}
     for line in out.splitlines():
         if line.strip():

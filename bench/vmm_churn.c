@@ -32,6 +32,7 @@
  *   build/vmm_churn [--replays N (default 16)] [--parts P] [--who K] [--conf KEY:VALUE,...]
  *                   TRACE...
  *
+ * --conf takes STOWAGE_CONF's settings and the constants of stowage/tuning.h.
  * docs/design.md (page-mapped segments) quotes its output.
  */
 #include <stdbool.h>
@@ -174,6 +175,9 @@ static uint64_t replay(side_t *s, const stow_trace_t *t, uint64_t *failures, int
     return dt;
 }
 
+/* The constants of --conf (stowage/tuning.h), beside its settings. */
+static stow_tuning_t tuning;
+
 static int side_open(side_t *s, const stow_config_t *base, stow_policy_t policy,
                      const stow_trace_t *t)
 {
@@ -183,7 +187,7 @@ static int side_open(side_t *s, const stow_config_t *base, stow_policy_t policy,
     s->policy = policy;
     s->ptrs = calloc(t->id_count ? t->id_count : 1, sizeof *s->ptrs);
     return s->ptrs && stow_sim_create(NULL, &s->sim) == STOW_OK &&
-                   stow_pool_create(&c, s->sim, &s->pool) == STOW_OK
+                   stow_pool_create_tuned(&c, &tuning, s->sim, &s->pool) == STOW_OK
                ? 0
                : -1;
 }
@@ -280,8 +284,7 @@ static bool footprint_granules(const stow_trace_t *t, const event_note_t *notes,
 
 /* One more replay of the settled vmm pool, noting every event (not timed):
  * its footprint, and with who > 0 the events that remapped most. */
-static int extra_replay(const char *base, side_t *vmm, const stow_trace_t *t,
-                        const stow_config_t *config, int who)
+static int extra_replay(const char *base, side_t *vmm, const stow_trace_t *t, int who)
 {
     size_t n = t->event_count;
     event_note_t *notes = calloc(n ? n : 1, sizeof *notes);
@@ -297,9 +300,9 @@ static int extra_replay(const char *base, side_t *vmm, const stow_trace_t *t,
                "(allowance %.4f, raised up to %.4f)\n",
                base, (unsigned long long)footprint,
                (double)(footprint * granule_bytes) / (double)t->peak_live_bytes,
-               1.0 + config->vmm_slack,
-               1.0 + (config->vmm_slack_max > config->vmm_slack ? config->vmm_slack_max
-                                                                 : config->vmm_slack));
+               1.0 + tuning.vmm_slack,
+               1.0 + (tuning.vmm_slack_max > tuning.vmm_slack ? tuning.vmm_slack_max
+                                                               : tuning.vmm_slack));
     } else {
         fprintf(stderr, "vmm_churn: out of host memory\n");
         rc = 1;
@@ -382,7 +385,7 @@ static int run_trace(const char *path, const stow_config_t *config, int replays,
            (unsigned long long)st.num_sync_all_streams, (unsigned long long)st.num_event_waits,
            median(wait_counts + from, replays - from),
            (unsigned long long)st.num_vmm_step_plans);
-    rc = extra_replay(base, &vmm, t, config, who);
+    rc = extra_replay(base, &vmm, t, who);
 out:
     side_close(&vmm);
     side_close(&classic);
@@ -408,6 +411,7 @@ int main(int argc, char **argv)
     int replays = 16, parts = 0, who = 0, i = 1;
     stow_config_t config;
     stow_config_default(&config);
+    stow_tuning_default(&tuning);
     while (i + 1 < argc && argv[i][0] == '-') {
         char err[256];
         if (!strcmp(argv[i], "--replays")) {
@@ -420,7 +424,7 @@ int main(int argc, char **argv)
             if (parse_count("--who", argv[i + 1], MAX_WHO, &who) != 0)
                 return 2;
         } else if (!strcmp(argv[i], "--conf")) {
-            if (stow_config_parse(&config, argv[i + 1], err, sizeof err) != STOW_OK) {
+            if (stow_tuning_parse(&config, &tuning, argv[i + 1], err, sizeof err) != STOW_OK) {
                 fprintf(stderr, "vmm_churn: --conf: %s\n", err);
                 return 2;
             }

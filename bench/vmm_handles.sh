@@ -10,21 +10,39 @@
 # reserved / live, and the traces that miss each goal (calls or time above 2 x the model's,
 # reserved above 1.01 x live where ideal-remap is at most 1.005). TABLE=1 prints instead
 # vmm_calls.py's table of every trace at the default handle size (the goals' check).
-# Extra arguments go to the replays (--conf KEY:VALUE,...).
-# Usage: bench/vmm_handles.sh [SNAPSHOT_DIR] [--conf ...]   (from the repository root, after
-# building; HANDLES="2 8 16 20 24 32 48 64 128", FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5;
-# about 15 s a row for the 85 traces of the shared, scaled and 40 snapshot workloads)
+# The handle size is one of the pool's measured constants (stowage/tuning.h), given to
+# `stowage replay --tuning`. Extra arguments go to the replays: settings (--conf
+# KEY:VALUE,...) and more constants (--tuning KEY:VALUE,..., joined with each row's
+# vmm_handle_mb).
+# Usage: bench/vmm_handles.sh [SNAPSHOT_DIR] [--conf ...] [--tuning ...]   (from the
+# repository root, after building; STOWAGE=build/stowage, HANDLES="2 8 16 20 24 32 48 64 128",
+# FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5; about 15 s a row for the 85 traces of the
+# shared, scaled and 40 snapshot workloads)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/shared_traces.sh"
 factors=${FACTORS:-0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5}
 handles=${HANDLES:-2 8 16 20 24 32 48 64 128}
+stowage=${STOWAGE:-$root/build/stowage}
 snapshots=
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then
     snapshots=$1
     shift
 fi
+# The constants of --tuning join each row's handle size; the other arguments go as they are.
+tuning=
+extra=()
+while [ $# -gt 0 ]; do
+    if [ "$1" = --tuning ]; then
+        [ $# -ge 2 ] || { echo "vmm_handles: --tuning needs KEY:VALUE,..." >&2; exit 2; }
+        tuning="${tuning:+$tuning,}$2"
+        shift 2
+    else
+        extra+=("$1")
+        shift
+    fi
+done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -32,7 +50,7 @@ python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --facto
     >/dev/null
 all=("${trace_paths[@]}" "$out"/scaled/*.rep)
 if [ -n "$snapshots" ]; then
-    python3 "$root/bench/snapshot_check.py" --stowage "$root/build/stowage" \
+    python3 "$root/bench/snapshot_check.py" --stowage "$stowage" \
         --workloads "$out/wl" "$snapshots"/* >/dev/null || true
     # The same requests recorded twice (a file committed under two names) count once.
     declare -A seen=()
@@ -45,21 +63,13 @@ if [ -n "$snapshots" ]; then
     done
 fi
 echo "${#all[@]} traces" >&2
-calls=(python3 "$root/bench/vmm_calls.py" --stowage "$root/build/stowage" --jobs 2)
+calls=(python3 "$root/bench/vmm_calls.py" --stowage "$stowage" --jobs 2)
 if [ "${TABLE:-0}" = 1 ]; then
-    "${calls[@]}" "${all[@]}" -- "$@"
+    "${calls[@]}" "${all[@]}" -- ${tuning:+--tuning "$tuning"} ${extra[@]+"${extra[@]}"}
     exit 0
 fi
 python3 -c "import sys; sys.path.insert(0, '$root/bench'); import vmm_calls; print(vmm_calls.ROW_HEADER)"
 for mb in $handles; do
-    conf="vmm_handle_mb:$mb"
-    extra=()
-    # A --conf given on the command line joins the handle size.
-    if [ $# -ge 2 ] && [ "$1" = --conf ]; then
-        conf="$conf,$2"
-        extra=("${@:3}")
-    else
-        extra=("$@")
-    fi
-    "${calls[@]}" --row "$mb" "${all[@]}" -- --conf "$conf" "${extra[@]}"
+    "${calls[@]}" --row "$mb" "${all[@]}" -- --tuning "vmm_handle_mb:$mb${tuning:+,$tuning}" \
+        ${extra[@]+"${extra[@]}"}
 done

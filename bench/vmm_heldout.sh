@@ -15,15 +15,33 @@
 # and prints one Markdown row per trace, then a summary: how many traces are
 # above 1.01 on either ratio, the worst, which of those ideal-remap keeps
 # within 1.01, vmm's minimum capacity against ideal-remap's peak, and the
-# settled churn's median, mean and maximum. Extra arguments go to both
-# programs as settings (--conf ...).
-# Usage: bench/vmm_heldout.sh [--conf KEY:VALUE,...]   (from the repository root,
-# after building; FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by default)
+# settled churn's median, mean and maximum. --conf gives both programs settings
+# (STOWAGE_CONF's keys), --tuning the pool's measured constants (stowage/tuning.h):
+# to the replay as `--tuning`, to vmm_churn in its --conf beside the settings.
+# Usage: bench/vmm_heldout.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]   (from the
+# repository root, after building; FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5 by default)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/shared_traces.sh"
 factors=${FACTORS:-0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5}
+conf=
+tuning=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --conf | --tuning)
+        [ $# -ge 2 ] || { echo "vmm_heldout: $1 needs KEY:VALUE,..." >&2; exit 2; }
+        if [ "$1" = --conf ]; then conf="${conf:+$conf,}$2"; else tuning="${tuning:+$tuning,}$2"; fi
+        shift 2 ;;
+    *)
+        echo "usage: bench/vmm_heldout.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]" >&2
+        exit 2 ;;
+    esac
+done
+replay_args=(${conf:+--conf "$conf"} ${tuning:+--tuning "$tuning"})
+churn_conf=$conf
+[ -n "$tuning" ] && churn_conf="${churn_conf:+$churn_conf,}$tuning"
+churn_args=(${churn_conf:+--conf "$churn_conf"})
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -32,9 +50,9 @@ python3 "$root/bench/scaled_traces.py" "$out/scaled" --src "$traces_dir" --facto
 all=("${trace_paths[@]}" "$out"/scaled/*.rep)
 echo "replay --policy vmm --policy ideal-remap --min-capacity on ${#all[@]} traces ..." >&2
 "$root/build/stowage" replay --policy vmm --policy ideal-remap --min-capacity --repeats 1 --json \
-    "$@" "${all[@]}" >"$out/replay.jsonl"
+    ${replay_args[@]+"${replay_args[@]}"} "${all[@]}" >"$out/replay.jsonl"
 echo "vmm_churn on ${#all[@]} traces ..." >&2
-"$root/build/vmm_churn" "$@" "${all[@]}" >"$out/churn.txt"
+"$root/build/vmm_churn" ${churn_args[@]+"${churn_args[@]}"} "${all[@]}" >"$out/churn.txt"
 
 python3 - "$out/replay.jsonl" "$out/churn.txt" "$root/bench" <<'EOF'
 import json, os, re, statistics, sys

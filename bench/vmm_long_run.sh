@@ -25,9 +25,11 @@
 # SET=zoo takes instead the training runs of the corpus of model workloads
 # (bench/zoo/build.py --training: modes train and train-ckpt, as committed,
 # gzip-compressed) and summarizes them by mode.
-# Extra arguments go to vmm_churn (and warm_instructions) as settings (--conf ...).
-# Usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...]   (from the repository
-# root, after building; SET=shared, STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,
+# --conf gives vmm_churn (and warm_instructions) settings (STOWAGE_CONF's keys), --tuning
+# the pool's measured constants (stowage/tuning.h): to vmm_churn in its --conf beside the
+# settings, to warm_instructions as --tuning.
+# Usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]   (from the
+# repository root, after building; SET=shared, STEPS=40, FACTORS=0.6,0.7,0.8,0.9,1.05,1.1,
 # 1.25,1.5, REPLAYS=5 and INSTRUCTIONS=0 by default)
 set -euo pipefail
 
@@ -45,6 +47,23 @@ if [ "$instructions" != 0 ] && [ "$instructions" != 1 ]; then
     echo "vmm_long_run: INSTRUCTIONS=$instructions: 0 or 1" >&2
     exit 2
 fi
+conf=
+tuning=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --conf | --tuning)
+        [ $# -ge 2 ] || { echo "vmm_long_run: $1 needs KEY:VALUE,..." >&2; exit 2; }
+        if [ "$1" = --conf ]; then conf="${conf:+$conf,}$2"; else tuning="${tuning:+$tuning,}$2"; fi
+        shift 2 ;;
+    *)
+        echo "usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]" >&2
+        exit 2 ;;
+    esac
+done
+warm_args=(${conf:+--conf "$conf"} ${tuning:+--tuning "$tuning"})
+churn_conf=$conf
+[ -n "$tuning" ] && churn_conf="${churn_conf:+$churn_conf,}$tuning"
+churn_args=(${churn_conf:+--conf "$churn_conf"})
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -75,12 +94,14 @@ for t in "$out"/long/*.rep; do
     events=$(head -1 "$t" | cut -d' ' -f2)
     parts=$(( (events + period / 2) / period ))
     [ "$parts" -gt 64 ] && parts=64
-    churn=$("$root/build/vmm_churn" --replays "$replays" --parts "$parts" "$@" "$t")
+    churn=$("$root/build/vmm_churn" --replays "$replays" --parts "$parts" \
+        ${churn_args[@]+"${churn_args[@]}"} "$t")
     host=$(sed -n 's/.*vmm\/classic host time \([0-9.]*\).*/\1/p' <<<"$churn")
     instr=-
     if [ "$instructions" = 1 ]; then
         # The last cell of warm_instructions' row: vmm / classic.
-        instr=$(POLICIES="classic vmm" bash "$root/bench/warm_instructions.sh" "$@" "$t" |
+        instr=$(POLICIES="classic vmm" bash "$root/bench/warm_instructions.sh" \
+            ${warm_args[@]+"${warm_args[@]}"} "$t" |
             tail -1 | awk -F'|' '{gsub(/ /, "", $(NF-1)); print $(NF-1)}')
     fi
     echo "$name $period $events $parts $host $instr $(grep "first replay, map+unmap" <<<"$churn" | cut -d: -f2)"

@@ -13,23 +13,26 @@
 # and two builds compare to that (STOWAGE=build_a/stowage, then STOWAGE=build_b/stowage), where
 # timing needs medians over many rounds (bench/ab_builds.sh).
 # Instructions are not time: cache misses and branch mispredictions are not in them.
+# --conf gives the replays settings (STOWAGE_CONF's keys), --tuning the pool's measured
+# constants (stowage/tuning.h, `stowage replay --tuning`).
 # Usage: [POLICIES="classic vmm"] [STOWAGE=build/stowage] bench/warm_instructions.sh
-#            [--conf KEY:VALUE,...] TRACE...      (from the repository root, after building;
-#        needs valgrind; gpt2_train's long run, 126,549 events, takes about 5 s a policy)
+#            [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...] TRACE...      (from the repository
+#        root, after building; needs valgrind; gpt2_train's long run, 126,549 events, takes
+#        about 5 s a policy)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 stowage=${STOWAGE:-$root/build/stowage}
 read -r -a policies <<<"${POLICIES:-classic vmm}"
 conf=()
-if [ "${1:-}" = "--conf" ]; then
-    [ $# -ge 2 ] || { echo "warm_instructions: --conf needs KEY:VALUE,..." >&2; exit 2; }
-    conf=(--conf "$2")
+while [ "${1:-}" = "--conf" ] || [ "${1:-}" = "--tuning" ]; do
+    [ $# -ge 2 ] || { echo "warm_instructions: $1 needs KEY:VALUE,..." >&2; exit 2; }
+    conf+=("$1" "$2")
     shift 2
-fi
+done
 if [ $# -eq 0 ] || [ ${#policies[@]} -eq 0 ]; then
     echo "usage: [POLICIES=\"classic vmm\"] [STOWAGE=build/stowage] $0" \
-        "[--conf KEY:VALUE,...] TRACE..." >&2
+        "[--conf KEY:VALUE,...] [--tuning KEY:VALUE,...] TRACE..." >&2
     exit 2
 fi
 if ! command -v valgrind >/dev/null; then

@@ -146,6 +146,13 @@ int stow__cli_replay(int argc, char **argv)
         return stow__cli_usage_error("replay", "%s", err);
     if (check_policies(&o, &config) != 0)
         return 2;
+    if (o.tuning) {
+        stow_tuning_t tuning;
+        if (stow__replay_tuning_resolve(o.tuning, o.policies, o.policy_count, &config, &tuning,
+                                        err, sizeof err) != STOW_OK)
+            return stow__cli_usage_error("replay", "%s", err);
+        stow__replay_set_tuning(&tuning);
+    }
     bool table = o.all && !o.json;
     bool tty = !o.json && isatty(STDERR_FILENO);
     int rc = 0;

@@ -25,6 +25,7 @@
 #include "stowage/stats.h"
 #include "stowage/status.h"
 #include "stowage/step_key.h"
+#include "stowage/tuning.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,8 +67,10 @@ typedef enum {
  * interval 0 and sizes above 64 GiB the last one (PyTorch's convention). */
 #define STOW_ROUNDUP_INTERVALS 16
 
-/* One field per STOWAGE_CONF key. docs/design.md describes what each does;
- * docs/decisions.md says why each default is what it is. */
+/* One field per STOWAGE_CONF key (and release_idle_on_grow, for the C API).
+ * docs/design.md describes what each does; docs/decisions.md says why each
+ * default is what it is. The pool's other numbers are constants
+ * (stowage/tuning.h). */
 typedef struct stow_config {
     stow_policy_t policy;          /* default STOW_POLICY_AUTO; key "policy" */
     size_t max_split_size_bytes;   /* SIZE_MAX = unlimited (default), else at least 20 MiB: cached
@@ -83,73 +86,20 @@ typedef struct stow_config {
                                             pass threshold x limit */
     double memory_fraction;        /* (0,1], default 1: the share of the device's memory the pool
                                       may reserve; key "per_process_memory_fraction" */
-    bool release_idle_on_grow;     /* default true: release idle segments, oldest first, rather
-                                      than lift reserved memory above its high-water mark */
+    bool release_idle_on_grow;     /* C API only, default true: release idle segments, oldest
+                                      first, rather than lift reserved memory above its high-water
+                                      mark; false for a pool that a CUDA-graph capture may grow
+                                      (nothing may be freed then) */
     bool scrub_on_free;            /* default false: zero every block at free before any stream can
                                       get it again (the backend needs scrub); key "scrub_on_free" */
     size_t record_events;          /* 0 (default): no recording; else the size of the pool's event
                                       ring, at most STOW_RECORD_EVENTS_MAX; key "record_events" */
-    double vmm_slack;              /* policy vmm, default 0.0095: physical memory held beyond the
-                                      live bytes' high-water mark, as a fraction of it, before the
-                                      pool remaps unused granules instead of taking more */
-    double vmm_slack_max;          /* policy vmm, default 0.05: the most a pool that keeps remapping
-                                      raises its slack to (docs/design.md, adaptive allowance); at
-                                      or below vmm_slack: never raised */
-    unsigned vmm_small_kb;         /* policy vmm, default STOW_VMM_SMALL_KB_DEFAULT, at most 1024:
-                                      requests of at most this many KiB get a range of their own
-                                      per stream, with quick lists; 0: one range for all */
-    unsigned quick_depth;          /* freed blocks of at most 64 KiB kept whole per size and stream
-                                      for the next request of that size; 0 = off, at most
-                                      STOW_QUICK_DEPTH_MAX (vmm: STOW_VMM_QUICK_DEPTH_MAX) */
-    unsigned quick_mid_slots;      /* policy classic: freed small blocks over 64 KiB kept whole per
-                                      stream, the oldest merged when another comes; 0 = off, at
-                                      most STOW_QUICK_MID_SLOTS_MAX (the default) */
-    bool reuse_other_streams_on_miss; /* default false: other streams' completed frees are taken
-                                      only when memory is short; true: also before the pool
-                                      grows (one event per stream) */
-    double keep_idle_max;          /* policy classic, default 0.05 (0: always release): once growth
-                                      keeps releasing idle segments, keep them while reserved stays
-                                      within 1 + this of the allocated peak (docs/design.md) */
-    bool vmm_learn_step;           /* policy vmm, default true: a pool that remaps learns its
-                                      loop's step and gives the step's large blocks planned
-                                      addresses (docs/design.md, a layout learned from the step) */
-    unsigned vmm_handle_mb;        /* policy vmm, default STOW_VMM_HANDLE_MB_DEFAULT, at most
-                                      STOW_VMM_HANDLE_MB_MAX: the largest physical handle in MiB;
-                                      2 or less, or planned_steps or planned_auto on: a handle
-                                      per granule (docs/decisions.md) */
     bool planned_steps;            /* default false: each key's steps (stow_pool_step) are
                                       recorded, planned and served from one arena taken from
                                       this pool (docs/planned.md); off with scrub_on_free */
-    unsigned planned_warmup_steps; /* default 1, at most STOW_PLANNED_WARMUP_MAX: a key's first
-                                      steps not recorded (a step ended by stow_pool_step(NULL)
-                                      is recorded at once) */
-    double planned_headroom;       /* [0, 1], default 0: the arena is the largest plan x (1 +
-                                      this), so that a plan that grows fits without a new one */
-    bool planned_auto;             /* default false: without markers the pool finds its loop's
-                                      step (the period of its requests) and plans it as a key;
-                                      a marker ends it (docs/planned.md) */
     bool planned_async;            /* default true: plans made on a helper thread; false: inline
                                       at the marker that completes a recording (deterministic) */
 } stow_config_t;
-
-/* The longest quick list (stow_config_t.quick_depth). */
-#define STOW_QUICK_DEPTH_MAX 255u
-/* Its default (docs/decisions.md, quick lists). */
-#define STOW_QUICK_DEPTH_DEFAULT 64u
-/* stow_config_t.vmm_handle_mb's default and bound (docs/decisions.md, vmm_handle_mb). */
-#define STOW_VMM_HANDLE_MB_DEFAULT 20u
-#define STOW_VMM_HANDLE_MB_MAX 65536u
-/* stow_config_t.vmm_small_kb's default (docs/decisions.md, vmm_small_kb). */
-#define STOW_VMM_SMALL_KB_DEFAULT 128u
-/* The deepest quick list of a page-mapped pool: a kept block holds its
- * granules until it is taken again or merged (docs/decisions.md). */
-#define STOW_VMM_QUICK_DEPTH_MAX 16u
-/* The most (and default) stow_config_t.quick_mid_slots: at most 8 MiB kept per
- * stream. */
-#define STOW_QUICK_MID_SLOTS_MAX 8u
-
-/* The most warm-up steps a key may have (stow_config_t.planned_warmup_steps). */
-#define STOW_PLANNED_WARMUP_MAX 1000u
 
 /* The largest event ring a pool records into: 2^24 events, 512 MiB of host memory. */
 #define STOW_RECORD_EVENTS_MAX ((size_t)1 << 24)
@@ -161,14 +111,13 @@ STOW_API void stow_config_default(stow_config_t *config);
  * Applies `text` in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value")
  * on top of *config. Keys: policy (auto|classic|vmm), max_split_size_mb,
  * max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
- * per_process_memory_fraction, release_idle_on_grow (true|false), vmm_slack, vmm_slack_max,
- * record_events,
- * scrub_on_free (true|false), quick_depth, quick_mid_slots, vmm_small_kb,
- * reuse_other_streams_on_miss (true|false), keep_idle_max, vmm_learn_step (true|false),
- * vmm_handle_mb, planned_steps (true|false), planned_warmup_steps, planned_headroom,
- * planned_auto (true|false), planned_async (true|false), expandable_segments (True
- * selects policy vmm, False policy classic). An unknown key or a bad value returns STOW_EINVAL, writes
- * "key 'K': reason" into err and leaves *config unchanged.
+ * per_process_memory_fraction, expandable_segments (True selects policy vmm, False
+ * policy classic): PyTorch's, with PyTorch's meaning. Stowage's own: policy
+ * (auto|classic|vmm), scrub_on_free, record_events, planned_steps,
+ * planned_async (each true|false but record_events, a count). An unknown key or a bad
+ * value returns STOW_EINVAL, writes "key 'K': reason" into err and leaves *config
+ * unchanged; a key that is one of the pool's constants (stowage/tuning.h) says so and
+ * where docs/decisions.md measures it.
  * Thread safety: reentrant. Errors: STOW_EINVAL.
  */
 STOW_API stow_status_t stow_config_parse(stow_config_t *config, const char *text, char *err,

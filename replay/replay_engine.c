@@ -81,7 +81,6 @@ typedef enum {
     KEY_PAGE_MAPPED,   /* policy, expandable_segments: page-mapped or not */
     KEY_PLANNED_STEPS, /* planned_steps: planned or not */
     KEY_PLANNED_ASYNC, /* planned_async: replays plan inline (false) */
-    KEY_PLANNED_LAYER, /* applies to planned pools, or to any pool with planned_auto */
 } key_kind_t;
 
 typedef struct conf_key {
@@ -91,37 +90,22 @@ typedef struct conf_key {
 } conf_key_t;
 
 /* Every key of stow_config_parse. The pools apply what stowage.h says of each
- * field (the vmm_* keys, page-mapped pools only; keep_idle_max,
- * quick_mid_slots, release_idle_on_grow and garbage_collection_threshold,
- * the classic pool's segment growth; max_split_size_mb and
- * max_non_split_rounding_mb, classic only: docs/design.md), the PyTorch models
- * what replay_policies.c hands them. */
+ * field (garbage_collection_threshold, the classic pool's segment growth;
+ * max_split_size_mb and max_non_split_rounding_mb, classic only:
+ * docs/design.md), the PyTorch models what replay_policies.c hands them. */
 static const conf_key_t conf_keys[] = {
     {"policy", APPLY_POOLS, KEY_PAGE_MAPPED},
     {"expandable_segments", APPLY_POOLS | APPLY_PYTORCH, KEY_PAGE_MAPPED},
     {"planned_steps", APPLY_POOLS, KEY_PLANNED_STEPS},
     {"planned_async", APPLY_POOLS, KEY_PLANNED_ASYNC},
-    {"planned_warmup_steps", APPLY_PLANNED, KEY_PLANNED_LAYER},
-    {"planned_headroom", APPLY_PLANNED, KEY_PLANNED_LAYER},
-    {"planned_auto", APPLY_POOLS, KEY_PLAIN},
     {"max_split_size_mb", APPLY_CLASSIC | APPLY_PYTORCH, KEY_PLAIN},
     {"max_non_split_rounding_mb", APPLY_CLASSIC | APPLY_PYTORCH, KEY_PLAIN},
     {"garbage_collection_threshold", APPLY_CLASSIC | APPLY_PYTORCH, KEY_PLAIN},
     {"roundup_power2_divisions", APPLY_POOLS | APPLY_PYTORCH, KEY_PLAIN},
     {"per_process_memory_fraction", APPLY_POOLS | APPLY_PYTORCH, KEY_PLAIN},
     {"memory_fraction", APPLY_POOLS | APPLY_PYTORCH, KEY_PLAIN},
-    {"release_idle_on_grow", APPLY_CLASSIC, KEY_PLAIN},
-    {"keep_idle_max", APPLY_CLASSIC, KEY_PLAIN},
-    {"quick_mid_slots", APPLY_CLASSIC, KEY_PLAIN},
     {"scrub_on_free", APPLY_POOLS, KEY_PLAIN},
     {"record_events", APPLY_POOLS, KEY_PLAIN},
-    {"quick_depth", APPLY_POOLS, KEY_PLAIN},
-    {"reuse_other_streams_on_miss", APPLY_POOLS, KEY_PLAIN},
-    {"vmm_slack", APPLY_VMM, KEY_PLAIN},
-    {"vmm_slack_max", APPLY_VMM, KEY_PLAIN},
-    {"vmm_small_kb", APPLY_VMM, KEY_PLAIN},
-    {"vmm_learn_step", APPLY_VMM, KEY_PLAIN},
-    {"vmm_handle_mb", APPLY_VMM, KEY_PLAIN},
 };
 
 static unsigned policy_groups(const stow_replay_policy_t *p)
@@ -238,8 +222,7 @@ static void policies_in(unsigned groups, char *buf, size_t len)
 /* The groups a key applies to, with the settings in force. */
 static unsigned key_groups(const conf_key_t *key, const stow_config_t *config)
 {
-    if (key->kind == KEY_PLANNED_LAYER && config->planned_auto)
-        return key->groups | APPLY_POOLS;
+    (void)config;
     return key->groups;
 }
 
@@ -347,11 +330,92 @@ stow_status_t stow__replay_conf_resolve(const char *conf, const stow_config_t *c
     return STOW_OK;
 }
 
+/* The constants of --tuning and the pools each applies to (stowage/tuning.h,
+ * docs/design.md); release_idle_on_grow is stow_config_t's field of the C API. */
+static const struct tuning_key {
+    const char *name;
+    unsigned groups;
+} tuning_keys[] = {
+    {"quick_depth", APPLY_POOLS},
+    {"quick_mid_slots", APPLY_CLASSIC},
+    {"keep_idle_max", APPLY_CLASSIC},
+    {"release_idle_on_grow", APPLY_CLASSIC},
+    {"reuse_other_streams_on_miss", APPLY_POOLS},
+    {"vmm_slack", APPLY_VMM},
+    {"vmm_slack_max", APPLY_VMM},
+    {"vmm_small_kb", APPLY_VMM},
+    {"vmm_handle_mb", APPLY_VMM},
+    {"vmm_learn_step", APPLY_VMM},
+    {"planned_warmup_steps", APPLY_PLANNED},
+    {"planned_headroom", APPLY_PLANNED},
+    {"planned_auto", APPLY_POOLS},
+};
+
+/* The groups of the policies given, with planned_auto making every pool a
+ * planned one. */
+static unsigned given_groups(const stow_replay_policy_t *const *policies, unsigned count,
+                             const stow_tuning_t *tuning)
+{
+    unsigned groups = 0;
+    for (unsigned k = 0; k < count; k++) {
+        unsigned g = policy_groups(policies[k]);
+        if (tuning->planned_auto && (g & APPLY_POOLS))
+            g |= APPLY_PLANNED;
+        groups |= g;
+    }
+    return groups;
+}
+
+stow_status_t stow__replay_tuning_resolve(const char *text,
+                                          const stow_replay_policy_t *const *policies,
+                                          unsigned count, stow_config_t *config,
+                                          stow_tuning_t *out, char *err, size_t err_len)
+{
+    stow_config_t scratch = *config;
+    stow_tuning_default(out);
+    char why[256];
+    if (stow_tuning_parse(&scratch, out, text, why, sizeof why) != STOW_OK)
+        return opts_error(err, err_len, "--tuning: %s", why);
+    unsigned groups = given_groups(policies, count, out);
+    for (const char *b = text; *b;) {
+        const char *e = b + strcspn(b, ",");
+        const char *colon = memchr(b, ':', (size_t)(e - b));
+        while (b < e && *b == ' ')
+            b++;
+        size_t n = colon ? (size_t)(colon - b) : 0;
+        while (n && b[n - 1] == ' ')
+            n--;
+        const struct tuning_key *key = NULL;
+        for (size_t k = 0; n && k < sizeof tuning_keys / sizeof tuning_keys[0]; k++)
+            if (strlen(tuning_keys[k].name) == n && !memcmp(tuning_keys[k].name, b, n))
+                key = &tuning_keys[k];
+        if (n && !key)
+            return opts_error(err, err_len,
+                              "--tuning takes the pools' constants (stowage/tuning.h); '%.*s' is "
+                              "a setting: give it in --conf",
+                              (int)n, b);
+        if (key && !(key->groups & groups))
+            return opts_error(err, err_len,
+                              "--tuning %s: no policy given uses it (%s): add one or drop it",
+                              key->name,
+                              key->groups == APPLY_VMM       ? "vmm and vmm-planned"
+                              : key->groups == APPLY_CLASSIC ? "classic and classic-planned"
+                              : key->groups == APPLY_PLANNED
+                                  ? "classic-planned and vmm-planned, or any pool with "
+                                    "planned_auto"
+                                  : "the Stowage pools");
+        b = *e ? e + 1 : e;
+    }
+    config->release_idle_on_grow = scratch.release_idle_on_grow;
+    return STOW_OK;
+}
+
 bool stow__replay_note_no_steps(FILE *f, const char *who, const stow_trace_t *trace,
                                 const stow_replay_policy_t *policy, const stow_config_t *config)
 {
+    (void)config;
     const stow_replay_policy_t *base = stow__replay_planned_base(policy);
-    if (!base || !trace || trace->marker_count || (config && config->planned_auto))
+    if (!base || !trace || trace->marker_count || (stow__replay_tuning() && stow__replay_tuning()->planned_auto))
         return false;
     fprintf(f,
             "%s: note: %s has no step markers ('m' lines), so %s plans nothing on it: its "
@@ -388,6 +452,9 @@ void stow__replay_usage(FILE *f)
             "                  roundup_power2_divisions, garbage_collection_threshold,\n"
             "                  per_process_memory_fraction and expandable_segments apply\n"
             "                  to the pytorch models too\n"
+            "  --tuning S      the pools' measured constants (KEY:VALUE,..., stowage/tuning.h,\n"
+            "                  and release_idle_on_grow), to measure one against its\n"
+            "                  alternatives; not a setting\n"
             "  --json          one JSON object per trace and policy, one per line\n"
             "  --summary       print the pool's memory summary (classic, vmm and their\n"
             "                  planned variants; text output)\n"
@@ -450,15 +517,19 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes_value = !strcmp(a, "--policy") || !strcmp(a, "--capacity") ||
-                           !strcmp(a, "--repeats") || !strcmp(a, "--conf");
+                           !strcmp(a, "--repeats") || !strcmp(a, "--conf") ||
+                           !strcmp(a, "--tuning");
         if (takes_value && !v)
             return opts_error(err, err_len, "option '%s' needs a value", a);
         /* A value given twice would leave one of them unused. */
         if ((!strcmp(a, "--capacity") && capacity_given) ||
-            (!strcmp(a, "--repeats") && repeats_given) || (!strcmp(a, "--conf") && o->conf))
+            (!strcmp(a, "--repeats") && repeats_given) || (!strcmp(a, "--conf") && o->conf) ||
+            (!strcmp(a, "--tuning") && o->tuning))
             return opts_error(err, err_len, "%s given twice%s", a,
-                              !strcmp(a, "--conf") ? ": join the settings with ',' in one --conf"
-                                                   : "");
+                              !strcmp(a, "--conf")     ? ": join the settings with ',' in one --conf"
+                              : !strcmp(a, "--tuning") ? ": join the constants with ',' in one "
+                                                         "--tuning"
+                                                       : "");
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             o->help = true;
             return STOW_OK;
@@ -507,6 +578,9 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
         } else if (!strcmp(a, "--conf")) {
             i++;
             o->conf = v;
+        } else if (!strcmp(a, "--tuning")) {
+            i++;
+            o->tuning = v;
         } else {
             return opts_error(err, err_len, "unknown option '%s'", a);
         }

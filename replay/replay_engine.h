@@ -138,6 +138,7 @@ typedef struct stow_replay_opts {
     bool summary;          /* --summary (classic) */
     bool help;             /* --help / -h given: print usage, exit 0 */
     const char *conf;      /* --conf, applied after STOWAGE_CONF */
+    const char *tuning;    /* --tuning: measured constants (stowage/tuning.h), or NULL */
     int first_trace;       /* argv index of the first trace */
     bool policy_given;     /* --policy named the policies; false: classic, until the
                               settings pick another (stow__replay_conf_resolve) */
@@ -157,6 +158,12 @@ stow_status_t stow__replay_opts_parse(int argc, char **argv, stow_replay_opts_t 
 
 /* "123", "4K", "16MiB", "2G", "1T" (powers of 1024) -> bytes. False on junk or overflow. */
 bool stow__replay_parse_bytes(const char *text, size_t *out);
+
+/* The measured constants (stowage/tuning.h) every pool replayed after the call
+ * is created with (NULL: the defaults), and those in force. Not thread-safe:
+ * set once, before replaying (the command line's --tuning). */
+void stow__replay_set_tuning(const stow_tuning_t *tuning);
+const stow_tuning_t *stow__replay_tuning(void);
 
 /* The built-in defaults, then STOWAGE_CONF, then `conf` (--conf; may be NULL).
  * Errors: STOW_EINVAL with the offending key in err. */
@@ -186,12 +193,26 @@ stow_status_t stow__replay_conf_resolve(const char *conf, const stow_config_t *c
                                         unsigned *count, FILE *notes, const char *who, char *err,
                                         size_t err_len);
 
+/*
+ * Parses `text` (--tuning: the constants of stowage/tuning.h and
+ * release_idle_on_grow) into *out, over the defaults, against the policies a
+ * command replays: a setting of stow_config_parse is an error saying to give
+ * it in --conf, and a constant that none of the policies uses (a vmm constant
+ * for classic, a classic one for vmm, a planned one without a planned pool or
+ * planned_auto, any for the models) is an error naming the policies that use
+ * it. release_idle_on_grow goes to config. Errors: STOW_EINVAL, message in err.
+ */
+stow_status_t stow__replay_tuning_resolve(const char *text,
+                                          const stow_replay_policy_t *const *policies,
+                                          unsigned count, stow_config_t *config,
+                                          stow_tuning_t *out, char *err, size_t err_len);
+
 /* The pool a planned policy (classic-planned, vmm-planned) runs on: classic or
  * vmm; NULL for any other policy. */
 const stow_replay_policy_t *stow__replay_planned_base(const stow_replay_policy_t *policy);
 
 /* When `policy` is a planned pool, `trace` has no step markers and the settings
- * do not find steps on their own (planned_auto), writes one line to f,
+ * do not find steps on their own (the constant planned_auto), writes one line to f,
  * "WHO: note: ...", saying that the policy plans nothing on this trace and that
  * its figures are its base pool's. Returns whether it wrote it. */
 bool stow__replay_note_no_steps(FILE *f, const char *who, const stow_trace_t *trace,

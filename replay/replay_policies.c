@@ -30,6 +30,23 @@ static void classic_destroy(void *ctx)
     free(c);
 }
 
+/* The measured constants the replayed pools take (--tuning): one set for the
+ * process, as the tool replays one command line. */
+static stow_tuning_t replay_tuning;
+static bool replay_tuned;
+
+void stow__replay_set_tuning(const stow_tuning_t *tuning)
+{
+    replay_tuned = tuning != NULL;
+    if (tuning)
+        replay_tuning = *tuning;
+}
+
+const stow_tuning_t *stow__replay_tuning(void)
+{
+    return replay_tuned ? &replay_tuning : NULL;
+}
+
 static stow_status_t pool_create_with(const stow_replay_setup_t *setup, stow_policy_t policy,
                                       bool planned, void **out)
 {
@@ -47,7 +64,7 @@ static stow_status_t pool_create_with(const stow_replay_setup_t *setup, stow_pol
     config.planned_async = false;
     stow_status_t st = stow_sim_create(&sc, &c->sim);
     if (st == STOW_OK)
-        st = stow_pool_create(&config, c->sim, &c->pool);
+        st = stow_pool_create_tuned(&config, stow__replay_tuning(), c->sim, &c->pool);
     if (st != STOW_OK) {
         classic_destroy(c);
         return st;

@@ -114,10 +114,12 @@ static int round_on(stow_backend_t *backend, size_t block, int chain, cu_stream_
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_slack = 0.0;
-    cfg.vmm_slack_max = 0.0;
+    stow_tuning_t tuning;
+    stow_tuning_default(&tuning);
+    tuning.vmm_slack = 0.0;
+    tuning.vmm_slack_max = 0.0;
     stow_pool_t *pool = NULL;
-    stow_status_t st = stow_pool_create(&cfg, backend, &pool);
+    stow_status_t st = stow_pool_create_tuned(&cfg, &tuning, backend, &pool);
     if (st != STOW_OK)
         return fail("pool create", st);
     void *a = NULL, *f = NULL, *c = NULL;

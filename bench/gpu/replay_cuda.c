@@ -1,6 +1,7 @@
 /*
  * bench/gpu/replay_cuda.c: replays .rep traces through a Stowage pool on the
- * CUDA backend (device 0): a fresh pool per trace, configured by --conf. The
+ * CUDA backend (device 0): a fresh pool per trace, configured by --conf (the
+ * settings of STOWAGE_CONF and the constants of stowage/tuning.h). The
  * first (cold) pass fills the pool; then WARM_PASSES more, whose median
  * ns/event is reported (one pass of a 10,000-event trace lasts about a
  * millisecond, too short to time once). It counts the driver calls the pool
@@ -196,9 +197,11 @@ int main(int argc, char **argv)
     char why[512];
     stow_config_t cfg;
     stow_config_default(&cfg);
+    stow_tuning_t tuning;
+    stow_tuning_default(&tuning);
     int first = 2;
     if (argc > 3 && strcmp(argv[2], "--conf") == 0) {
-        if (stow_config_parse(&cfg, argv[3], why, sizeof why) != STOW_OK) {
+        if (stow_tuning_parse(&cfg, &tuning, argv[3], why, sizeof why) != STOW_OK) {
             fprintf(stderr, "--conf %s: %s\n", argv[3], why);
             return 2;
         }
@@ -230,7 +233,7 @@ int main(int argc, char **argv)
             continue;
         }
         stow_pool_t *pool = NULL;
-        if (stow_pool_create(&cfg, &wrapped, &pool) != STOW_OK) {
+        if (stow_pool_create_tuned(&cfg, &tuning, &wrapped, &pool) != STOW_OK) {
             stow_trace_free(t);
             rc = 1;
             continue;

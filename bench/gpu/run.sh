@@ -17,8 +17,8 @@
 #                bench/gpu/remap_wait (C: what a page-mapped remap waits for, events or the
 #                whole device, with another stream's queue behind it)
 #   5 train      bench/gpu/train.py: GPT-2 small and ResNet-50, TRAIN_STEPS (30) steps each with
-#                PyTorch native, native expandable_segments, Stowage classic, vmm, and vmm with
-#                vmm_learn_step, and classic and vmm with planned_steps and stowage.torch.step()
+#                PyTorch native, native expandable_segments, Stowage's default, classic and vmm,
+#                and classic and vmm with planned_steps and stowage.torch.step()
 #                (TRAIN_MODELS, TRAIN_MODES, TRAIN_ROUNDS: below); infer_planned.py: ResNet-50
 #                inference under stowage.torch.planned against native (outputs, step time)
 #   6 unseen     bench/gpu/record_unseen.py: workloads the PyTorch models were never tuned on

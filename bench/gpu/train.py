@@ -1,21 +1,17 @@
 """A few training steps of one model under one allocator (one process per run).
 
     python3 bench/gpu/train.py --model gpt2|resnet50
-        --mode native|expandable|stowage|stowage_classic|stowage_keep|stowage_vmm
-               |stowage_vmm_learn|stowage_planned|stowage_vmm_planned
+        --mode native|expandable|stowage|stowage_classic|stowage_vmm|stowage_planned
+               |stowage_vmm_planned
 
 Prints and writes: loss per step, every step's time (step_ms) and their median after the
 first --warmup steps, peak allocated and peak reserved (from torch.cuda for native modes, from
 stowage for Stowage modes), and the device reserve and release calls (cudaMalloc, cudaFree:
 num_device_alloc, num_device_free) made after the warm-up steps.
 stowage is Stowage's default (policy auto: the page-mapped pool on a GPU whose driver maps
-pages); stowage_classic the classic pool;
-stowage_vmm is the page-mapped pool without its learned step (vmm_learn_step:false),
-stowage_vmm_learn with it (the default: a layout learned from the loop's step,
-docs/design.md); stowage_keep the classic pool
-with release_idle_on_grow:false (no segment released to hold the reserved
-high-water mark: no churn, more memory; docs/torch.md). Stowage modes also write the
-pool's map and unmap calls in the second half of the steps (a settled loop
+pages); stowage_classic the classic pool (policy:classic); stowage_vmm the page-mapped pool
+(policy:vmm), with the layout it learns from the loop's step (docs/design.md). Stowage modes
+also write the pool's map and unmap calls in the second half of the steps (a settled loop
 makes none) and the learned step's plans and planned allocations.
 stowage_planned (classic) and stowage_vmm_planned add planned_steps:true and call
 stowage.torch.step("train") at the top of each step (docs/planned.md): they
@@ -36,9 +32,8 @@ import common
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", choices=["gpt2", "resnet50"], required=True)
 ap.add_argument("--mode", choices=["native", "expandable", "stowage", "stowage_classic",
-                                         "stowage_keep",
-                                         "stowage_vmm", "stowage_vmm_learn", "stowage_planned",
-                                         "stowage_vmm_planned"], required=True)
+                                   "stowage_vmm", "stowage_planned", "stowage_vmm_planned"],
+                required=True)
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--warmup", type=int, default=None,
                 help="first steps left out of the median and of the calls counted after them "
@@ -60,12 +55,12 @@ if args.mode.startswith("stowage"):
     import stowage
     import stowage.torch
     conf = {"stowage_classic": "policy:classic",
-            "stowage_keep": "policy:classic,release_idle_on_grow:false",
-            "stowage_vmm": "policy:vmm,vmm_learn_step:false",
-            "stowage_vmm_learn": "policy:vmm,vmm_learn_step:true",
+            "stowage_vmm": "policy:vmm",
             "stowage_planned": "policy:classic,planned_steps:true",
             "stowage_vmm_planned": "policy:vmm,planned_steps:true"}.get(args.mode)
     if conf:
+        # A pool given a STOWAGE_CONF it refuses takes the defaults: check it here instead.
+        stowage.validate_conf(conf)
         os.environ["STOWAGE_CONF"] = conf
     # Create the pool now (before torch initialises CUDA) to fail early, e.g. a policy
     # this library does not implement yet.

@@ -5,9 +5,11 @@
 # Each trace of index.csv is replayed as it is committed (`stowage replay` reads .rep.gz) with
 # --min-capacity under classic, vmm, pytorch, pytorch-expandable and the ideal-remap yardstick,
 # JOBS at a time (default 2), and bench/heldout_table.py prints one Markdown row per workload
-# and the summary of the held-out goals. Extra arguments go to the replays (--conf ...).
+# and the summary of the held-out goals. Extra arguments go to the replays: settings
+# (--conf ...) and the pool's measured constants (--tuning ..., stowage/tuning.h).
 # STOWAGE names the CLI (default build/stowage).
-# Usage: bench/zoo/heldout.sh [--conf KEY:VALUE,...]   (from the repository root, after building)
+# Usage: bench/zoo/heldout.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]   (from the
+# repository root, after building)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -58,6 +58,7 @@
 #include <cstring>
 #include <deque>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -98,6 +99,7 @@ static_assert(STOW_POOL_ALL == static_cast<int>(StatType::AGGREGATE) &&
 
 constexpr int kMaxDevices = STOW_TORCH_MAX_DEVICES;
 constexpr MempoolId_t kDefaultPool{0, 0};
+constexpr uint64_t kSeqNow = UINT64_MAX; /* trace_locked: the pool's count at the call */
 
 void adapter_delete(void *ptr);
 
@@ -127,6 +129,15 @@ std::string pool_name(MempoolId_t id)
 }
 
 int64_t now_us() { return static_cast<int64_t>(c10::getTimeSinceEpoch() / 1000); }
+
+/* The events pool's recording counted since it started (0 without one). */
+uint64_t recorded_events(stow_pool_t *pool)
+{
+    uint64_t recorded = 0;
+    if (pool)
+        stow_record_counts(pool, &recorded, nullptr);
+    return recorded;
+}
 
 stow_stats_t empty_stats()
 {
@@ -295,6 +306,8 @@ struct PrivatePool {
     int use_count = 1;
     bool use_on_oom = false;
     bool recording = false; /* history started its recording */
+    uint64_t source = 0;       /* Trace::source of its entries (from 1) */
+    uint64_t history_from = 0; /* its first recorded event that the history holds */
 #if STOW_TORCH_2_15
     /* reserved_bytes' allocated at the last resetAccumulatedStats (as reset_base_) */
     int64_t reserved_base[STOW_POOL_KINDS] = {};
@@ -325,10 +338,74 @@ struct Trace {
     cudaStream_t stream;
     MempoolId_t pool;
     int64_t time_us;
+    /* The pool instance it came from (0: the device pool, else its
+     * PrivatePool's source) and its place among that pool's recorded events:
+     * a segment entry is event number seq of the recording; a block entry
+     * stands after the first seq events and before the others. */
+    uint64_t source;
+    uint64_t seq;
     std::shared_ptr<c10::GatheredContext> context;
     std::string compile_context;
     std::string user_metadata;
 };
+
+bool is_segment_action(Action a)
+{
+    return a == Action::SEGMENT_ALLOC || a == Action::SEGMENT_FREE ||
+           a == Action::SEGMENT_MAP || a == Action::SEGMENT_UNMAP;
+}
+
+/* Puts a device's history in order, oldest first.
+ *
+ * Entries of one pool follow the pool's own order of events: a segment entry
+ * whose event was counted before a block entry's seq comes before it (the
+ * pool maps inside an allocation, and unmaps inside a free, after the entry's
+ * count). Their times do not decide it: a recording's times come from the
+ * pool's cycle counter, converted to the wall clock when the recording is
+ * read, while block entries take PyTorch's clock, and the two need not agree
+ * to the microsecond that can lie between a segment event and its block's.
+ * Along one pool's entries a segment entry's time is held between the times
+ * of the block entries around it, and every time is at least the one before.
+ *
+ * Entries of different pools are merged by time (then by source), each
+ * pool's entries keeping their order: sorting stably first by (source, place
+ * in the pool) and then by time, both strict weak orders, does that. */
+void order_history(std::vector<Trace> &entries)
+{
+    /* A block entry stands between events seq - 1 and seq: 2 * seq sorts it there. */
+    auto place = [](const Trace &t) {
+        return is_segment_action(t.action) ? 2 * t.seq + 1 : 2 * t.seq;
+    };
+    std::stable_sort(entries.begin(), entries.end(), [&place](const Trace &a, const Trace &b) {
+        if (a.source != b.source)
+            return a.source < b.source;
+        return place(a) < place(b);
+    });
+    for (size_t i = 0; i < entries.size();) {
+        size_t end = i;
+        while (end < entries.size() && entries[end].source == entries[i].source)
+            end++;
+        /* next_block[k - i]: the time of the first block entry after k, if any. */
+        std::vector<std::optional<int64_t>> next_block(end - i);
+        std::optional<int64_t> next;
+        for (size_t k = end; k-- > i;) {
+            next_block[k - i] = next;
+            if (!is_segment_action(entries[k].action))
+                next = entries[k].time_us;
+        }
+        int64_t last = std::numeric_limits<int64_t>::min();
+        for (size_t k = i; k < end; k++) {
+            int64_t t = entries[k].time_us;
+            if (is_segment_action(entries[k].action) && next_block[k - i])
+                t = std::min(t, *next_block[k - i]);
+            t = std::max(t, last);
+            entries[k].time_us = last = t;
+        }
+        i = end;
+    }
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const Trace &a, const Trace &b) { return a.time_us < b.time_us; });
+}
 
 struct Annotation {
     int device;
@@ -576,6 +653,7 @@ class StowageAllocator final : public CCA::CUDAAllocator {
                                PrivatePool **pp_out);
     [[noreturn]] void alloc_failed(stow_status_t st, size_t size, int device, PrivatePool *pp);
     void note_device(int device);
+    void record_device_pool(int device);
     void free_slow(void *ptr);
     bool free_in_locked(stow_pool_t *pool, void *ptr, int device, MempoolId_t pool_id,
                         size_t requested);
@@ -587,15 +665,16 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     PrivatePool *create_pool_locked(int device, MempoolId_t id);
     void create_or_incref_locked(int device, MempoolId_t id);
     void retire_if_done_locked(PrivatePool *pp);
-    /* time_us < 0: now. */
+    /* time_us < 0: now; seq == kSeqNow: the pool's events recorded so far. */
     bool trace_locked(Action action, int device, size_t addr, size_t size, cudaStream_t stream,
                       MempoolId_t pool, std::shared_ptr<c10::GatheredContext> context,
-                      int64_t time_us = -1);
+                      int64_t time_us = -1, uint64_t seq = kSeqNow);
     void start_recording_locked(stow_pool_t *pool, bool *started);
     void add_segments_locked(CCA::SnapshotInfo &info, stow_pool_t *pool, int device,
                              MempoolId_t id);
     void add_segment_traces_locked(std::vector<Trace> &out, stow_pool_t *pool, int device,
-                                   MempoolId_t id);
+                                   MempoolId_t id, uint64_t source, uint64_t from);
+    void add_device_segment_traces_locked(std::vector<Trace> &out, int device);
     std::vector<std::pair<uintptr_t, size_t>> live_blocks_locked(stow_pool_t *pool);
     std::vector<stow_pool_t *> device_pools_locked(int device);
 #if STOW_TORCH_2_15
@@ -617,6 +696,7 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     std::mutex mu_; /* guards everything below */
     std::map<std::pair<int, MempoolId_t>, std::unique_ptr<PrivatePool>> pools_;
     uint64_t next_shift_ = 1;
+    uint64_t next_source_ = 1; /* PrivatePool::source of the next private pool */
     std::vector<Capture> captures_list_;
     std::unordered_set<void *> stream_used_;  /* blocks given to recordStream */
     std::vector<void *> deferred_;            /* frees held until no capture is under way */
@@ -637,11 +717,11 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     CCA::RecordContext when_ = CCA::RecordContext::NEVER;
     size_t max_entries_ = 1;
     std::set<int> skip_;
-    int64_t history_start_us_ = 0;
     std::deque<Trace> traces_[kMaxDevices];
     std::deque<Annotation> annotations_;
     std::unordered_map<void *, LiveBlock> live_;  /* blocks allocated while recording */
     bool recording_[kMaxDevices] = {};            /* history started device d's recording */
+    uint64_t history_from_[kMaxDevices] = {};     /* as PrivatePool::history_from */
 };
 
 /* ---- allocation ---- */
@@ -659,10 +739,14 @@ void *StowageAllocator::alloc(size_t size, int device, cudaStream_t stream)
     void *ptr = nullptr;
     PrivatePool *pp = nullptr;
     stow_status_t st;
-    if (C10_LIKELY(captures_total_.load(std::memory_order_acquire) == 0))
+    if (C10_LIKELY(captures_total_.load(std::memory_order_acquire) == 0)) {
+        if (C10_UNLIKELY(history_on_.load(std::memory_order_relaxed)) &&
+            !(devices_used_.load(std::memory_order_relaxed) & (uint64_t{1} << device)))
+            record_device_pool(device);
         st = stow_torch_alloc(size, device, stream, &ptr);
-    else
+    } else {
         st = alloc_routed(size, device, stream, &ptr, &pp);
+    }
     if (C10_UNLIKELY(st != STOW_OK)) {
         if (st == STOW_ENOMEM && !pp) {
             /* A MemPool(use_on_oom=True) of this device may still hold room. */
@@ -781,6 +865,18 @@ void StowageAllocator::note_device(int device)
     }
 }
 
+/* Creates the device's pool ahead of its first allocation while the history
+ * records, and starts its recording: the segments that allocation maps are
+ * then in the history before its block. */
+void StowageAllocator::record_device_pool(int device)
+{
+    if (stow_torch_pool_init(device, nullptr, 0) != STOW_OK)
+        return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (history_on_.load())
+        start_recording_locked(stow_torch_pool(device), &recording_[device]);
+}
+
 /* ---- free ---- */
 
 void adapter_delete(void *ptr)
@@ -814,14 +910,17 @@ void StowageAllocator::free_ptr(void *ptr) noexcept
 bool StowageAllocator::free_in_locked(stow_pool_t *pool, void *ptr, int device,
                                       MempoolId_t pool_id, size_t requested)
 {
-    /* The free's entries take the time before the pool frees: a page-mapped pool
-     * unmaps granules inside stow_pool_free, and its recorded segment_unmap
-     * must follow the free_completed, as in PyTorch's history (memory_viz walks
-     * the history backwards from the segments and needs that order). */
-    int64_t freed_us = history_on_.load() ? now_us() : 0;
+    /* The free's entries take their time and place before the pool frees: a
+     * page-mapped pool unmaps granules inside stow_pool_free, and its recorded
+     * segment_unmap must follow the free_completed, as in PyTorch's history
+     * (memory_viz walks the history backwards from the segments and needs
+     * that order). */
+    bool history = history_on_.load();
+    int64_t freed_us = history ? now_us() : 0;
+    uint64_t seq = history ? recorded_events(pool) : 0;
     if (stow_pool_free(pool, ptr) != STOW_OK)
         return false;
-    if (history_on_.load()) {
+    if (history) {
         auto it = live_.find(ptr);
         cudaStream_t stream = it != live_.end() ? it->second.stream : nullptr;
         std::shared_ptr<c10::GatheredContext> context;
@@ -829,9 +928,9 @@ bool StowageAllocator::free_in_locked(stow_pool_t *pool, void *ptr, int device,
             context = it->second.context;
         /* Stowage frees at once; a use on another stream delays only the reuse. */
         trace_locked(Action::FREE_REQUESTED, device, reinterpret_cast<size_t>(ptr), requested,
-                     stream, pool_id, context, freed_us);
+                     stream, pool_id, context, freed_us, seq);
         trace_locked(Action::FREE_COMPLETED, device, reinterpret_cast<size_t>(ptr), requested,
-                     stream, pool_id, context, freed_us);
+                     stream, pool_id, context, freed_us, seq);
     }
     live_.erase(ptr);
     return true;
@@ -1219,8 +1318,7 @@ PrivatePool *StowageAllocator::create_pool_locked(int device, MempoolId_t id)
     pp->id = id;
     /* The device pool's configuration, less what a capture must not do:
      * release memory while growing (it would wait for the device), remap
-     * pages, serve planned steps, or record events to reuse other streams'
-     * frees. */
+     * pages or serve planned steps. */
     stow_config_t cfg;
     char err[256] = "";
     stow_config_default(&cfg);
@@ -1229,8 +1327,6 @@ PrivatePool *StowageAllocator::create_pool_locked(int device, MempoolId_t id)
     cfg.policy = STOW_POLICY_CLASSIC;
     cfg.release_idle_on_grow = false;
     cfg.planned_steps = false;
-    cfg.planned_auto = false;
-    cfg.reuse_other_streams_on_miss = false;
     cfg.record_events = 0;
     if (fraction_[device] > 0.0)
         cfg.memory_fraction = fraction_[device];
@@ -1279,6 +1375,7 @@ PrivatePool *StowageAllocator::create_pool_locked(int device, MempoolId_t id)
         TORCH_CHECK(false, "Stowage: cannot create private pool ", pool_name(id), " on device ",
                     device, ": stow_pool_create: ", stow_strerror(st));
     }
+    pp->source = next_source_++;
     if (history_on_.load())
         start_recording_locked(pp->pool, &pp->recording);
     PrivatePool *raw = pp.get();
@@ -1342,7 +1439,8 @@ void StowageAllocator::retire_if_done_locked(PrivatePool *pp)
     if (history_on_.load()) {
         /* Its segment events would go with it: keep them as history. */
         std::vector<Trace> kept;
-        add_segment_traces_locked(kept, pp->pool, pp->device, pp->id);
+        add_segment_traces_locked(kept, pp->pool, pp->device, pp->id, pp->source,
+                                  pp->history_from);
         for (auto &t : kept)
             traces_[pp->device].push_back(std::move(t));
     }
@@ -1543,17 +1641,29 @@ std::shared_ptr<c10::GatheredContext> StowageAllocator::gather_context(CCA::Reco
     return fn();
 }
 
-/* Adds an entry to device's history unless its action is skipped; whether it did. */
+/* Adds an entry to device's history unless its action is skipped; whether it did.
+ * Its seq, unless given, is the count of the pool's events when it is added:
+ * after the pool call of an allocation (whose segment events come first). */
 bool StowageAllocator::trace_locked(Action action, int device, size_t addr, size_t size,
                                     cudaStream_t stream, MempoolId_t pool,
                                     std::shared_ptr<c10::GatheredContext> context,
-                                    int64_t time_us)
+                                    int64_t time_us, uint64_t seq)
 {
     if (!history_on_.load() || skip_.count(static_cast<int>(action)))
         return false;
+    stow_pool_t *from = nullptr;
+    uint64_t source = 0;
+    if (pool == kDefaultPool) {
+        from = stow_torch_pool(device);
+    } else if (PrivatePool *pp = find_pool_locked(device, pool)) {
+        from = pp->pool;
+        source = pp->source;
+    }
+    if (seq == kSeqNow)
+        seq = recorded_events(from);
     std::deque<Trace> &ring = traces_[device];
     ring.push_back(Trace{action, device, addr, size, stream, pool,
-                         time_us >= 0 ? time_us : now_us(), std::move(context),
+                         time_us >= 0 ? time_us : now_us(), source, seq, std::move(context),
                          tl_compile_context.empty() ? std::string() : tl_compile_context.back(),
                          user_metadata()});
     while (ring.size() > max_entries_)
@@ -1608,33 +1718,32 @@ void StowageAllocator::recordHistory(bool enabled, CCA::CreateContextFn context_
     max_entries_ = std::max<size_t>(alloc_trace_max_entries, 1);
     skip_ = std::move(skip);
     if (enabled) {
-        if (!history_on_.load())
-            history_start_us_ = now_us();
         uint64_t mask = devices_used_.load();
         for (int d = 0; d < kMaxDevices; d++)
             if ((mask >> d) & 1)
                 start_recording_locked(stow_torch_pool(d), &recording_[d]);
         for (auto &entry : pools_)
             start_recording_locked(entry.second->pool, &entry.second->recording);
+        if (!history_on_.load()) {
+            /* A pool that recorded before the history began keeps its earlier
+             * events out of it; a recording started here or later counts from 0. */
+            for (int d = 0; d < kMaxDevices; d++)
+                history_from_[d] = recorded_events(stow_torch_pool(d));
+            for (auto &entry : pools_)
+                entry.second->history_from = recorded_events(entry.second->pool);
+        }
         history_on_.store(true);
         return;
     }
     if (history_on_.load()) {
         /* The pools' segment events join the history before their recordings stop. */
         for (int d = 0; d < kMaxDevices; d++) {
-            std::vector<Trace> kept;
-            if (stow_pool_t *pool = stow_torch_pool(d))
-                add_segment_traces_locked(kept, pool, d, kDefaultPool);
-            for (auto &entry : pools_)
-                if (entry.second->device == d)
-                    add_segment_traces_locked(kept, entry.second->pool, d, entry.second->id);
-            if (kept.empty())
+            std::vector<Trace> all(traces_[d].begin(), traces_[d].end());
+            add_device_segment_traces_locked(all, d);
+            if (all.empty())
                 continue;
-            kept.insert(kept.end(), traces_[d].begin(), traces_[d].end());
-            std::stable_sort(kept.begin(), kept.end(), [](const Trace &a, const Trace &b) {
-                return a.time_us < b.time_us;
-            });
-            traces_[d].assign(kept.begin(), kept.end());
+            order_history(all);
+            traces_[d].assign(all.begin(), all.end());
             while (traces_[d].size() > max_entries_)
                 traces_[d].pop_front();
         }
@@ -1700,19 +1809,41 @@ void StowageAllocator::annotateMemory(const void *ptr, const std::string &metada
 }
 #endif
 
-/* The segment events of a recording pool since the history began. */
+/* The segment events of a recording pool from its event number `from` on,
+ * each with its number in the recording as its seq. */
 void StowageAllocator::add_segment_traces_locked(std::vector<Trace> &out, stow_pool_t *pool,
-                                                 int device, MempoolId_t id)
+                                                 int device, MempoolId_t id, uint64_t source,
+                                                 uint64_t from)
 {
+    /* The kept events are the last `kept` of `recorded`, oldest first. The
+     * device pool allocates outside mu_, so the counts are read around the
+     * copy until none came between; failing that, the copy was taken at some
+     * count between the two readings. */
+    std::vector<stow_recorded_event_t> events;
     size_t count = 0;
-    uint64_t start_ns = 0;
-    if (stow_record_read(pool, nullptr, 0, &count, &start_ns) != STOW_OK || count == 0)
-        return;
-    std::vector<stow_recorded_event_t> events(count);
-    if (stow_record_read(pool, events.data(), events.size(), &count, &start_ns) != STOW_OK)
-        return;
+    uint64_t start_ns = 0, first = 0;
+    for (int tries = 0;; tries++) {
+        uint64_t recorded = 0, kept = 0, recorded_after = 0, kept_after = 0;
+        stow_record_counts(pool, &recorded, &kept);
+        if (kept == 0)
+            return;
+        events.resize(static_cast<size_t>(kept) + 64);
+        if (stow_record_read(pool, events.data(), events.size(), &count, &start_ns) != STOW_OK)
+            return;
+        stow_record_counts(pool, &recorded_after, &kept_after);
+        if (recorded_after == kept_after) {
+            first = 0; /* the ring never wrapped: event i is number i */
+            break;
+        }
+        if ((recorded_after == recorded && count == kept) || tries == 3) {
+            first = recorded > count ? recorded - count : 0;
+            break;
+        }
+    }
     events.resize(std::min(count, events.size()));
-    for (const auto &e : events) {
+    for (size_t i = 0; i < events.size(); i++) {
+        const stow_recorded_event_t &e = events[i];
+        uint64_t seq = first + i;
         Action a;
         switch (e.kind) {
         case STOW_EVENT_SEGMENT_RESERVE: a = Action::SEGMENT_ALLOC; break;
@@ -1721,13 +1852,26 @@ void StowageAllocator::add_segment_traces_locked(std::vector<Trace> &out, stow_p
         case STOW_EVENT_UNMAP: a = Action::SEGMENT_UNMAP; break;
         default: continue;
         }
-        int64_t t = static_cast<int64_t>((start_ns + e.time_ns) / 1000);
-        if (t < history_start_us_ || skip_.count(static_cast<int>(a)))
+        if (seq < from || skip_.count(static_cast<int>(a)))
             continue;
         out.push_back(Trace{a, device, static_cast<size_t>(e.addr),
                             static_cast<size_t>(e.size_bytes),
                             reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(e.stream)), id,
-                            t, nullptr, std::string(), std::string()});
+                            static_cast<int64_t>((start_ns + e.time_ns) / 1000), source, seq,
+                            nullptr, std::string(), std::string()});
+    }
+}
+
+/* The segment events of device's recording pools, the device pool's and the private ones'. */
+void StowageAllocator::add_device_segment_traces_locked(std::vector<Trace> &out, int device)
+{
+    if (stow_pool_t *pool = stow_torch_pool(device))
+        add_segment_traces_locked(out, pool, device, kDefaultPool, 0, history_from_[device]);
+    for (auto &entry : pools_) {
+        PrivatePool *pp = entry.second.get();
+        if (pp->device == device)
+            add_segment_traces_locked(out, pp->pool, device, pp->id, pp->source,
+                                      pp->history_from);
     }
 }
 
@@ -1797,28 +1941,11 @@ CCA::SnapshotInfo StowageAllocator::snapshot(MempoolId_t mempool_id, bool includ
         for (int d = 0; d < devices; d++) {
             std::vector<Trace> merged(traces_[d].begin(), traces_[d].end());
             if (history_on_.load()) {
-                /* Segment events come from the pools' own recordings. */
-                if (stow_pool_t *pool = stow_torch_pool(d))
-                    add_segment_traces_locked(merged, pool, d, kDefaultPool);
-                for (auto &entry : pools_)
-                    if (entry.second->device == d)
-                        add_segment_traces_locked(merged, entry.second->pool, d,
-                                                  entry.second->id);
+                /* Segment events come from the pools' own recordings. Once the
+                 * history stops, traces_ holds them, in order already. */
+                add_device_segment_traces_locked(merged, d);
+                order_history(merged);
             }
-            /* At the same microsecond a segment's creation and mapping come
-             * before the block events (the pool maps inside the allocation),
-             * its unmapping and release after them (inside the free). */
-            auto rank = [](Action a) {
-                return a == Action::SEGMENT_ALLOC || a == Action::SEGMENT_MAP     ? 0
-                       : a == Action::SEGMENT_UNMAP || a == Action::SEGMENT_FREE ? 2
-                                                                                  : 1;
-            };
-            std::stable_sort(merged.begin(), merged.end(),
-                             [&rank](const Trace &a, const Trace &b) {
-                                 if (a.time_us != b.time_us)
-                                     return a.time_us < b.time_us;
-                                 return rank(a.action) < rank(b.action);
-                             });
             if (merged.size() > max_entries_) {
                 auto drop = static_cast<std::ptrdiff_t>(merged.size() - max_entries_);
                 merged.erase(merged.begin(), merged.begin() + drop);
@@ -1907,6 +2034,7 @@ void StowageAllocator::reset_for_tests()
     for (int d = 0; d < kMaxDevices; d++) {
         traces_[d].clear();
         recording_[d] = false;
+        history_from_[d] = 0;
         fraction_[d] = 0.0;
         retired_[d] = CDA::DeviceStats();
 #if STOW_TORCH_2_15

@@ -188,6 +188,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_CLASSIC; /* a configuration bit below picks the page-mapped pool */
+    stow_tuning_t tun; /* the measured constants, set from the same bits */
+    stow_tuning_default(&tun);
     bool vmm_large_view = false; /* below: a page-mapped pool's limit beyond its device */
     if (conf & 1)
         cfg.max_split_size_bytes = (20 + (size_t)fz_u8(&in)) * FZ_MIB;
@@ -199,11 +201,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (conf & 8)
         cfg.memory_fraction = (1 + fz_u8(&in) % 100) / 100.0;
     cfg.release_idle_on_grow = !(conf & 16);
-    cfg.reuse_other_streams_on_miss = (setup >> 4) & 1;
+    tun.reuse_other_streams_on_miss = (setup >> 4) & 1;
     cfg.scrub_on_free = (setup >> 7) & 1; /* a refused scrub keeps its block out of reach */
     if (conf & 128) { /* quick lists and mid ring: off, or short enough to fill and flush often */
-        cfg.quick_depth = fz_u8(&in) % 9;
-        cfg.quick_mid_slots = fz_u8(&in) % (STOW_QUICK_MID_SLOTS_MAX + 1);
+        tun.quick_depth = fz_u8(&in) % 9;
+        tun.quick_mid_slots = fz_u8(&in) % (STOW_QUICK_MID_SLOTS_MAX + 1);
     }
     if (conf & 64) { /* page-mapped segments: granules, remapping, placement */
         cfg.policy = STOW_POLICY_VMM;
@@ -212,12 +214,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (conf & 16)
             fz_backend.event_synchronize = NULL;
         if ((setup >> 5) & 1) /* one range for every request, no quick lists */
-            cfg.vmm_small_kb = 0;
+            tun.vmm_small_kb = 0;
         /* Learning the step (vmm_step.c): two bits that mean other things
          * too, so that it meets each of them both ways. Random sequences
          * rarely repeat long enough to be planned; the log, the signatures
          * and empty_cache's forgetting run all the same. */
-        cfg.vmm_learn_step = ((conf >> 3) ^ (setup >> 3)) & 1;
+        tun.vmm_learn_step = ((conf >> 3) ^ (setup >> 3)) & 1;
         /* At most 1 GiB: the "unlimited" 64 TiB device would let one request
          * map 32 M granules, which only measures the simulator's patience.
          * Without a memory fraction of its own, such a pool is created on the
@@ -242,7 +244,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(s != NULL, "host memory");
     s->rounding = (conf & 2) != 0;
     fz_or.state = s;
-    stow_status_t st = stow_pool_create(&cfg, &fz_backend, &s->pool);
+    stow_status_t st = stow_pool_create_tuned(&cfg, &tun, &fz_backend, &s->pool);
     if (st != STOW_OK) {
         /* A memory fraction leaving less than one 2 MiB granule is refused. */
         double limit = cfg.memory_fraction >= 1.0 ? (double)fz_capacity

@@ -1,13 +1,22 @@
 /*
- * tests/fuzz/fuzz_config.c: libFuzzer target for stow_config_parse
- * (docs/reliability.md).
+ * tests/fuzz/fuzz_config.c: libFuzzer target for the two parsers of
+ * "key:value,..." text (docs/reliability.md): stow_config_parse (the
+ * settings, STOWAGE_CONF's) and stow_tuning_parse (the measured constants of
+ * stowage/tuning.h, and the settings too when it is given a config).
  *
- * Any text: the parser never crashes; STOW_OK only when the result is a valid
- * configuration (the rules of stowage.h, checked here, and stow_pool_create
- * accepts it: STOW_OK, or STOW_ENOSYS for policy vmm where unsupported); on error the config is
- * byte-for-byte unchanged and the message is NUL-terminated and non-empty.
- * Parsing is deterministic and does not depend on the starting config beyond
- * the keys the text does not name.
+ * Any text, through stow_config_parse, through stow_tuning_parse with a config
+ * and through stow_tuning_parse without one: the parser never crashes; STOW_OK
+ * only when the result is valid (the rules of stowage.h and stowage/tuning.h,
+ * checked here, and stow_pool_create_tuned accepts it: STOW_OK, or STOW_EINVAL
+ * for a memory fraction that leaves less than a granule); on error the config
+ * and the tuning are byte-for-byte unchanged and the message is NUL-terminated
+ * and non-empty. Parsing is deterministic and does not depend on the starting
+ * values beyond the keys the text does not name. Between the parsers: a text
+ * stow_config_parse accepts, stow_tuning_parse with a config accepts, to the
+ * same config and with no constant changed; a text stow_tuning_parse accepts
+ * without a config, it accepts with one, to the same constants and with no
+ * setting changed; a text stow_config_parse refuses for naming a constant
+ * names the heading of docs/decisions.md that measures it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,12 +29,13 @@
 
 #define FC_MIB ((size_t)1 << 20)
 
-static unsigned long long fc_inputs, fc_accepted;
+static unsigned long long fc_inputs, fc_accepted, fc_accepted_tuning;
 static stow_backend_t *fc_sim;
 
 static void fc_report(void)
 {
-    fprintf(stderr, "fuzz_config totals: inputs=%llu accepted=%llu\n", fc_inputs, fc_accepted);
+    fprintf(stderr, "fuzz_config totals: inputs=%llu accepted=%llu accepted_tuning=%llu\n",
+            fc_inputs, fc_accepted, fc_accepted_tuning);
     stow_sim_destroy(fc_sim);
 }
 
@@ -39,7 +49,30 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void fc_check_valid(const stow_config_t *c, const char *text)
+static void fc_check_tuning(const stow_tuning_t *t, const char *text)
+{
+    FUZZ_CHECK(t->quick_depth <= STOW_QUICK_DEPTH_MAX, "quick_depth %u: %s", t->quick_depth,
+               text);
+    FUZZ_CHECK(t->quick_mid_slots <= STOW_QUICK_MID_SLOTS_MAX, "quick_mid_slots %u: %s",
+               t->quick_mid_slots, text);
+    FUZZ_CHECK(t->keep_idle_max >= 0.0 && t->keep_idle_max <= 1.0, "keep_idle_max %g: %s",
+               t->keep_idle_max, text);
+    FUZZ_CHECK(t->vmm_slack >= 0.0 && t->vmm_slack <= 1.0, "vmm_slack %g: %s", t->vmm_slack,
+               text);
+    FUZZ_CHECK(t->vmm_slack_max >= 0.0 && t->vmm_slack_max <= 1.0, "vmm_slack_max %g: %s",
+               t->vmm_slack_max, text);
+    FUZZ_CHECK(t->vmm_small_kb <= 1024, "vmm_small_kb %u: %s", t->vmm_small_kb, text);
+    FUZZ_CHECK(t->vmm_handle_mb <= STOW_VMM_HANDLE_MB_MAX, "vmm_handle_mb %u: %s",
+               t->vmm_handle_mb, text);
+    FUZZ_CHECK(t->planned_warmup_steps <= STOW_PLANNED_WARMUP_MAX, "planned_warmup_steps %u: %s",
+               t->planned_warmup_steps, text);
+    FUZZ_CHECK(t->planned_headroom >= 0.0 && t->planned_headroom <= 1.0,
+               "planned_headroom %g: %s", t->planned_headroom, text);
+}
+
+/* An accepted config (and tuning, NULL: the defaults): valid, and a pool of
+ * them is created and serves. */
+static void fc_check_valid(const stow_config_t *c, const stow_tuning_t *t, const char *text)
 {
     FUZZ_CHECK(c->policy == STOW_POLICY_CLASSIC || c->policy == STOW_POLICY_VMM ||
                    c->policy == STOW_POLICY_AUTO,
@@ -55,12 +88,14 @@ static void fc_check_valid(const stow_config_t *c, const char *text)
         unsigned d = c->roundup_power2_divisions[i];
         FUZZ_CHECK((d & (d - 1)) == 0 && d <= 1024, "divisions[%d] = %u: %s", i, d, text);
     }
+    if (t)
+        fc_check_tuning(t, text);
     /* The default simulated device holds 2^46 bytes; a fraction leaving less
      * than one 2 MiB granule is refused at creation (stow_pool_create). */
     double limit = c->memory_fraction >= 1.0 ? 0x1p46 : c->memory_fraction * 0x1p46;
     bool usable = (size_t)limit >= 2 * FC_MIB;
     stow_pool_t *pool = NULL;
-    stow_status_t st = stow_pool_create(c, fc_sim, &pool);
+    stow_status_t st = stow_pool_create_tuned(c, t, fc_sim, &pool);
     FUZZ_CHECK(usable ? st == STOW_OK : st == STOW_EINVAL,
              "pool_create of an accepted config: %s: %s", stow_strerror(st), text);
     if (pool) {
@@ -79,6 +114,64 @@ static void fc_check_valid(const stow_config_t *c, const char *text)
     }
 }
 
+/* stow_config_parse when tuning is NULL, else stow_tuning_parse (config NULL:
+ * the constants alone). */
+static stow_status_t fc_parse(stow_config_t *config, stow_tuning_t *tuning, const char *text,
+                              char *err, size_t err_len)
+{
+    return tuning ? stow_tuning_parse(config, tuning, text, err, err_len)
+                  : stow_config_parse(config, text, err, err_len);
+}
+
+static bool fc_same(const stow_config_t *a, const stow_config_t *b, const stow_tuning_t *ta,
+                    const stow_tuning_t *tb)
+{
+    return (!a || memcmp(a, b, sizeof *a) == 0) && (!ta || memcmp(ta, tb, sizeof *ta) == 0);
+}
+
+/* One parser on text, over the values *c and *t hold (either may be NULL, not
+ * both): the checks of every parse. Returns its status. */
+static stow_status_t fc_one(stow_config_t *c, stow_tuning_t *t, const char *text)
+{
+    stow_config_t before = {0}, again = {0};
+    stow_tuning_t tbefore = {0}, tagain = {0};
+    if (c)
+        before = *c;
+    if (t)
+        tbefore = *t;
+    char err[96];
+    memset(err, 'x', sizeof err);
+    stow_status_t st = fc_parse(c, t, text, err, sizeof err);
+    if (st == STOW_OK) {
+        stow_config_t defaults;
+        stow_config_default(&defaults);
+        fc_check_valid(c ? c : &defaults, t, text);
+        if (c)
+            again = before;
+        if (t)
+            tagain = tbefore;
+        FUZZ_CHECK(fc_parse(c ? &again : NULL, t ? &tagain : NULL, text, NULL, 0) == STOW_OK,
+                   "not deterministic");
+        FUZZ_CHECK(fc_same(c, &again, t, &tagain), "not deterministic: %s", text);
+    } else {
+        FUZZ_CHECK(st == STOW_EINVAL || st == STOW_EHOSTMEM, "status %d", (int)st);
+        FUZZ_CHECK(fc_same(c, &before, t, &tbefore), "changed on error: %s", text);
+        FUZZ_CHECK(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0',
+                 "error message empty or not terminated");
+        if (c)
+            again = before;
+        if (t)
+            tagain = tbefore;
+        char tiny[1];
+        FUZZ_CHECK(fc_parse(c ? &again : NULL, t ? &tagain : NULL, text, tiny, sizeof tiny) ==
+                           st &&
+                       tiny[0] == '\0',
+                   "tiny error buffer");
+        FUZZ_CHECK(fc_same(c, &before, t, &tbefore), "changed on error");
+    }
+    return st;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -88,35 +181,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = '\0';
 
-    stow_config_t c, before, again;
-    stow_config_default(&c);
+    stow_config_t start;
+    stow_config_default(&start);
+    stow_tuning_t tstart;
+    stow_tuning_default(&tstart);
     /* A non-default starting point: keys not named must keep these values. */
     if (size && (data[0] & 1)) {
-        c.memory_fraction = 0.5;
-        c.release_idle_on_grow = false;
-        c.reuse_other_streams_on_miss = true;
+        start.memory_fraction = 0.5;
+        start.release_idle_on_grow = false;
+        tstart.reuse_other_streams_on_miss = true;
+        tstart.quick_depth = 3;
+        tstart.vmm_slack = 0.02;
     }
-    before = c;
-    char err[96];
-    memset(err, 'x', sizeof err);
-    stow_status_t st = stow_config_parse(&c, text, err, sizeof err);
-    if (st == STOW_OK) {
-        fc_accepted++;
-        fc_check_valid(&c, text);
-        again = before;
-        FUZZ_CHECK(stow_config_parse(&again, text, NULL, 0) == STOW_OK, "not deterministic");
-        FUZZ_CHECK(memcmp(&again, &c, sizeof c) == 0, "not deterministic: %s", text);
-    } else {
-        FUZZ_CHECK(st == STOW_EINVAL || st == STOW_EHOSTMEM, "status %d", (int)st);
-        FUZZ_CHECK(memcmp(&before, &c, sizeof c) == 0, "config changed on error: %s", text);
-        FUZZ_CHECK(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0',
-                 "error message empty or not terminated");
-        again = before;
-        char tiny[1];
-        FUZZ_CHECK(stow_config_parse(&again, text, tiny, sizeof tiny) == st && tiny[0] == '\0',
-                 "tiny error buffer");
-        FUZZ_CHECK(memcmp(&before, &again, sizeof c) == 0, "config changed on error");
+
+    /* The settings alone. */
+    stow_config_t c = start;
+    stow_status_t st = fc_one(&c, NULL, text);
+    fc_accepted += st == STOW_OK;
+    if (st == STOW_EINVAL) {
+        char err[512];
+        stow_config_t scratch = start;
+        FUZZ_CHECK(stow_config_parse(&scratch, text, err, sizeof err) == STOW_EINVAL,
+                   "not deterministic");
+        FUZZ_CHECK(!strstr(err, "is not a setting") || strstr(err, "(docs/decisions.md, \""),
+                   "a constant refused without its measurement: %s", err);
     }
+
+    /* The settings and the constants. */
+    stow_config_t cb = start;
+    stow_tuning_t tb = tstart;
+    stow_status_t st_both = fc_one(&cb, &tb, text);
+    fc_accepted_tuning += st_both == STOW_OK;
+    if (st == STOW_OK)
+        FUZZ_CHECK(st_both == STOW_OK && fc_same(&cb, &c, &tb, &tstart),
+                   "stow_tuning_parse with a config differs from stow_config_parse: %s", text);
+
+    /* The constants alone. */
+    stow_tuning_t t = tstart;
+    if (fc_one(NULL, &t, text) == STOW_OK)
+        FUZZ_CHECK(st_both == STOW_OK && fc_same(&cb, &start, &tb, &t),
+                   "stow_tuning_parse differs with a config and without: %s", text);
     free(text);
     return 0;
 }

@@ -11,8 +11,9 @@
  * traces alone reach only in part (a 2^62-byte request, for one:
  * corpus/models/regress_2e62_*).
  *
- * Input: byte 0 picks the device capacity, byte 1 the settings (a --conf
- * string from the table below), the rest is the trace: its text when byte 1's
+ * Input: byte 0 picks the device capacity, byte 1 the settings and measured
+ * constants (a string from the table below, what --conf and --tuning give
+ * together), the rest is the trace: its text when byte 1's
  * top bit is clear, else three bytes per event decoded into a trace that is
  * always valid (fm_decode; mutated text mostly fails to parse, and the parser
  * has fuzz_trace). For each policy:
@@ -422,10 +423,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fm_traces++;
     stow_config_t config;
     stow_config_default(&config);
+    stow_tuning_t tuning;
+    stow_tuning_default(&tuning);
     char err[256];
     const char *conf = fm_confs[(conf_sel & 0x7f) % FM_CONFS];
-    st = stow_config_parse(&config, conf, err, sizeof err);
+    st = stow_tuning_parse(&config, &tuning, conf, err, sizeof err);
     FUZZ_CHECK(st == STOW_OK, "conf '%s': %s", conf, err);
+    stow__replay_set_tuning(&tuning); /* the pools' constants, as --tuning sets them */
     uint64_t *size_of = calloc(t->id_count ? t->id_count : 1, sizeof *size_of);
     FUZZ_CHECK(size_of != NULL, "host memory");
     bool paged_slow = false;
@@ -438,6 +442,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t k = 0; k < FM_POLICIES; k++)
         fm_run_policy(fm_policies[k], t, &config,
                       fm_capacity(capacity_sel, t, fm_policies[k], paged_slow), size_of);
+    stow__replay_set_tuning(NULL);
     free(size_of);
     stow_trace_free(t);
     return 0;

@@ -361,26 +361,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     stow_config_t cfg;
     stow_config_default(&cfg);
+    stow_tuning_t tun; /* the measured constants, set from the same bits */
+    stow_tuning_default(&tun);
     /* The layer, but one input in eight runs without it (such a pool never
      * plans) and one in eight finds its steps without markers (planned_auto:
      * the schedule's markers are left out; a mutation's marker ends it). */
     cfg.planned_steps = (conf & 7) < 6;
-    cfg.planned_auto = (conf & 7) == 6;
+    tun.planned_auto = (conf & 7) == 6;
     cfg.planned_async = false; /* the same run every time */
     cfg.policy = (conf & 8) ? STOW_POLICY_VMM : STOW_POLICY_CLASSIC;
-    cfg.planned_warmup_steps = (conf >> 4) & 3;
-    cfg.planned_headroom = (conf & 64) ? 0.25 : 0.0;
+    tun.planned_warmup_steps = (conf >> 4) & 3;
+    tun.planned_headroom = (conf & 64) ? 0.25 : 0.0;
     cfg.scrub_on_free = (setup >> 7) & 1;
-    cfg.reuse_other_streams_on_miss = (setup >> 4) & 1;
+    tun.reuse_other_streams_on_miss = (setup >> 4) & 1;
     if ((setup >> 5) & 1)
-        cfg.vmm_small_kb = 0;
+        tun.vmm_small_kb = 0;
 
     fz_run_t *r = calloc(1, sizeof *r);
     fz_state_t *s = calloc(1, sizeof *s);
     FUZZ_CHECK(r && s, "host memory");
     r->s = s;
     r->check_every = conf & 128;
-    r->no_markers = cfg.planned_auto;
+    r->no_markers = tun.planned_auto;
     r->n_keys = 1 + fz_u8(&in) % FZ_MAX_KEYS;
     for (unsigned k = 0; k < r->n_keys; k++)
         fz_decode_key(&in, &r->keys[k]);
@@ -399,7 +401,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned n_weights = fz_u8(&in) % (FZ_MAX_WEIGHTS + 1);
 
     fz_or.state = s;
-    stow_status_t st = stow_pool_create(&cfg, &fz_backend, &s->pool);
+    stow_status_t st = stow_pool_create_tuned(&cfg, &tun, &fz_backend, &s->pool);
     FUZZ_CHECK(st == STOW_OK, "create returned %s", stow_strerror(st));
     /* One input in two starts from a pool that once held more (a first batch,
      * given back): the budget of what an arena may cost (docs/planned.md)
@@ -426,7 +428,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_run_delayed(r);
     fz_check_books(s, "the last step");
     stow_stats_t end = fz_stats(s);
-    FUZZ_CHECK(cfg.planned_steps || cfg.planned_auto ||
+    FUZZ_CHECK(cfg.planned_steps || tun.planned_auto ||
                    (end.num_plans == 0 && end.num_planned_hits == 0 && end.arena_bytes == 0),
                "a pool without planned_steps planned");
     FUZZ_CHECK(end.num_planned_hits + end.num_planned_fallbacks <=

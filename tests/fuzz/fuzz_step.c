@@ -378,19 +378,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    /* The key, but one input in four runs without it: such a pool never plans. */
-    cfg.vmm_learn_step = (conf & 3) != 3;
-    cfg.reuse_other_streams_on_miss = (setup >> 4) & 1;
+    stow_tuning_t tun; /* the measured constants, set from the same bits */
+    stow_tuning_default(&tun);
+    /* Learning the step, but one input in four runs without it: such a pool
+     * never plans. */
+    tun.vmm_learn_step = (conf & 3) != 3;
+    tun.reuse_other_streams_on_miss = (setup >> 4) & 1;
     cfg.scrub_on_free = (setup >> 7) & 1;
     if ((setup >> 5) & 1) /* one range for every request, no quick lists */
-        cfg.vmm_small_kb = 0;
+        tun.vmm_small_kb = 0;
     if (conf & 16) /* a remap synchronizes instead of waiting on events */
         fz_backend.event_synchronize = NULL;
     if (conf & 32)
         cfg.memory_fraction = (40 + fz_u8(&in) % 61) / 100.0;
     if (conf & 64) {
-        cfg.quick_depth = fz_u8(&in) % 9;
-        cfg.quick_mid_slots = fz_u8(&in) % (STOW_QUICK_MID_SLOTS_MAX + 1);
+        tun.quick_depth = fz_u8(&in) % 9;
+        tun.quick_mid_slots = fz_u8(&in) % (STOW_QUICK_MID_SLOTS_MAX + 1);
     }
     fz_loop_t loop;
     fz_decode_loop(&in, conf, &loop);
@@ -398,7 +401,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_state_t *s = calloc(1, sizeof *s);
     FUZZ_CHECK(s != NULL, "host memory");
     fz_or.state = s;
-    stow_status_t st = stow_pool_create(&cfg, &fz_backend, &s->pool);
+    stow_status_t st = stow_pool_create_tuned(&cfg, &tun, &fz_backend, &s->pool);
     FUZZ_CHECK(st == STOW_OK, "create returned %s", stow_strerror(st));
 
     fz_run_t r = {.s = s, .l = &loop};
@@ -420,7 +423,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     stow_stats_t end = fz_stats(s);
-    FUZZ_CHECK(cfg.vmm_learn_step || (end.num_vmm_step_plans == 0 &&
+    FUZZ_CHECK(tun.vmm_learn_step || (end.num_vmm_step_plans == 0 &&
                                       end.num_vmm_planned_allocations == 0),
                "a pool without vmm_learn_step planned %llu times",
                (unsigned long long)end.num_vmm_step_plans);

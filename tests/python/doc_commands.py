@@ -177,6 +177,8 @@ RULES = {
     "python -m stowage predict --gpu H100 train.py": dict(
         torch=True, fill=[("train.py", "bench/predict/resnet50_train.py")]),
     "make test": dict(skip="the whole suite, about 20 minutes, this test included"),
+    "stowage replay --tuning KEY:VALUE,...": dict(
+        fill=[("KEY:VALUE,...", "vmm_slack:0,quick_depth:4")], append=BUNDLED),
     "stowage CMD --help": dict(fill=[("CMD", "plan")]),
     "cc example.c -Iinclude -Lbuild -lstowage -Wl,-rpath,$PWD/build && ./a.out": dict(
         files={"example.c": "readme-c"}, expect="Allocated memory"),
@@ -209,6 +211,13 @@ RULES = {
     "bench/cost_ceiling.sh ROUNDS REPEATS [--breakdown]": dict(
         skip="builds two to six patched copies of the tree (minutes) before its timed rounds"),
     # docs/decisions.md
+    "stowage replay --tuning name:value": dict(fill=[("name:value", "vmm_slack:0")],
+                                               append=BUNDLED),
+    "build/vmm_churn": dict(append=BUNDLED),
+    "python3 bench/pool_goals.py --snapshots DIR --sets shared,scaled,mixes,streams,snapshots,"
+    "long,varlen,buckets,random --policies vmm,classic --tuning "
+    "vmm_learn_step:false,planned_auto:true": dict(
+        skip=SNAPSHOTS + "; about 40 minutes on 2 cores"),
     "python3 bench/pool_goals.py --sets long,varlen,buckets,random": dict(
         long="replays 33 loops under both pools, the PyTorch models and build/planned_steps: "
              "about 10 minutes on 2 cores", shared=True),
@@ -217,8 +226,8 @@ RULES = {
     "build/stowage replay --policy classic --policy pytorch --min-capacity --json": dict(
         append=BUNDLED),
     "bench/snapshot_check.py SNAPSHOTS/* --workloads DIR --iterations 64": dict(skip=SNAPSHOTS),
-    "POLICIES=classic bench/warm_instructions.sh [--conf ...] ../shared/traces/*.rep": dict(
-        fill=[("[--conf ...]", "--conf quick_depth:4")], needs=["valgrind"]),
+    "POLICIES=classic bench/warm_instructions.sh [--tuning ...] ../shared/traces/*.rep": dict(
+        fill=[("[--tuning ...]", "--tuning quick_depth:4")], needs=["valgrind"]),
     "build/vmm_churn --replays 8 [--conf ...]": dict(
         fill=[("[--conf ...]", "--conf quick_depth:4")], append="../shared/traces/*.rep"),
     "bench/scaled_traces.py DIR --factors 0.6,0.62,0.65,0.68,0.7,0.75,0.77,0.8,0.83,0.85,0.9,"
@@ -228,10 +237,11 @@ RULES = {
     "build/vmm_churn --replays 1 --parts 40": dict(append=BUNDLED),
     "POLICIES=vmm bench/warm_instructions.sh": dict(
         append="../shared/traces/gpt2_generate.rep", needs=["valgrind"]),
-    "stowage replay --policy vmm --json [--conf vmm_learn_step:false]": dict(
-        fill=[("[--conf vmm_learn_step:false]", "--conf vmm_learn_step:false")], append=BUNDLED),
-    "POLICIES=vmm bench/warm_instructions.sh [--conf vmm_learn_step:false] TRACE": dict(
-        fill=[("[--conf vmm_learn_step:false]", "--conf vmm_learn_step:false"),
+    "stowage replay --policy vmm --json [--tuning vmm_learn_step:false]": dict(
+        fill=[("[--tuning vmm_learn_step:false]", "--tuning vmm_learn_step:false")],
+        append=BUNDLED),
+    "POLICIES=vmm bench/warm_instructions.sh [--tuning vmm_learn_step:false] TRACE": dict(
+        fill=[("[--tuning vmm_learn_step:false]", "--tuning vmm_learn_step:false"),
               ("TRACE", BUNDLED)], needs=["valgrind"]),
     "bench/vmm_handles.sh DIR": dict(skip=SNAPSHOTS),
     "build/stowage replay --policy vmm --policy pytorch --policy pytorch-expandable "
@@ -243,6 +253,7 @@ RULES = {
         fill=[("policy:P", "policy:vmm")], append=BUNDLED),
     # docs/planned.md
     "stowage replay --conf planned_steps:true": dict(append=BUNDLED),
+    "stowage replay --tuning planned_auto:true": dict(append=BUNDLED),
     "build/planned_steps --conf policy:P,planned_steps:true OUT/*.rep": dict(
         fill=[("policy:P", "policy:classic")], shared=True),
     "python3 bench/changed_steps.py IN OUT --rate R": dict(
@@ -358,7 +369,7 @@ RULES = {
     "python3 bench/model_check.py bench/gpu/results/2026-12-04-h200/run2/unseen": dict(
         expect="8 comparisons on 4 workloads, worst 0.000%, 0 beyond 1%"),
     'PARTS="1 8" bash bench/gpu/run.sh': dict(skip=GPU),
-    'PARTS="1 5" TRAIN_STEPS=60 TRAIN_MODELS=resnet50 TRAIN_MODES="native stowage_classic stowage_keep" '
+    'PARTS="1 5" TRAIN_STEPS=60 TRAIN_MODELS=resnet50 TRAIN_MODES="native stowage_classic" '
     'TRAIN_ROUNDS=2 bash bench/gpu/run.sh': dict(skip=GPU),
     # docs/predict.md
     "python -m stowage predict bench/predict/vit_train.py": dict(torch=True),

@@ -78,15 +78,37 @@ class ReadmeExample(unittest.TestCase):
             self.assertIn("Allocated memory", r.stdout)
 
 
+def options_keys(function):
+    """The keys one function of allocator/options.c compares against: apply_key, the
+    settings of stow_config_parse; apply_tuning_key, the measured constants."""
+    with open(os.path.join(ROOT, "allocator", "options.c")) as f:
+        source = f.read()
+    body = re.search(r"\n(?:static )?stow_status_t " + function + r"\(.*?\n}\n", source, re.S)
+    if not body:
+        raise AssertionError(f"allocator/options.c has no {function}")
+    return set(re.findall(r'!strcmp\(key, "([a-z0-9_]+)"\)', body.group(0)))
+
+
 class ReadmeConfiguration(unittest.TestCase):
-    def test_the_table_lists_every_key_the_parser_accepts(self):
-        with open(os.path.join(ROOT, "allocator", "options.c")) as f:
-            keys = set(re.findall(r'!strcmp\(key, "([a-z0-9_]+)"\)', f.read()))
-        self.assertIn("policy", keys)
+    def table_rows(self):
         section = readme().split("## Configuration", 1)[1].split("\n## ", 1)[0]
-        rows = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+        return "\n".join(line for line in section.splitlines() if line.startswith("|"))
+
+    def test_the_table_lists_every_key_the_parser_accepts(self):
+        keys = options_keys("apply_key")
+        self.assertIn("policy", keys)
+        rows = self.table_rows()
         missing = sorted(k for k in keys if f"`{k}`" not in rows)
         self.assertEqual(missing, [], "README.md's configuration table lacks these keys")
+
+    def test_the_table_lists_no_measured_constant_as_a_setting(self):
+        constants = options_keys("apply_tuning_key")
+        self.assertIn("vmm_slack", constants)
+        self.assertNotIn("policy", constants)
+        rows = self.table_rows()
+        listed = sorted(k for k in constants if re.search(r"^\| `" + k + "` ", rows, re.M))
+        self.assertEqual(listed, [], "README.md's configuration table lists these constants "
+                                     "(stowage/tuning.h) as keys of STOWAGE_CONF")
 
 
 class ReplayTables(unittest.TestCase):

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -647,11 +648,81 @@ class Snapshots(Base):
         self.assertTrue(any(e["action"] == "segment_alloc" for e in kept),
                         "the history stays after it stops")
 
+    def check_pool_order(self, trace):
+        """Each block entry lies in memory its pool holds at that point of the
+        list: mapped or reserved by an earlier segment entry, not unmapped or
+        released since."""
+        held = []  # [start, end) ranges
+
+        def take(a, n):
+            nonlocal held
+            held = [(s, e) for s, e in held if e <= a or s >= a + n] + \
+                   [(s, a) for s, e in held if s < a < e] + \
+                   [(a + n, e) for s, e in held if s < a + n < e]
+
+        def covered(a, n):
+            at = a
+            for s, e in sorted(held):
+                if s <= at < e:
+                    at = e
+            return at >= a + n
+
+        for i, e in enumerate(trace):
+            act = e["action"]
+            if act in ("segment_alloc", "segment_map"):
+                held.append((e["addr"], e["addr"] + e["size"]))
+            elif act in ("segment_free", "segment_unmap"):
+                take(e["addr"], e["size"])
+            elif act in ("alloc", "free_requested", "free_completed"):
+                self.assertTrue(covered(e["addr"], max(e["size"], 1)),
+                                "entry %d: %s of %#x (%d bytes) in memory no earlier segment "
+                                "entry holds" % (i, act, e["addr"], e["size"]))
+        times = [e["time_us"] for e in trace]
+        self.assertEqual(times, sorted(times))
+
+    def test_each_pools_entries_follow_its_own_order_of_events(self):
+        # A pool's recorded times come from its own clock (a cycle counter,
+        # converted when read), the block entries' from PyTorch's: the order must
+        # not rest on their agreeing to the microsecond. Many maps and unmaps,
+        # and private pools whose recordings are short, give them room to differ.
+        record_history(max_entries=100000)
+        rng = random.Random(7)
+        for cycle in range(48):
+            ptrs = [raw_alloc(rng.choice((MiB, 3 * MiB, 9 * MiB, 33 * MiB)))
+                    for _ in range(rng.randint(1, 3))]
+            time.sleep(0.002)
+            for p in ptrs:
+                raw_delete(p)
+            if cycle % 3 == 2:
+                torch._C._cuda_emptyCache()
+            if cycle % 2 == 0:
+                pool = (0, 40 + cycle)
+                torch._C._cuda_beginAllocateToPool(0, pool)
+                p = raw_alloc(rng.choice((MiB, 5 * MiB)))
+                torch._C._cuda_endAllocateToPool(0, pool)
+                time.sleep(0.001)
+                raw_delete(p)
+                torch._C._cuda_releasePool(0, pool)
+        snap = torch.cuda.memory._snapshot()
+        trace = snap["device_traces"][0]
+        actions = {e["action"] for e in trace}
+        self.assertTrue({"segment_map", "segment_unmap", "segment_alloc", "segment_free"}
+                        <= actions, actions)
+        self.check_pool_order(trace)
+        self.tts.viewer_replay(snap, 0)
+        record_history(False)
+        # The recordings' times are estimated again when they are read.
+        snap = torch.cuda.memory._snapshot()
+        self.assertEqual(len(snap["device_traces"][0]), len(trace))
+        self.check_pool_order(snap["device_traces"][0])
+        self.tts.viewer_replay(snap, 0)
+
     def test_skipped_actions_and_context_levels(self):
         record_history(skip="segment_alloc,free_completed")
         raw_delete(raw_alloc(3 * MiB))
         actions = [e["action"] for e in torch.cuda.memory._snapshot()["device_traces"][0]]
-        self.assertEqual(actions, ["alloc", "free_requested"])
+        # The pool is page-mapped: its first allocation maps pages, recorded before it.
+        self.assertEqual(actions, ["segment_map", "alloc", "free_requested"])
         with self.assertRaises(AssertionError):
             record_history(skip="no_such_action")
 

@@ -43,9 +43,9 @@ class VmmCalls(unittest.TestCase):
             self.assertEqual(cells[4:7], ["2", "2", "1.00"], row[0])
             self.assertIn("calls above 2.0 x expandable: 0", out)
             # A handle per granule: 15 maps, x7.50, above the goal.
-            out = self.calls(t, "--", "--conf", "vmm_handle_mb:2")
+            out = self.calls(t, "--", "--tuning", "vmm_handle_mb:2")
             self.assertIn("calls above 2.0 x expandable: 1 one 7.50", out)
-            row = self.calls("--row", "2", t, "--", "--conf", "vmm_handle_mb:2")
+            row = self.calls("--row", "2", t, "--", "--tuning", "vmm_handle_mb:2")
             cells = [c.strip() for c in row.strip().strip("|").split("|")]
             self.assertEqual(cells[:4], ["2", "7.50", "7.50", "1"], row)
 

@@ -1,8 +1,9 @@
 /*
  * tests/stress/stress_integrity.c: every byte checked (docs/reliability.md).
  *
- * A pool of any configuration (a STOWAGE_CONF string: classic, quick lists,
- * page mapping, a learned step, scrub_on_free...) on a small host-backed
+ * A pool of any configuration (CONF: settings and measured constants in
+ * STOWAGE_CONF's syntax, as stow_tuning_parse takes them: classic, quick
+ * lists, page mapping, a learned step, scrub_on_free...) on a small host-backed
  * simulated device with manual events, judged by its data alone:
  * - worker threads allocate at random sizes (bytes to tens of MiB), write a
  *   pattern over every byte of each block (a word per 8 bytes, from the
@@ -110,6 +111,7 @@ static stow_pool_t *pool;
 static stow_backend_t *sim;     /* the device */
 static stow_backend_t device;   /* what the pool sees: the device, with every call logged */
 static stow_config_t cfg;
+static stow_tuning_t tuning; /* the measured constants (stowage/tuning.h) */
 static stow_stream_t streams[MAX_WORKERS + EXTRA_STREAMS];
 static unsigned n_streams;
 
@@ -889,14 +891,16 @@ int main(int argc, char **argv)
 {
     parse_args(argc, argv);
     stow_config_default(&cfg);
+    stow_tuning_default(&tuning);
     char err[256] = "";
-    CHECK(stow_config_parse(&cfg, opt.conf, err, sizeof err) == STOW_OK, "CONF \"%s\": %s",
-          opt.conf, err);
+    CHECK(stow_tuning_parse(&cfg, &tuning, opt.conf, err, sizeof err) == STOW_OK,
+          "CONF \"%s\": %s", opt.conf, err);
     ev_log = calloc(LOG_SIZE, sizeof *ev_log);
     CHECK(ev_log != NULL, "host memory");
     on_signals();
     device_open();
-    CHECK(stow_pool_create(&cfg, &device, &pool) == STOW_OK, "pool \"%s\"", opt.conf);
+    CHECK(stow_pool_create_tuned(&cfg, &tuning, &device, &pool) == STOW_OK, "pool \"%s\"",
+          opt.conf);
     n_streams = opt.workers + EXTRA_STREAMS;
     for (unsigned i = 0; i < n_streams; i++)
         streams[i] = (stow_stream_t)(uintptr_t)(0x1000 + 0x10 * i);

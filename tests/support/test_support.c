@@ -171,21 +171,41 @@ void ts_torch_use_sim(const char *capacity)
     unsetenv("STOWAGE_CONF");
 }
 
+/* The settings and constants of conf over the defaults. */
+static void parse_conf(const char *conf, stow_config_t *config, stow_tuning_t *tuning)
+{
+    stow_config_default(config);
+    stow_tuning_default(tuning);
+    char err[256] = "";
+    if (conf)
+        cr_assert_eq(stow_tuning_parse(config, tuning, conf, err, sizeof err), STOW_OK, "%s: %s",
+                     conf, err);
+}
+
 stow_config_t ts_config(const char *conf)
 {
     stow_config_t c;
-    stow_config_default(&c);
-    char err[256] = "";
-    if (conf)
-        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s: %s", conf, err);
+    stow_tuning_t t;
+    parse_conf(conf, &c, &t);
     return c;
+}
+
+stow_tuning_t ts_tuning(const char *conf)
+{
+    stow_config_t c;
+    stow_tuning_t t;
+    parse_conf(conf, &c, &t);
+    return t;
 }
 
 stow_pool_t *ts_pool(const char *conf, stow_backend_t *backend)
 {
-    stow_config_t c = ts_config(conf);
+    stow_config_t c;
+    stow_tuning_t t;
+    parse_conf(conf, &c, &t);
     stow_pool_t *pool = NULL;
-    cr_assert_eq(stow_pool_create(&c, backend, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create_tuned(&c, &t, backend, &pool), STOW_OK, "%s",
+                 conf ? conf : "(defaults)");
     return pool;
 }
 

@@ -76,10 +76,15 @@ void ts_loop_step(stow_pool_t *pool, const ts_loop_t *loop, stow_stream_t stream
  * (STOWAGE_SIM_CAPACITY's syntax; NULL: its default), and no STOWAGE_CONF. */
 void ts_torch_use_sim(const char *capacity);
 
-/* The default settings with conf (STOWAGE_CONF's syntax, or NULL) over them;
- * asserts that conf parses. */
+/* conf: "key:value,..." (or NULL) mixing the settings of stow_config_parse,
+ * release_idle_on_grow and the measured constants of stowage/tuning.h, as
+ * stow_tuning_parse takes them; each helper asserts that it parses. */
+/* The default settings with conf's settings over them. */
 stow_config_t ts_config(const char *conf);
-/* A pool of ts_config(conf) on backend; asserts that it was created. */
+/* The default constants with conf's constants over them. */
+stow_tuning_t ts_tuning(const char *conf);
+/* A pool of ts_config(conf) and ts_tuning(conf) on backend; asserts that it
+ * was created. */
 stow_pool_t *ts_pool(const char *conf, stow_backend_t *backend);
 
 /* Asserts that stow_pool_check finds the pool's books exact (its reason if not). */

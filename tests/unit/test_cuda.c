@@ -416,11 +416,13 @@ static stow_pool_t *pool_with_handles(stow_backend_t *b, stow_policy_t policy, d
     stow_config_default(&cfg);
     cfg.policy = policy;
     cfg.memory_fraction = fraction;
+    stow_tuning_t tuning;
+    stow_tuning_default(&tuning);
     if (handle_mb)
-        cfg.vmm_handle_mb = handle_mb;
+        tuning.vmm_handle_mb = handle_mb;
     stow_pool_t *pool = NULL;
-    stow_status_t st = stow_pool_create(&cfg, b, &pool);
-    cr_assert_eq(st, STOW_OK, "stow_pool_create: %s", stow_strerror(st));
+    stow_status_t st = stow_pool_create_tuned(&cfg, &tuning, b, &pool);
+    cr_assert_eq(st, STOW_OK, "stow_pool_create_tuned: %s", stow_strerror(st));
     return pool;
 }
 
@@ -540,10 +542,12 @@ Test(cuda_gpu, vmm_empty_cache_waits_for_the_scrubs_it_queued)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_handle_mb = 2;
     cfg.scrub_on_free = true;
+    stow_tuning_t tuning;
+    stow_tuning_default(&tuning);
+    tuning.vmm_handle_mb = 2;
     stow_pool_t *pool = NULL;
-    cr_assert_eq(stow_pool_create(&cfg, b, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create_tuned(&cfg, &tuning, b, &pool), STOW_OK);
     cu_stream_t s1 = NULL, s2 = NULL;
     cr_assert_eq(drv.stream_create(&s1, 1), 0);
     cr_assert_eq(drv.stream_create(&s2, 1), 0);

@@ -39,11 +39,10 @@ static size_t n_shadow;
 static void make_bare(const char *conf, bool manual_events)
 {
     sim = ts_sim(0, false, manual_events);
-    stow_config_t c = ts_config("policy:classic,planned_steps:true,planned_async:false");
-    char err[256];
-    if (conf)
-        cr_assert_eq(stow_config_parse(&c, conf, err, sizeof err), STOW_OK, "%s", err);
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    char text[256];
+    snprintf(text, sizeof text, "policy:classic,planned_steps:true,planned_async:false,%s",
+             conf ? conf : "");
+    pool = ts_pool(text, sim);
     n_shadow = 0;
 }
 
@@ -973,30 +972,42 @@ Test(planned, plans_made_on_the_helper_thread_are_taken_later)
     finish();
 }
 
-/* Configuration: the keys and their bounds. */
+/* Configuration: the settings and constants of the planned layer and their
+ * bounds. */
 Test(planned, configuration_keys)
 {
     stow_config_t c;
     stow_config_default(&c);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
     cr_assert_not(c.planned_steps);
-    cr_assert_eq(c.planned_warmup_steps, 1);
-    cr_assert_float_eq(c.planned_headroom, 0.0, 1e-12);
+    cr_assert_eq(t.planned_warmup_steps, 1);
+    cr_assert_float_eq(t.planned_headroom, 0.0, 1e-12);
+    cr_assert_not(t.planned_auto);
     cr_assert(c.planned_async);
     char err[256];
-    cr_assert_eq(stow_config_parse(&c, "planned_steps:true,planned_warmup_steps:3,"
-                                       "planned_headroom:0.25,planned_async:false",
+    cr_assert_eq(stow_tuning_parse(&c, &t,
+                                   "planned_steps:true,planned_warmup_steps:3,"
+                                   "planned_headroom:0.25,planned_async:false",
                                    err, sizeof err),
                  STOW_OK, "%s", err);
     cr_assert(c.planned_steps);
-    cr_assert_eq(c.planned_warmup_steps, 3);
-    cr_assert_float_eq(c.planned_headroom, 0.25, 1e-12);
+    cr_assert_eq(t.planned_warmup_steps, 3);
+    cr_assert_float_eq(t.planned_headroom, 0.25, 1e-12);
     cr_assert_not(c.planned_async);
-    cr_assert_eq(stow_config_parse(&c, "planned_headroom:1.5", err, sizeof err), STOW_EINVAL);
-    cr_assert_str_eq(err, "key 'planned_headroom': '1.5' is not a number in [0, 1]");
-    cr_assert_eq(stow_config_parse(&c, "planned_warmup_steps:1001", err, sizeof err),
+    cr_assert_eq(stow_tuning_parse(&c, &t, "planned_headroom:1.5", err, sizeof err),
                  STOW_EINVAL);
-    cr_assert_eq(stow_config_parse(&c, "planned_steps:maybe", err, sizeof err), STOW_EINVAL);
-    cr_assert_eq(c.planned_warmup_steps, 3, "unchanged after errors");
+    cr_assert_str_eq(err, "key 'planned_headroom': '1.5' is not a number in [0, 1]");
+    cr_assert_eq(stow_tuning_parse(&c, &t, "planned_warmup_steps:1001", err, sizeof err),
+                 STOW_EINVAL);
+    cr_assert_eq(stow_tuning_parse(&c, &t, "planned_steps:maybe", err, sizeof err),
+                 STOW_EINVAL);
+    cr_assert_eq(t.planned_warmup_steps, 3, "unchanged after errors");
+    cr_assert(c.planned_steps, "unchanged after errors");
+    /* The constants are not settings: STOWAGE_CONF's parser names where they
+     * are measured. */
+    cr_assert_eq(stow_config_parse(&c, "planned_headroom:0.5", err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "docs/decisions.md") != NULL, "%s", err);
 }
 
 /* planned_headroom sizes the arena above the plan. */

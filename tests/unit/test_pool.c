@@ -16,11 +16,19 @@
 static stow_backend_t *sim;
 static stow_pool_t *pool;
 
-static void make_pool(size_t capacity, const stow_config_t *cfg)
+/* A pool of cfg (NULL: ts_classic()) and tuning (NULL: the defaults) on a
+ * fresh simulated device of `capacity` (0: unlimited). */
+static void make_pool_tuned(size_t capacity, const stow_config_t *cfg,
+                            const stow_tuning_t *tuning)
 {
     sim = ts_sim(capacity, false, false);
     cr_assert_not_null(sim);
-    cr_assert_eq(stow_pool_create(cfg ? cfg : ts_classic(), sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create_tuned(cfg ? cfg : ts_classic(), tuning, sim, &pool), STOW_OK);
+}
+
+static void make_pool(size_t capacity, const stow_config_t *cfg)
+{
+    make_pool_tuned(capacity, cfg, NULL);
 }
 
 static void check_pool(void)
@@ -152,10 +160,10 @@ Test(pool, policy_auto_maps_pages_where_the_backend_can)
 Test(pool, small_blocks_share_a_segment_and_coalesce)
 {
     /* Merging at free, without quick lists (tests/unit/test_quick.c has them). */
-    stow_config_t cfg;
-    ts_config_classic(&cfg);
-    cfg.quick_depth = 0;
-    make_pool(0, &cfg);
+    stow_tuning_t tuning;
+    stow_tuning_default(&tuning);
+    tuning.quick_depth = 0;
+    make_pool_tuned(0, NULL, &tuning);
     void *a = alloc_ok(1000), *b = alloc_ok(512), *c = alloc_ok(3000);
     /* Best fit from one 2 MiB segment: consecutive addresses. */
     cr_assert_eq((char *)b - (char *)a, 1024);
@@ -360,10 +368,10 @@ static uint64_t run_loop6(unsigned steps, unsigned tail)
 /* A pool on a device of capacity_bytes (0: unlimited) with keep_idle_max set. */
 static void make_pool_keeping(size_t capacity_bytes, double keep_idle_max)
 {
-    stow_config_t c;
-    ts_config_classic(&c);
-    c.keep_idle_max = keep_idle_max;
-    make_pool(capacity_bytes, &c);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.keep_idle_max = keep_idle_max;
+    make_pool_tuned(capacity_bytes, NULL, &t);
 }
 
 Test(pool, a_loop_that_keeps_releasing_idle_segments_keeps_them)

@@ -22,11 +22,11 @@ static void make_mid(size_t capacity, bool manual_events, unsigned depth, unsign
 {
     sim = ts_sim(capacity, false, manual_events);
     cr_assert_not_null(sim);
-    stow_config_t c;
-    ts_config_classic(&c);
-    c.quick_depth = depth;
-    c.quick_mid_slots = mid_slots;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.quick_depth = depth;
+    t.quick_mid_slots = mid_slots;
+    cr_assert_eq(stow_pool_create_tuned(ts_classic(), &t, sim, &pool), STOW_OK);
 }
 
 static void make(size_t capacity, bool manual_events, unsigned depth)
@@ -72,38 +72,43 @@ static void free_ok(void *p)
 
 Test(quick, default_depth_and_the_key_sets_it)
 {
-    stow_config_t c;
-    ts_config_classic(&c);
-    cr_assert_eq(c.quick_depth, STOW_QUICK_DEPTH_DEFAULT);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    cr_assert_eq(t.quick_depth, STOW_QUICK_DEPTH_DEFAULT);
     cr_assert_eq(STOW_QUICK_DEPTH_DEFAULT, 64u);
     char err[128];
-    cr_assert_eq(stow_config_parse(&c, "quick_depth:0", err, sizeof err), STOW_OK, "%s", err);
-    cr_assert_eq(c.quick_depth, 0);
-    cr_assert_eq(stow_config_parse(&c, "quick_depth:255", err, sizeof err), STOW_OK, "%s", err);
-    cr_assert_eq(c.quick_depth, 255);
-    cr_assert_eq(stow_config_parse(&c, "quick_depth:256", err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "quick_depth:0", err, sizeof err), STOW_OK, "%s",
+                 err);
+    cr_assert_eq(t.quick_depth, 0);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "quick_depth:255", err, sizeof err), STOW_OK, "%s",
+                 err);
+    cr_assert_eq(t.quick_depth, 255);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "quick_depth:256", err, sizeof err), STOW_EINVAL);
     cr_assert(strstr(err, "quick_depth"), "%s", err);
-    cr_assert_eq(stow_config_parse(&c, "quick_depth:-1", err, sizeof err), STOW_EINVAL);
-    cr_assert_eq(c.quick_depth, 255, "a refused value changes nothing");
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "quick_depth:-1", err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(t.quick_depth, 255, "a refused value changes nothing");
 
-    cr_assert_eq(c.quick_mid_slots, STOW_QUICK_MID_SLOTS_MAX);
+    cr_assert_eq(t.quick_mid_slots, STOW_QUICK_MID_SLOTS_MAX);
     cr_assert_eq(STOW_QUICK_MID_SLOTS_MAX, 8u);
-    cr_assert_eq(stow_config_parse(&c, "quick_mid_slots:0", err, sizeof err), STOW_OK, "%s", err);
-    cr_assert_eq(c.quick_mid_slots, 0);
-    cr_assert_eq(stow_config_parse(&c, "quick_mid_slots:3", err, sizeof err), STOW_OK, "%s", err);
-    cr_assert_eq(c.quick_mid_slots, 3);
-    cr_assert_eq(stow_config_parse(&c, "quick_mid_slots:9", err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "quick_mid_slots:0", err, sizeof err), STOW_OK,
+                 "%s", err);
+    cr_assert_eq(t.quick_mid_slots, 0);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "quick_mid_slots:3", err, sizeof err), STOW_OK,
+                 "%s", err);
+    cr_assert_eq(t.quick_mid_slots, 3);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "quick_mid_slots:9", err, sizeof err), STOW_EINVAL);
     cr_assert(strstr(err, "quick_mid_slots"), "%s", err);
-    cr_assert_eq(c.quick_mid_slots, 3, "a refused value changes nothing");
+    cr_assert_eq(t.quick_mid_slots, 3, "a refused value changes nothing");
 
-    /* A config built by hand is validated at pool creation. */
+    /* A tuning built by hand is validated at pool creation. */
     sim = ts_sim(0, false, false);
     stow_pool_t *p = NULL;
-    c.quick_mid_slots = 9;
-    cr_assert_eq(stow_pool_create(&c, sim, &p), STOW_EINVAL);
-    c.quick_mid_slots = 8;
-    c.quick_depth = 1000;
-    cr_assert_eq(stow_pool_create(&c, sim, &p), STOW_EINVAL);
+    t.quick_mid_slots = 9;
+    cr_assert_eq(stow_pool_create_tuned(ts_classic(), &t, sim, &p), STOW_EINVAL);
+    t.quick_mid_slots = 8;
+    t.quick_depth = 1000;
+    cr_assert_eq(stow_pool_create_tuned(ts_classic(), &t, sim, &p), STOW_EINVAL);
+    cr_assert_null(p);
     cr_assert_eq(stow_sim_destroy(sim), STOW_OK);
 }
 
@@ -269,8 +274,10 @@ Test(quick, large_blocks_and_one_range_page_mapped_pools_are_not_kept)
     stow_config_t c;
     ts_config_classic(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_small_kb = 0; /* one range: no small pool (tests/unit/test_vmm.c has the other) */
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.vmm_small_kb = 0; /* one range: no small pool (tests/unit/test_vmm.c has the other) */
+    cr_assert_eq(stow_pool_create_tuned(&c, &t, sim, &pool), STOW_OK);
     void *s1 = alloc_on(NULL, 4 * KIB);
     free_ok(s1);
     alloc_on(NULL, 4 * KIB);

@@ -30,14 +30,19 @@ static stow_trace_t *parse_trace(const char *text)
     return t;
 }
 
+/* Replays t under policy with conf's settings, and its constants given to the
+ * replayed pools as --tuning gives them. */
 static stow_replay_result_t run(const char *policy, const stow_trace_t *t, const char *conf,
                                 size_t capacity, bool min_capacity)
 {
     const stow_replay_policy_t *p = stow__replay_policy_find(policy);
     cr_assert_not_null(p, "policy %s", policy);
     stow_config_t c = ts_config(conf);
+    stow_tuning_t tuning = ts_tuning(conf);
+    stow__replay_set_tuning(&tuning);
     stow_replay_result_t r;
     cr_assert_eq(stow__replay_run(p, t, &c, capacity, 1, min_capacity, NULL, NULL, &r), STOW_OK);
+    stow__replay_set_tuning(NULL);
     return r;
 }
 
@@ -331,6 +336,12 @@ Test(replay_opts, defaults_and_all)
     cr_assert_not(o.all);
     cr_assert_eq(parse(&o, err, sizeof err, 2, "replay", "--help"), STOW_OK);
     cr_assert(o.help);
+    cr_assert_eq(parse(&o, err, sizeof err, 6, "replay", "--conf", "policy:vmm", "--tuning",
+                       "vmm_slack:0", "t"),
+                 STOW_OK, "%s", err);
+    cr_assert_str_eq(o.conf, "policy:vmm");
+    cr_assert_str_eq(o.tuning, "vmm_slack:0");
+    cr_assert_eq(o.first_trace, 5);
 }
 
 /* A policy named on its own and again through `all` runs once: `all` adds the
@@ -381,6 +392,7 @@ Test(replay_opts, bad_input_is_einval_with_a_message)
         {3, {"replay", "--policy", "bogus"}, "unknown policy"},
         {4, {"replay", "--policy", "bogus", "t"}, "unknown policy"},
         {2, {"replay", "--policy"}, "needs a value"},
+        {2, {"replay", "--tuning"}, "needs a value"},
         {4, {"replay", "--capacity", "12Q", "t"}, "not a byte count"},
         {4, {"replay", "--capacity", "-5", "t"}, "not a byte count"},
         {4, {"replay", "--repeats", "1001", "t"}, "not 0..1000"},
@@ -412,6 +424,7 @@ Test(replay_opts, options_that_would_go_unused_are_errors)
         const char *msg;
     } cases[] = {
         {6, {"replay", "--conf", "a:1", "--conf", "b:2", "t"}, "--conf given twice"},
+        {6, {"replay", "--tuning", "a:1", "--tuning", "b:2", "t"}, "--tuning given twice"},
         {6, {"replay", "--capacity", "1G", "--capacity", "2G", "t"}, "--capacity given twice"},
         {6, {"replay", "--repeats", "1", "--repeats", "2", "t"}, "--repeats given twice"},
         {4, {"replay", "--summary", "--json", "t"}, "--summary prints text"},
@@ -479,8 +492,8 @@ Test(replay_conf_resolve, settings_pick_the_pool_without_policy)
         {"planned_steps:true", "vmm-planned"},
         {"policy:classic,planned_steps:true", "classic-planned"},
         {"policy:vmm,planned_steps:true", "vmm-planned"},
-        {"policy:vmm,vmm_slack:0.02", "vmm"},
-        {"planned_steps:true,planned_warmup_steps:2", "vmm-planned"},
+        {"policy:vmm,scrub_on_free:true", "vmm"},
+        {"planned_steps:true,record_events:16", "vmm-planned"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const stow_replay_policy_t *p;
@@ -553,26 +566,18 @@ Test(replay_conf_resolve, a_key_no_policy_applies_is_an_error_naming_it)
     struct {
         const char *conf, *policy, *want;
     } cases[] = {
-        {"keep_idle_max:0.1", "pytorch",
-         "--conf keep_idle_max:0.1 applies to classic and classic-planned only; the policy "
-         "pytorch cannot apply it: use --policy with one of those, or drop the key"},
-        {"keep_idle_max:0.1", NULL,
-         "--conf keep_idle_max:0.1 applies to classic and classic-planned only; the policy vmm "
-         "(the one the settings select) cannot apply it: use --policy with one of those, or drop "
-         "the key"},
-        {"policy:classic,vmm_slack:0.02", NULL,
-         "--conf vmm_slack:0.02 applies to vmm and vmm-planned only; the policy classic (the one "
-         "the settings select) cannot apply it: use --policy with one of those, or drop the key"},
         {"max_split_size_mb:64", "vmm",
          "--conf max_split_size_mb:64 applies to classic, classic-planned, pytorch and "
          "pytorch-expandable only; the policy vmm cannot apply it: use --policy with one of "
          "those, or drop the key"},
-        {"quick_depth:8", "naive",
-         "--conf quick_depth:8 applies to classic, vmm, classic-planned and vmm-planned only; "
-         "the policy naive cannot apply it: use --policy with one of those, or drop the key"},
-        {"planned_warmup_steps:3", "classic",
-         "--conf planned_warmup_steps:3 applies to classic-planned and vmm-planned only; the "
-         "policy classic cannot apply it: use --policy with one of those, or drop the key"},
+        {"scrub_on_free:true", "naive",
+         "--conf scrub_on_free:true applies to classic, vmm, classic-planned and vmm-planned "
+         "only; the policy naive cannot apply it: use --policy with one of those, or drop the "
+         "key"},
+        {"max_non_split_rounding_mb:64", NULL,
+         "--conf max_non_split_rounding_mb:64 applies to classic, classic-planned, pytorch and "
+         "pytorch-expandable only; the policy vmm (the one the settings select) cannot apply "
+         "it: use --policy with one of those, or drop the key"},
         {"policy:vmm", "pytorch-expandable",
          "--conf policy:vmm applies to classic, vmm, classic-planned and vmm-planned only; the "
          "policy pytorch-expandable cannot apply it: use --policy with one of those, or drop "
@@ -588,14 +593,29 @@ Test(replay_conf_resolve, a_key_no_policy_applies_is_an_error_naming_it)
                      STOW_EINVAL, "%s", cases[i].conf);
         cr_assert_str_eq(err, cases[i].want);
     }
-    /* planned_auto finds steps without markers: the planned layer's keys apply. */
-    const stow_replay_policy_t *p;
-    unsigned n;
-    char err[256], notes[512] = "";
-    const char *classic[] = {"classic"};
-    cr_assert_eq(resolve("planned_auto:true,planned_warmup_steps:3", classic, 1, &p, &n, err,
-                         notes, sizeof notes),
-                 STOW_OK, "%s", err);
+}
+
+/* The pool's measured constants are not settings: --conf (stow__replay_load_config)
+ * refuses each, naming where docs/decisions.md measures it, before any policy
+ * is weighed. */
+Test(replay_conf_resolve, a_constant_given_as_a_setting_is_refused)
+{
+    const char *constants[] = {"quick_depth:8",         "quick_mid_slots:0",
+                               "keep_idle_max:0.1",     "reuse_other_streams_on_miss:true",
+                               "vmm_slack:0.02",        "vmm_slack_max:0.1",
+                               "vmm_small_kb:64",       "vmm_handle_mb:2",
+                               "vmm_learn_step:false",  "planned_warmup_steps:3",
+                               "planned_headroom:0.5",  "planned_auto:true",
+                               "release_idle_on_grow:false"};
+    unsetenv("STOWAGE_CONF");
+    for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++) {
+        stow_config_t c;
+        char err[256] = "";
+        cr_assert_eq(stow__replay_load_config(constants[i], &c, err, sizeof err), STOW_EINVAL,
+                     "%s", constants[i]);
+        cr_assert_not_null(strstr(err, "is not a setting"), "%s: %s", constants[i], err);
+        cr_assert_not_null(strstr(err, "docs/decisions.md"), "%s: %s", constants[i], err);
+    }
 }
 
 /* Several policies: a key some of them apply runs there, and a note names the
@@ -606,10 +626,10 @@ Test(replay_conf_resolve, several_policies_note_those_without_the_key)
     unsigned n;
     char err[256], notes[512] = "";
     const char *names[] = {"vmm", "pytorch-expandable", "ideal-remap"};
-    cr_assert_eq(resolve("vmm_handle_mb:2", names, 3, &p, &n, err, notes, sizeof notes), STOW_OK,
-                 "%s", err);
+    cr_assert_eq(resolve("scrub_on_free:true", names, 3, &p, &n, err, notes, sizeof notes),
+                 STOW_OK, "%s", err);
     cr_assert_eq(n, 3);
-    cr_assert_str_eq(notes, "who: note: --conf vmm_handle_mb:2 does not apply to "
+    cr_assert_str_eq(notes, "who: note: --conf scrub_on_free:true does not apply to "
                             "pytorch-expandable and ideal-remap, which run without it\n");
     notes[0] = 0;
     cr_assert_eq(resolve("expandable_segments:True", names, 3, &p, &n, err, notes, sizeof notes),
@@ -634,15 +654,20 @@ Test(replay_conf_resolve, planned_policy_without_markers_gets_a_note)
 {
     stow_trace_t *plain = parse_trace(naive_trace);
     stow_trace_t *marked = parse_trace("1 2\nm train\na 0 512 0\nf 0\n");
-    stow_config_t c = ts_config(NULL), autoc = ts_config("planned_auto:true");
+    stow_config_t c = ts_config(NULL);
+    stow_tuning_t autot = ts_tuning("planned_auto:true");
     char buf[512] = "";
     FILE *f = fmemopen(buf, sizeof buf, "w");
     cr_assert(stow__replay_note_no_steps(f, "who", plain, &stow__replay_policy_vmm_planned, &c));
     cr_assert_not(stow__replay_note_no_steps(f, "who", marked, &stow__replay_policy_vmm_planned,
                                              &c));
     cr_assert_not(stow__replay_note_no_steps(f, "who", plain, &stow__replay_policy_vmm, &c));
-    cr_assert_not(stow__replay_note_no_steps(f, "who", plain,
-                                             &stow__replay_policy_classic_planned, &autoc));
+    /* The constant planned_auto finds the steps without markers (--tuning). */
+    stow__replay_set_tuning(&autot);
+    bool noted = stow__replay_note_no_steps(f, "who", plain, &stow__replay_policy_classic_planned,
+                                            &c);
+    stow__replay_set_tuning(NULL);
+    cr_assert_not(noted);
     fclose(f);
     cr_assert_str_eq(buf, "who: note: synthetic has no step markers ('m' lines), so vmm-planned "
                           "plans nothing on it: its figures equal vmm's\n");
@@ -1225,23 +1250,27 @@ Test(cli_settings, conf_and_environment_pick_the_pool_the_label_shows)
 {
     char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096];
     temp_with(path, naive_trace);
+    /* planned_auto (--tuning): the planned pools find the steps of this trace
+     * without markers, so that no note is written. */
     struct {
-        const char *env, *conf, *want;
+        const char *env, *conf, *tuning, *want;
     } cases[] = {
-        {NULL, "policy:vmm", "(policy vmm)"},
-        {"policy:vmm", NULL, "(policy vmm)"},
-        {NULL, "expandable_segments:True", "(policy vmm)"},
-        {"expandable_segments:True", NULL, "(policy vmm)"},
-        {NULL, "planned_steps:true,planned_auto:true", "(policy vmm-planned)"},
-        {NULL, "policy:classic,planned_steps:true,planned_auto:true", "(policy classic-planned)"},
-        {NULL, "policy:classic", "(policy classic)"},
-        {"expandable_segments:False", NULL, "(policy classic)"},
-        {NULL, NULL, "(policy vmm)"},
+        {NULL, "policy:vmm", NULL, "(policy vmm)"},
+        {"policy:vmm", NULL, NULL, "(policy vmm)"},
+        {NULL, "expandable_segments:True", NULL, "(policy vmm)"},
+        {"expandable_segments:True", NULL, NULL, "(policy vmm)"},
+        {NULL, "planned_steps:true", "planned_auto:true", "(policy vmm-planned)"},
+        {NULL, "policy:classic,planned_steps:true", "planned_auto:true",
+         "(policy classic-planned)"},
+        {NULL, "policy:classic", NULL, "(policy classic)"},
+        {"expandable_segments:False", NULL, NULL, "(policy classic)"},
+        {NULL, NULL, NULL, "(policy vmm)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        snprintf(args, sizeof args, "replay --repeats 0 %s%s%s %s",
+        snprintf(args, sizeof args, "replay --repeats 0 %s%s%s %s%s%s %s",
                  cases[i].conf ? "--conf '" : "", cases[i].conf ? cases[i].conf : "",
-                 cases[i].conf ? "'" : "", path);
+                 cases[i].conf ? "'" : "", cases[i].tuning ? "--tuning '" : "",
+                 cases[i].tuning ? cases[i].tuning : "", cases[i].tuning ? "'" : "", path);
         cr_assert_eq(cli_exec(cases[i].env, args, out, sizeof out, err, sizeof err), 0,
                      "case %zu: %s", i, err);
         cr_assert_not_null(strstr(out, cases[i].want), "case %zu: %s", i, out);
@@ -1269,12 +1298,12 @@ Test(cli_settings, settings_no_policy_applies_exit_2_naming_the_key)
         {NULL, "--policy pytorch --conf expandable_segments:True", "expandable_segments:True",
          "--policy pytorch-expandable"},
         {NULL, "--policy all --conf policy:vmm", "--conf policy:vmm", "--policy vmm"},
-        {NULL, "--policy pytorch --conf keep_idle_max:0.1", "keep_idle_max:0.1",
-         "classic and classic-planned"},
-        {NULL, "--conf keep_idle_max:0.1", "keep_idle_max:0.1", "classic and classic-planned"},
-        {NULL, "--conf policy:classic,vmm_slack:0.02", "vmm_slack:0.02", "vmm and vmm-planned"},
-        {NULL, "--policy naive --policy jemalloc --conf quick_depth:4", "quick_depth:4",
-         "classic, vmm"},
+        {NULL, "--policy vmm --conf max_split_size_mb:64", "max_split_size_mb:64",
+         "classic, classic-planned, pytorch and pytorch-expandable"},
+        {NULL, "--conf max_split_size_mb:64", "max_split_size_mb:64",
+         "classic, classic-planned, pytorch and pytorch-expandable"},
+        {NULL, "--policy naive --policy jemalloc --conf scrub_on_free:true",
+         "scrub_on_free:true", "classic, vmm"},
         {NULL, "--conf planned_async:true", "planned_async:true", "drop the key"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1288,10 +1317,12 @@ Test(cli_settings, settings_no_policy_applies_exit_2_naming_the_key)
         cr_assert_not_null(strstr(err, "\nsee 'stowage replay --help'\n"), "case %zu", i);
     }
     /* report and diff apply the same rule to their one policy. */
-    snprintf(args, sizeof args, "report %s --json --policy pytorch --conf vmm_small_kb:64", path);
+    snprintf(args, sizeof args, "report %s --json --policy pytorch --conf scrub_on_free:true",
+             path);
     cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 2);
-    cr_assert_not_null(strstr(err, "vmm_small_kb:64 applies to vmm and vmm-planned only"), "%s",
-                       err);
+    cr_assert_not_null(strstr(err, "scrub_on_free:true applies to classic, vmm, classic-planned "
+                                   "and vmm-planned only"),
+                       "%s", err);
     snprintf(args, sizeof args, "diff %s %s --policy classic", path, path);
     cr_assert_eq(cli_exec("policy:vmm", args, out, sizeof out, err, sizeof err), 2);
     cr_assert_not_null(strstr(err, "STOWAGE_CONF's policy:vmm selects vmm"), "%s", err);
@@ -1307,13 +1338,94 @@ Test(cli_settings, key_some_policies_apply_gets_a_note)
     char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096];
     temp_with(path, naive_trace);
     snprintf(args, sizeof args,
-             "replay --json --repeats 0 --policy classic --policy pytorch --conf keep_idle_max:0.1 "
+             "replay --json --repeats 0 --policy classic --policy pytorch --conf record_events:16 "
              "%s",
              path);
     cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
     cr_assert_eq(count_lines(out), 2, "%s", out);
-    cr_assert_str_eq(err, "stowage replay: note: --conf keep_idle_max:0.1 does not apply to "
+    cr_assert_str_eq(err, "stowage replay: note: --conf record_events:16 does not apply to "
                           "pytorch, which runs without it\n");
+    unlink(path);
+}
+
+/* The value of "KEY": N in a JSON line. */
+static uint64_t json_u64(const char *json, const char *key)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "\"%s\": ", key);
+    const char *at = strstr(json, needle);
+    cr_assert_not_null(at, "no %s in %s", key, json);
+    return strtoull(at + strlen(needle), NULL, 10);
+}
+
+/* The pool's measured constants go with --tuning and reach the replayed
+ * pools: without slack the page-mapped pool remaps granules the default
+ * slack lets it create, and holds less at its peak. */
+Test(cli_settings, tuning_sets_the_constants_of_the_replayed_pools)
+{
+    char trace[4096], args[8192], base[16384], out[16384], err[4096];
+    cr_assert_not_null(ts_shared_trace("resnet50_train.rep", trace, sizeof trace));
+    snprintf(args, sizeof args, "replay --json --repeats 0 --policy vmm '%s'", trace);
+    cr_assert_eq(cli_exec(NULL, args, base, sizeof base, err, sizeof err), 0, "%s", err);
+    snprintf(args, sizeof args, "replay --json --repeats 0 --policy vmm --tuning vmm_slack:0 '%s'",
+             trace);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_str_empty(err);
+    cr_assert_eq(count_lines(out), 1, "%s", out);
+    cr_assert_eq(json_u64(out, "peak_live_bytes"), json_u64(base, "peak_live_bytes"));
+    cr_assert_lt(json_u64(out, "peak_reserved_bytes"), json_u64(base, "peak_reserved_bytes"),
+                 "vmm_slack:0: %s\ndefault: %s", out, base);
+    cr_assert_gt(json_u64(out, "unmap_calls"), json_u64(base, "unmap_calls"),
+                 "vmm_slack:0: %s\ndefault: %s", out, base);
+    /* The defaults given by name are the defaults. */
+    snprintf(args, sizeof args,
+             "replay --json --repeats 0 --policy vmm --tuning vmm_slack:0.0095,vmm_handle_mb:20 "
+             "'%s'",
+             trace);
+    cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(out, base);
+}
+
+/* A key --tuning does not know, a bad value, a setting given with --tuning, a
+ * constant that no policy given uses, or a constant given with --conf (a
+ * setting's option) is a usage error, two lines, with nothing replayed;
+ * --conf names where docs/decisions.md measures the constant. */
+Test(cli_settings, bad_tuning_and_constants_in_conf_exit_2)
+{
+    char path[] = "/tmp/stow_cli_XXXXXX", args[512], out[16384], err[4096];
+    temp_with(path, naive_trace);
+    struct {
+        const char *rest, *want;
+    } cases[] = {
+        {"--tuning bogus:1", "stowage replay: --tuning: unknown key 'bogus'\n"},
+        {"--tuning vmm_slack:2", "stowage replay: --tuning: key 'vmm_slack'"},
+        {"--tuning quick_depth:256", "stowage replay: --tuning: key 'quick_depth'"},
+        {"--tuning policy:classic",
+         "stowage replay: --tuning takes the pools' constants (stowage/tuning.h); 'policy' is a "
+         "setting: give it in --conf\n"},
+        {"--policy vmm --tuning quick_mid_slots:0",
+         "stowage replay: --tuning quick_mid_slots: no policy given uses it (classic and "
+         "classic-planned)"},
+        {"--policy classic --tuning vmm_slack:0",
+         "stowage replay: --tuning vmm_slack: no policy given uses it (vmm and vmm-planned)"},
+        {"--policy vmm --tuning planned_headroom:0.5", "--tuning planned_headroom: no policy"},
+        {"--policy pytorch --tuning quick_depth:0", "--tuning quick_depth: no policy given uses it"},
+        {"--conf quick_depth:0",
+         "stowage replay: key 'quick_depth' is not a setting: it is one of the pool's measured "
+         "constants (docs/decisions.md, \"Quick lists\")"},
+        {"--conf vmm_slack:0", "(docs/decisions.md, \"vmm_slack 0.0095\")"},
+        {"--conf policy:vmm,planned_auto:true",
+         "(docs/decisions.md, \"planned_steps and planned_auto false\")"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "replay --repeats 0 %s %s", cases[i].rest, path);
+        cr_assert_eq(cli_exec(NULL, args, out, sizeof out, err, sizeof err), 2, "%s: %s",
+                     cases[i].rest, err);
+        cr_assert_str_empty(out, "%s", cases[i].rest);
+        cr_assert_eq(count_lines(err), 2, "%s: %s", cases[i].rest, err);
+        cr_assert_not_null(strstr(err, cases[i].want), "%s: %s", cases[i].rest, err);
+        cr_assert_not_null(strstr(err, "\nsee 'stowage replay --help'\n"), "%s", cases[i].rest);
+    }
     unlink(path);
 }
 
@@ -1380,7 +1492,8 @@ Test(cli_settings, options_the_policies_cannot_use)
         "replay --summary --policy pytorch",
         "replay --capacity 1G --policy jemalloc",
         "replay --min-capacity --policy jemalloc",
-        "replay --conf quick_depth:1 --conf quick_depth:2",
+        "replay --conf policy:vmm --conf policy:classic",
+        "replay --tuning quick_depth:1 --tuning quick_depth:2",
         "report --json --bars 10",
         "report --growth --tags /dev/null",
         "report --iterations 2 --boundary 1",

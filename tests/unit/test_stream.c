@@ -22,8 +22,10 @@ static void setup_with(bool reuse_other_streams_on_miss)
     stow_config_t c;
     ts_config_classic(&c);
     c.release_idle_on_grow = false;
-    c.reuse_other_streams_on_miss = reuse_other_streams_on_miss;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.reuse_other_streams_on_miss = reuse_other_streams_on_miss;
+    cr_assert_eq(stow_pool_create_tuned(&c, &t, sim, &pool), STOW_OK);
 }
 
 static void setup(void) { setup_with(false); }

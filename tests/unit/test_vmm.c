@@ -26,6 +26,15 @@ static stow_pool_t *pool;
 static bool no_event_waits;
 static stow_backend_t without_event_waits;
 
+/* The default constants but a physical handle per granule (vmm_handle_mb 2). */
+static stow_tuning_t per_granule(void)
+{
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.vmm_handle_mb = 2;
+    return t;
+}
+
 /* A vmm pool on a fresh simulated device, the defaults but for vmm_slack,
  * vmm_slack_max, a handle per granule and no learned step. */
 static void make_vmm_slacks(size_t capacity, bool manual_events, double slack, double slack_max)
@@ -37,19 +46,20 @@ static void make_vmm_slacks(size_t capacity, bool manual_events, double slack, d
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_handle_mb = 2; /* a handle per granule */
-    c.vmm_learn_step = false; /* the allowance alone (test_vmm_learn.c: the learned step) */
-    c.vmm_slack = slack;
-    c.vmm_slack_max = slack_max;
-    cr_assert_eq(stow_pool_create(&c, no_event_waits ? &without_event_waits : sim, &pool),
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
+    tuning.vmm_learn_step = false; /* the allowance alone (test_vmm_learn.c: the learned step) */
+    tuning.vmm_slack = slack;
+    tuning.vmm_slack_max = slack_max;
+    cr_assert_eq(stow_pool_create_tuned(&c, &tuning, no_event_waits ? &without_event_waits : sim,
+                                        &pool),
                  STOW_OK);
 }
 
 /* A vmm pool on a fresh simulated device; `no_slack` sets vmm_slack to 0. */
 static void make_vmm_pool(size_t capacity, bool manual_events, bool no_slack)
 {
-    stow_config_t d;
-    stow_config_default(&d);
+    stow_tuning_t d;
+    stow_tuning_default(&d);
     make_vmm_slacks(capacity, manual_events, no_slack ? 0 : d.vmm_slack, d.vmm_slack_max);
 }
 
@@ -142,9 +152,9 @@ static void make_vmm_one_range(void)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_handle_mb = 2; /* a handle per granule */
-    c.vmm_small_kb = 0;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
+    tuning.vmm_small_kb = 0;
+    cr_assert_eq(stow_pool_create_tuned(&c, &tuning, sim, &pool), STOW_OK);
 }
 
 Test(vmm, small_requests_share_granules_in_a_range_of_their_own)
@@ -237,8 +247,8 @@ Test(vmm, small_range_blocks_are_kept_on_quick_lists)
  * free index (64 deep, all 20 would be hits). */
 Test(vmm, quick_lists_of_a_page_mapped_pool_are_at_most_16_deep)
 {
-    stow_config_t d;
-    stow_config_default(&d);
+    stow_tuning_t d;
+    stow_tuning_default(&d);
     cr_assert_gt(d.quick_depth, STOW_VMM_QUICK_DEPTH_MAX, "the default is deeper than the cap");
     cr_assert_eq(STOW_VMM_QUICK_DEPTH_MAX, 16);
     make_vmm(0, false);
@@ -542,9 +552,9 @@ Test(vmm, max_split_size_leaves_one_range)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_handle_mb = 2; /* a handle per granule */
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
     c.max_split_size_bytes = 20 * MIB;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create_tuned(&c, &tuning, sim, &pool), STOW_OK);
     void *p[6];
     size_t sizes[6] = {4 * KIB, 3 * MIB, 100 * KIB, 30 * MIB, 5 * MIB, 512};
     for (int i = 0; i < 6; i++)
@@ -642,8 +652,8 @@ Test(vmm, without_events_granules_are_unmapped_only_after_a_synchronize)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_handle_mb = 2; /* a handle per granule */
-    cr_assert_eq(stow_pool_create(&cfg, &single_stream, &pool), STOW_OK);
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
+    cr_assert_eq(stow_pool_create_tuned(&cfg, &tuning, &single_stream, &pool), STOW_OK);
     void *a = alloc_ok(4 * MIB);
     void *b = alloc_ok(4 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
@@ -687,10 +697,10 @@ Test(vmm, granules_unused_at_a_synchronize_are_remapped_later_without_another)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_handle_mb = 2; /* a handle per granule */
-    cfg.vmm_slack = 0;
-    cfg.vmm_slack_max = 0;
-    cr_assert_eq(stow_pool_create(&cfg, &single_stream, &pool), STOW_OK);
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
+    tuning.vmm_slack = 0;
+    tuning.vmm_slack_max = 0;
+    cr_assert_eq(stow_pool_create_tuned(&cfg, &tuning, &single_stream, &pool), STOW_OK);
     void *a = alloc_ok(4 * MIB), *b = alloc_ok(4 * MIB), *c = alloc_ok(4 * MIB);
     void *d = alloc_ok(4 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
@@ -1089,17 +1099,17 @@ Test(vmm, policy_vmm_is_refused_on_a_backend_without_any_page_mapping_method)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_handle_mb = 2; /* a handle per granule */
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
     for (size_t i = 0; i < PAGE_MAPPING_METHODS; i++) {
         lacking = without_page_mapping_method(sim, i);
         pool = (stow_pool_t *)0x1;
-        cr_assert_eq(stow_pool_create(&cfg, &lacking, &pool), STOW_ENOSYS, "without %s",
-                     page_mapping_methods[i]);
+        cr_assert_eq(stow_pool_create_tuned(&cfg, &tuning, &lacking, &pool), STOW_ENOSYS,
+                     "without %s", page_mapping_methods[i]);
         cr_assert_eq(pool, (stow_pool_t *)0x1, "without %s: out untouched",
                      page_mapping_methods[i]);
     }
     complete = *sim;
-    cr_assert_eq(stow_pool_create(&cfg, &complete, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create_tuned(&cfg, &tuning, &complete, &pool), STOW_OK);
     check();
     finish();
 }
@@ -1125,8 +1135,8 @@ Test(vmm, a_version_1_backend_is_taken_and_its_remaps_synchronize)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_handle_mb = 2; /* a handle per granule */
-    cr_assert_eq(stow_pool_create(&cfg, &v1, &pool), STOW_OK);
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
+    cr_assert_eq(stow_pool_create_tuned(&cfg, &tuning, &v1, &pool), STOW_OK);
     no_event_waits = true; /* what the pool must do with it */
     void *b, *c;
     first_remap(NULL, &b, &c);
@@ -1144,9 +1154,9 @@ Test(vmm, a_block_scrubbed_at_empty_cache_is_unmapped_after_its_scrub)
     stow_config_t cfg;
     stow_config_default(&cfg);
     cfg.policy = STOW_POLICY_VMM;
-    cfg.vmm_handle_mb = 2; /* a handle per granule */
+    stow_tuning_t tuning = per_granule(); /* a handle per granule */
     cfg.scrub_on_free = true;
-    cr_assert_eq(stow_pool_create(&cfg, sim, &pool), STOW_OK);
+    cr_assert_eq(stow_pool_create_tuned(&cfg, &tuning, sim, &pool), STOW_OK);
     stow_stream_t s1 = (stow_stream_t)0x11, s2 = (stow_stream_t)0x22;
     void *a = NULL, *keep = alloc_ok(4 * MIB);
     cr_assert_eq(stow_pool_alloc(pool, 8 * MIB, s1, &a), STOW_OK);
@@ -1463,8 +1473,8 @@ static const ts_loop_t loop4 = TS_LOOP4, loop33 = TS_LOOP33;
 /* A vmm pool on an unlimited device with the default settings but vmm_slack_max. */
 static void make_vmm_slack_max(double slack_max)
 {
-    stow_config_t d;
-    stow_config_default(&d);
+    stow_tuning_t d;
+    stow_tuning_default(&d);
     make_vmm_slacks(0, false, d.vmm_slack, slack_max);
 }
 

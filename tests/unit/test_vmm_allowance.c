@@ -29,11 +29,13 @@ static void make_pool_on(stow_backend_t *backend, double slack, double slack_max
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_handle_mb = 2; /* a handle per granule */
-    c.vmm_learn_step = false; /* the allowance alone (test_vmm_learn.c: the learned step) */
-    c.vmm_slack = slack;
-    c.vmm_slack_max = slack_max;
-    cr_assert_eq(stow_pool_create(&c, backend ? backend : sim, &pool), STOW_OK);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.vmm_handle_mb = 2; /* a handle per granule */
+    t.vmm_learn_step = false; /* the allowance alone (test_vmm_learn.c: the learned step) */
+    t.vmm_slack = slack;
+    t.vmm_slack_max = slack_max;
+    cr_assert_eq(stow_pool_create_tuned(&c, &t, backend ? backend : sim, &pool), STOW_OK);
 }
 
 static void make_sim(void)
@@ -50,8 +52,8 @@ static void make_pool(double slack, double slack_max)
 
 static void make_default_pool(void)
 {
-    stow_config_t d;
-    stow_config_default(&d);
+    stow_tuning_t d;
+    stow_tuning_default(&d);
     make_pool(d.vmm_slack, d.vmm_slack_max);
 }
 

@@ -142,9 +142,11 @@ static void make_tight_pool(void)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_handle_mb = 2; /* a handle per granule */
-    c.vmm_slack = 0;
-    cr_assert_eq(stow_pool_create(&c, &oracle.watched, &pool), STOW_OK);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.vmm_handle_mb = 2; /* a handle per granule */
+    t.vmm_slack = 0;
+    cr_assert_eq(stow_pool_create_tuned(&c, &t, &oracle.watched, &pool), STOW_OK);
 }
 
 static void check(void) { ts_pool_check(pool); }

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_vmm_handles.c: physical handles of several granules in a
- * page-mapped pool (config vmm_handle_mb, allocator/vmm.c): how a block's
+ * page-mapped pool (the constant vmm_handle_mb, allocator/vmm.c): how a block's
  * stretches of unmapped granules are cut into handles, that a handle is
  * unmapped only whole (never while a live block holds part of it), that an
  * idle handle of the size a block needs is remapped as it is and one of
@@ -31,9 +31,11 @@ static void make_pool(size_t capacity, bool manual_events, unsigned handle_mb, d
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_handle_mb = handle_mb;
-    c.vmm_slack = slack;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.vmm_handle_mb = handle_mb;
+    t.vmm_slack = slack;
+    cr_assert_eq(stow_pool_create_tuned(&c, &t, sim, &pool), STOW_OK);
 }
 
 static stow_stats_t stats(void) { return ts_pool_stats(pool); }

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_vmm_learn.c: a page-mapped pool that learns its loop's step
- * (config vmm_learn_step, vmm_step.c; docs/design.md, a layout learned from
+ * (the constant vmm_learn_step, vmm_step.c; docs/design.md, a layout learned from
  * the step). Through the public API on the simulated device, with
  * stow_pool_check (vmm_check.c) along the way: a planned allocation is a block
  * of the large range like any other, so every invariant of the range holds.
@@ -30,9 +30,11 @@ static void make_pool(bool learn)
     stow_config_t c;
     stow_config_default(&c);
     c.policy = STOW_POLICY_VMM;
-    c.vmm_handle_mb = 2; /* a handle per granule */
-    c.vmm_learn_step = learn;
-    cr_assert_eq(stow_pool_create(&c, sim, &pool), STOW_OK);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
+    t.vmm_handle_mb = 2; /* a handle per granule */
+    t.vmm_learn_step = learn;
+    cr_assert_eq(stow_pool_create_tuned(&c, &t, sim, &pool), STOW_OK);
 }
 
 static void check(void) { ts_pool_check(pool); }
@@ -186,8 +188,8 @@ Test(learn, a_block_that_outlives_its_step_is_planned_on_a_cycle_of_two)
 
 Test(learn, on_by_default_and_without_it_the_same_loop_is_raised_to_its_footprint)
 {
-    stow_config_t d;
-    stow_config_default(&d);
+    stow_tuning_t d;
+    stow_tuning_default(&d);
     cr_assert(d.vmm_learn_step);
     make_pool(false);
     void *weights[8];
@@ -279,15 +281,22 @@ Test(learn, the_key_is_parsed_and_checked)
 {
     stow_config_t c;
     stow_config_default(&c);
+    stow_tuning_t t;
+    stow_tuning_default(&t);
     char err[128];
-    cr_assert_eq(stow_config_parse(&c, "policy:vmm,vmm_learn_step:true", err, sizeof err),
+    cr_assert_eq(stow_tuning_parse(&c, &t, "policy:vmm,vmm_learn_step:true", err, sizeof err),
                  STOW_OK, "%s", err);
-    cr_assert(c.vmm_learn_step);
-    cr_assert_eq(stow_config_parse(&c, "vmm_learn_step:false", err, sizeof err), STOW_OK);
-    cr_assert(!c.vmm_learn_step);
-    cr_assert_eq(stow_config_parse(&c, "vmm_learn_step:yes", err, sizeof err), STOW_EINVAL);
+    cr_assert_eq(c.policy, STOW_POLICY_VMM);
+    cr_assert(t.vmm_learn_step);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "vmm_learn_step:false", err, sizeof err), STOW_OK);
+    cr_assert(!t.vmm_learn_step);
+    cr_assert_eq(stow_tuning_parse(NULL, &t, "vmm_learn_step:yes", err, sizeof err),
+                 STOW_EINVAL);
     cr_assert(strstr(err, "vmm_learn_step") != NULL, "%s", err);
-    cr_assert(!c.vmm_learn_step, "a refused value changes nothing");
+    cr_assert(!t.vmm_learn_step, "a refused value changes nothing");
+    /* A constant, not a setting: STOWAGE_CONF's parser refuses it. */
+    cr_assert_eq(stow_config_parse(&c, "vmm_learn_step:false", err, sizeof err), STOW_EINVAL);
+    cr_assert(strstr(err, "docs/decisions.md") != NULL, "%s", err);
 }
 
 /* Steps that now and then deviate (an extra block held across a step, of a
