@@ -296,7 +296,7 @@ def table_loops(snapshots):
     """Loops of many steps, first replay in 8 parts (build/vmm_churn --replays 1 --parts 8)."""
     import glob
     import tempfile
-    out = ["| loops | setting | loops | vmm remapping in the last eighth | their map+unmap calls "
+    out = ["| loops | constants | loops | vmm remapping in the last eighth | their map+unmap calls "
            "there | vmm above 1.01 x live | vmm reserved / live: mean, max | classic calling "
            "the backend in the last eighth |", "|---|---|---:|---:|---:|---:|---|---:|"]
     with tempfile.TemporaryDirectory() as d:
