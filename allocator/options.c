@@ -422,11 +422,10 @@ static stow_status_t parse_text(stow_config_t *config, stow_tuning_t *tuning, co
         if (st == KEY_NOT_HERE && tuning)
             st = apply_tuning_key(&t, key, value, err, err_len);
         /* The C API's field, which a measurement may set beside the constants. */
-        if (st == KEY_NOT_HERE && tuning && config && !strcmp(key, "release_idle_on_grow") &&
-            !parse_bool(value, &c.release_idle_on_grow))
-            st = fail(err, err_len, "key '%s': '%s' is not true or false", key, value);
-        else if (st == KEY_NOT_HERE && tuning && config && !strcmp(key, "release_idle_on_grow"))
-            st = STOW_OK;
+        if (st == KEY_NOT_HERE && tuning && config && !strcmp(key, "release_idle_on_grow"))
+            st = parse_bool(value, &c.release_idle_on_grow)
+                     ? STOW_OK
+                     : fail(err, err_len, "key '%s': '%s' is not true or false", key, value);
         if (st == KEY_NOT_HERE)
             st = unknown_key(key, err, err_len);
     }
