@@ -25,23 +25,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/shared_traces.sh"
 factors=${FACTORS:-0.6,0.7,0.8,0.9,1.05,1.1,1.25,1.5}
-conf=
-tuning=
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --conf | --tuning)
-        [ $# -ge 2 ] || { echo "vmm_heldout: $1 needs KEY:VALUE,..." >&2; exit 2; }
-        if [ "$1" = --conf ]; then conf="${conf:+$conf,}$2"; else tuning="${tuning:+$tuning,}$2"; fi
-        shift 2 ;;
-    *)
-        echo "usage: bench/vmm_heldout.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]" >&2
-        exit 2 ;;
-    esac
-done
-replay_args=(${conf:+--conf "$conf"} ${tuning:+--tuning "$tuning"})
-churn_conf=$conf
-[ -n "$tuning" ] && churn_conf="${churn_conf:+$churn_conf,}$tuning"
-churn_args=(${churn_conf:+--conf "$churn_conf"})
+. "$root/bench/settings_args.sh"
+settings_args vmm_heldout "$@"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

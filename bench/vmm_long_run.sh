@@ -47,23 +47,8 @@ if [ "$instructions" != 0 ] && [ "$instructions" != 1 ]; then
     echo "vmm_long_run: INSTRUCTIONS=$instructions: 0 or 1" >&2
     exit 2
 fi
-conf=
-tuning=
-while [ $# -gt 0 ]; do
-    case "$1" in
-    --conf | --tuning)
-        [ $# -ge 2 ] || { echo "vmm_long_run: $1 needs KEY:VALUE,..." >&2; exit 2; }
-        if [ "$1" = --conf ]; then conf="${conf:+$conf,}$2"; else tuning="${tuning:+$tuning,}$2"; fi
-        shift 2 ;;
-    *)
-        echo "usage: bench/vmm_long_run.sh [--conf KEY:VALUE,...] [--tuning KEY:VALUE,...]" >&2
-        exit 2 ;;
-    esac
-done
-warm_args=(${conf:+--conf "$conf"} ${tuning:+--tuning "$tuning"})
-churn_conf=$conf
-[ -n "$tuning" ] && churn_conf="${churn_conf:+$churn_conf,}$tuning"
-churn_args=(${churn_conf:+--conf "$churn_conf"})
+. "$root/bench/settings_args.sh"
+settings_args vmm_long_run "$@"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -101,7 +86,7 @@ for t in "$out"/long/*.rep; do
     if [ "$instructions" = 1 ]; then
         # The last cell of warm_instructions' row: vmm / classic.
         instr=$(POLICIES="classic vmm" bash "$root/bench/warm_instructions.sh" \
-            ${warm_args[@]+"${warm_args[@]}"} "$t" |
+            ${replay_args[@]+"${replay_args[@]}"} "$t" |
             tail -1 | awk -F'|' '{gsub(/ /, "", $(NF-1)); print $(NF-1)}')
     fi
     echo "$name $period $events $parts $host $instr $(grep "first replay, map+unmap" <<<"$churn" | cut -d: -f2)"
