@@ -659,6 +659,73 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
     return STOW_OK;
 }
 
+/* The free block of the classic pool that holds [addr, addr + rounded) and
+ * that ss may take (its own free lists' or those all streams share); NULL if
+ * none. Walks the segments: a restore's path, not the allocation path. */
+static stow_block_t *free_block_holding(stow_pool_t *pool, stow_stream_state_t *ss,
+                                        uintptr_t addr, size_t rounded)
+{
+    for (stow_segment_t *seg = pool->segments; seg; seg = seg->next) {
+        if (addr < seg->base || addr - seg->base >= seg->size_bytes)
+            continue;
+        for (stow_block_t *b = seg->first; b; b = b->next)
+            if (addr >= b->addr && addr - b->addr < b->size_bytes)
+                return b->state == BLOCK_FREE && (b->owner == ss || b->owner->is_any) &&
+                               rounded <= b->size_bytes - (addr - b->addr)
+                           ? b
+                           : NULL;
+        return NULL;
+    }
+    return NULL;
+}
+
+stow_status_t stow_pool_alloc_at(stow_pool_t *pool, void *addr, size_t size_bytes,
+                                 stow_stream_t stream)
+{
+    if (!pool || !addr || size_bytes == 0 || ((uintptr_t)addr & (STOW_MIN_BLOCK_BYTES - 1)))
+        return STOW_EINVAL;
+    if (pool->vmm)
+        return STOW_ENOSYS;
+    size_t rounded;
+    stow_status_t st = stow__round_size(&pool->config, size_bytes, &rounded);
+    if (st != STOW_OK)
+        return st;
+    stow__lock(&pool->lock);
+    pool->op_count++;
+    if (pool->pending != NULL)
+        stow__stream_process_pending(pool);
+    stow_stream_state_t *ss = stow__stream_get(pool, stream);
+    if (!ss || stow__ptr_map_reserve_one(&pool->live) != STOW_OK ||
+        stow__block_reserve(&pool->blocks, 2) != STOW_OK) {
+        stow__unlock(&pool->lock);
+        return STOW_EHOSTMEM;
+    }
+    /* Blocks kept whole on quick lists are free memory too. */
+    if (pool->quick_blocks)
+        stow__quick_flush(pool);
+    (void)stow__quick_flush_mid(pool);
+    stow_block_t *b = free_block_holding(pool, ss, (uintptr_t)addr, rounded);
+    if (!b || b->pool_kind != pool_kind_for(pool, rounded)) {
+        stow__unlock(&pool->lock);
+        return STOW_ENOTOWNED;
+    }
+    if ((uintptr_t)addr > b->addr) {
+        /* The bytes below stay free, in the same index. */
+        index_remove(pool, b);
+        stow_block_t *upper = cut_block(pool, b, (uintptr_t)addr - b->addr);
+        index_insert(pool, b);
+        index_insert(pool, upper);
+        b = upper;
+    }
+    take_block(pool, b, ss, rounded, size_bytes, true, should_split(pool, b, rounded));
+    if (STOW_UNLIKELY(pool->planned != NULL))
+        stow__planned_pool_alloc(pool, ss, b->addr, rounded);
+    stow__acct_note_fragmentation(&pool->acct, stow__pool_largest_free(pool));
+    stow_assert_expensive(pool);
+    stow__unlock(&pool->lock);
+    return STOW_OK;
+}
+
 /* ---- the planned layer's arena (planned_serve.c) ---- */
 
 stow_status_t stow__pool_take_arena(stow_pool_t *pool, stow_stream_state_t *ss, size_t bytes,

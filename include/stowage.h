@@ -167,6 +167,21 @@ STOW_API STOW_NODISCARD stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t 
                                                       stow_stream_t stream, void **out);
 
 /*
+ * Allocates size_bytes (> 0, rounded as stow_pool_alloc rounds) at `addr`
+ * exactly, for `stream`, when those bytes lie inside one free block of the
+ * pool that the stream may take: a block freed earlier, allocated again where
+ * it was (PyTorch restores a CUDA-graph tree's checkpoint so). Blocks kept
+ * whole on quick lists count as free. Classic pools only.
+ * Ownership: as stow_pool_alloc. Thread safety: safe.
+ * Errors: STOW_EINVAL (NULL or unaligned addr, size 0), STOW_EOVERFLOW,
+ * STOW_ENOTOWNED (the bytes are not inside one free block of this pool that
+ * the stream may take, or the block is of the other size class), STOW_ENOSYS
+ * (a page-mapped pool), STOW_EHOSTMEM.
+ */
+STOW_API STOW_NODISCARD stow_status_t stow_pool_alloc_at(stow_pool_t *pool, void *addr,
+                                                         size_t size_bytes, stow_stream_t stream);
+
+/*
  * Frees a block returned by stow_pool_alloc. It is reusable at once on the
  * stream it was allocated on; by other streams only once the device has done
  * everything queued before this free (on every stream named by

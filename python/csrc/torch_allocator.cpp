@@ -413,11 +413,18 @@ struct Annotation {
     std::vector<std::pair<std::string, std::string>> metadata;
 };
 
+/* A block of a checkpoint as the pool can make it again at its address. */
+struct CheckpointBlock {
+    size_t requested = 0;
+    uint64_t stream = 0;
+};
+
 /* A checkpoint of a private pool: its live blocks (getCheckpointState). */
 struct PoolState final : CCA::AllocatorState {
     int device = 0;
     MempoolId_t id{0, 0};
     std::vector<std::pair<uintptr_t, size_t>> live; /* address, block size; by address */
+    std::map<uintptr_t, CheckpointBlock> made;      /* each live block's request and stream */
 };
 
 thread_local int tl_sim_device = 0;
@@ -1580,6 +1587,10 @@ std::shared_ptr<CCA::AllocatorState> StowageAllocator::getCheckpointState(c10::D
     state->device = device;
     state->id = id;
     state->live = live_blocks_locked(pp->pool);
+    for (const auto &b : picture_of(pp->pool).blocks)
+        if (b.state == STOW_SNAP_ALLOCATED)
+            state->made[static_cast<uintptr_t>(b.addr)] =
+                CheckpointBlock{static_cast<size_t>(b.requested_bytes), b.stream};
     return state;
 }
 
@@ -1601,25 +1612,77 @@ CCA::CheckpointDelta StowageAllocator::setCheckpointPoolState(
     std::vector<std::pair<uintptr_t, size_t>> missing;
     std::set_difference(state->live.begin(), state->live.end(), now.begin(), now.end(),
                         std::back_inserter(missing));
-    TORCH_CHECK(missing.empty(), "Stowage cannot restore private pool ", pool_name(state->id),
-                " to its checkpoint: ", missing.size(), " block(s) live at the checkpoint (the "
-                "first at ", reinterpret_cast<void *>(missing.front().first), ", ",
-                missing.front().second, " bytes) were freed since, and Stowage's pools cannot "
-                "allocate a block again at a given address. torch.compile(mode=\"reduce-"
-                "overhead\") needs this when a CUDA-graph tree records a new path after "
-                "replaying; use mode=\"max-autotune-no-cudagraphs\", or the MemPool route");
+    /* The blocks live now and not at the checkpoint go first, so that the
+     * checkpoint's blocks freed since can be made again at their addresses
+     * (stow_pool_alloc_at); a restore that cannot make one undoes itself. */
+    std::map<uintptr_t, CheckpointBlock> now_made;
+    for (const auto &b : picture_of(pp->pool).blocks)
+        if (b.state == STOW_SNAP_ALLOCATED)
+            now_made[static_cast<uintptr_t>(b.addr)] =
+                CheckpointBlock{static_cast<size_t>(b.requested_bytes), b.stream};
+    /* Makes block b of `from` again at its address, in the history too. */
+    auto make_again = [&](const std::pair<uintptr_t, size_t> &b,
+                          const std::map<uintptr_t, CheckpointBlock> &from) {
+        auto it = from.find(b.first);
+        CheckpointBlock cb = it != from.end() ? it->second : CheckpointBlock{b.second, 0};
+        auto stream = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(cb.stream));
+        stow_status_t made_st = stow_pool_alloc_at(pp->pool, reinterpret_cast<void *>(b.first),
+                                                   cb.requested ? cb.requested : b.second,
+                                                   reinterpret_cast<stow_stream_t>(stream));
+        if (made_st == STOW_OK)
+            trace_locked(Action::ALLOC, device, b.first, cb.requested, stream, pp->id, nullptr);
+        return made_st;
+    };
+    std::vector<std::pair<uintptr_t, size_t>> freed, made;
+    std::pair<uintptr_t, size_t> failed{0, 0};
+    const char *failed_to = "";
+    stow_status_t st = STOW_OK;
+    for (const auto &b : now) {
+        if (std::binary_search(state->live.begin(), state->live.end(), b))
+            continue;
+        if (!free_in_locked(pp->pool, reinterpret_cast<void *>(b.first), device, pp->id,
+                            now_made[b.first].requested)) {
+            st = STOW_ENOTOWNED;
+            failed = b;
+            failed_to = "freed";
+            break;
+        }
+        freed.push_back(b);
+    }
+    for (size_t i = 0; st == STOW_OK && i < missing.size(); i++) {
+        st = make_again(missing[i], state->made);
+        if (st == STOW_OK) {
+            made.push_back(missing[i]);
+        } else {
+            failed = missing[i];
+            failed_to = "made again at its address: its bytes are not one free block its "
+                        "stream may take (another block, or a use on another stream, holds them)";
+        }
+    }
+    if (st != STOW_OK) {
+        for (const auto &m : made)
+            (void)free_in_locked(pp->pool, reinterpret_cast<void *>(m.first), device, pp->id,
+                                 state->made[m.first].requested);
+        size_t undone = 0;
+        for (const auto &f : freed)
+            undone += make_again(f, now_made) == STOW_OK;
+        TORCH_CHECK(false, "Stowage cannot restore private pool ", pool_name(state->id),
+                    " to its checkpoint: the block of ", failed.second, " bytes at ",
+                    reinterpret_cast<void *>(failed.first), " cannot be ", failed_to,
+                    undone == freed.size() ? "; the pool is as it was"
+                                           : "; blocks freed for the restore stay freed");
+    }
     CCA::CheckpointDelta delta;
     c10::Device dev(c10::DeviceType::CUDA, device);
     for (const auto &b : now) {
         void *p = reinterpret_cast<void *>(b.first);
         delta.ptrs_freed.push_back(p);
-        if (std::binary_search(state->live.begin(), state->live.end(), b)) {
+        if (std::binary_search(state->live.begin(), state->live.end(), b))
             delta.dataptrs_allocd.emplace_back(p, p, &adapter_delete, dev);
-            continue;
-        }
-        size_t block = 0, requested = 0;
-        (void)stow_pool_block_size(pp->pool, p, &block, &requested);
-        free_in_locked(pp->pool, p, device, pp->id, requested);
+    }
+    for (const auto &m : made) {
+        void *p = reinterpret_cast<void *>(m.first);
+        delta.dataptrs_allocd.emplace_back(p, p, &adapter_delete, dev);
     }
     return delta;
 }

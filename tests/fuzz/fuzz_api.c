@@ -58,6 +58,7 @@ typedef struct fz_totals {
     unsigned long long vmm_ops; /* of ops, those on page-mapped pools */
     unsigned long long event_waits; /* events the pools waited on (event_synchronize calls) */
     unsigned long long event_wait_failures; /* of those, waits that failed (injected) */
+    unsigned long long allocs_again;        /* stow_pool_alloc_at calls that took the bytes */
 } fz_totals_t;
 static fz_totals_t fz_totals;
 static int fz_verbose; /* FUZZ_API_VERBOSE=1: print each decoded call (reproducing a crash) */
@@ -88,6 +89,23 @@ static void fz_alloc(fz_state_t *s, fz_in_t *in)
     size_t size = fz_size(in);
     stow_stream_t stream = fz_streams[fz_u8(in) % FZ_STREAMS];
     (void)fz_alloc_sized(s, size, stream);
+}
+
+/* stow_pool_alloc_at at a recently freed address (a checkpoint restored), or
+ * a few 512-byte steps past it, or at a live block. */
+static void fz_alloc_again(fz_state_t *s, fz_in_t *in)
+{
+    uint8_t pick = fz_u8(in), step = fz_u8(in);
+    size_t size = fz_size(in);
+    stow_stream_t stream = fz_streams[fz_u8(in) % FZ_STREAMS];
+    uintptr_t at;
+    if (s->n_freed && step < 224)
+        at = s->freed[pick % (s->n_freed < 16 ? s->n_freed : 16)] + (size_t)(step % 8) * 512;
+    else if (s->n_live)
+        at = s->live[pick % s->n_live].ptr;
+    else
+        return;
+    fz_totals.allocs_again += fz_alloc_at(s, at, size, stream) >= 0;
 }
 
 static void fz_free(fz_state_t *s, fz_in_t *in)
@@ -158,11 +176,12 @@ static void fz_report(void)
 {
     fprintf(stderr, "fuzz_api totals: inputs=%llu api_ops=%llu (classic %llu, vmm %llu) "
                     "injected_faults=%llu event_waits=%llu (failed %llu) handle_maps=%llu "
-                    "content_words_written=%llu content_words_checked=%llu\n",
+                    "content_words_written=%llu content_words_checked=%llu allocs_again=%llu\n",
             fz_totals.inputs, fz_totals.ops, fz_totals.ops - fz_totals.vmm_ops,
             fz_totals.vmm_ops, fz_totals.injected_faults, fz_totals.event_waits,
             fz_totals.event_wait_failures, (unsigned long long)fz_handle_maps,
-            (unsigned long long)fz_words_written, (unsigned long long)fz_words_checked);
+            (unsigned long long)fz_words_written, (unsigned long long)fz_words_checked,
+            fz_totals.allocs_again);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -270,7 +289,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t code = fz_u8(&in);
         const char *what = "?";
         switch (code % 16) {
-        case 0: case 1: case 2: case 3: what = "alloc"; fz_alloc(s, &in); break;
+        case 0: case 1: case 2: what = "alloc"; fz_alloc(s, &in); break;
+        case 3: what = "alloc_at"; fz_alloc_again(s, &in); break;
         case 4: case 5: case 6: what = "free"; fz_free(s, &in); break;
         case 7: {
             what = "record_stream";

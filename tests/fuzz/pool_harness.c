@@ -491,7 +491,6 @@ int fz_alloc_sized(fz_state_t *s, size_t size, stow_stream_t stream)
     stow_stats_t before = fz_stats(s);
     void *sentinel = (void *)(uintptr_t)0xdead0000, *p = sentinel;
     stow_status_t st = stow_pool_alloc(s->pool, size, stream, &p);
-    unsigned t = fz_stream_index(stream);
     if (size == 0)
         FUZZ_CHECK(st == STOW_EINVAL, "alloc(0) returned %s", stow_strerror(st));
     if (size > SIZE_MAX - ((size_t)1 << 30))
@@ -512,6 +511,12 @@ int fz_alloc_sized(fz_state_t *s, size_t size, stow_stream_t stream)
         }
         return -1;
     }
+    return fz_track_new(s, p, size, stream);
+}
+
+int fz_track_new(fz_state_t *s, void *p, size_t size, stow_stream_t stream)
+{
+    unsigned t = fz_stream_index(stream);
     FUZZ_CHECK(p != NULL && (uintptr_t)p % 512 == 0, "alloc returned %p", p);
     size_t block = 0, req = 0;
     FUZZ_CHECK(stow_pool_block_size(s->pool, p, &block, &req) == STOW_OK, "block_size of new block");
@@ -528,6 +533,33 @@ int fz_alloc_sized(fz_state_t *s, size_t size, stow_stream_t stream)
     s->alloc_bytes += block;
     s->req_bytes += req;
     return (int)s->n_live++;
+}
+
+int fz_alloc_at(fz_state_t *s, uintptr_t at, size_t size, stow_stream_t stream)
+{
+    if (s->n_live == FZ_MAX_LIVE)
+        return -1;
+    stow_stats_t before = fz_stats(s);
+    stow_config_t cfg;
+    stow_pool_config(s->pool, &cfg);
+    bool vmm = cfg.policy == STOW_POLICY_VMM;
+    stow_status_t st = stow_pool_alloc_at(s->pool, (void *)at, size, stream);
+    if (st != STOW_OK) {
+        FUZZ_CHECK(st == STOW_EINVAL || st == STOW_EOVERFLOW || st == STOW_ENOTOWNED ||
+                       st == STOW_ENOSYS || st == STOW_EHOSTMEM,
+                   "alloc_at(%#lx, %zu): unexpected %s", (unsigned long)at, size,
+                   stow_strerror(st));
+        FUZZ_CHECK(st != STOW_ENOSYS || vmm, "alloc_at refused by a classic pool");
+        stow_stats_t after = fz_stats(s);
+        FUZZ_CHECK(memcmp(before.allocated_bytes, after.allocated_bytes,
+                          sizeof before.allocated_bytes) == 0 &&
+                       memcmp(before.reserved_bytes, after.reserved_bytes,
+                              sizeof before.reserved_bytes) == 0,
+                   "a refused alloc_at changed the books");
+        return -1;
+    }
+    FUZZ_CHECK(!vmm, "a page-mapped pool took alloc_at");
+    return fz_track_new(s, (void *)at, size, stream);
 }
 
 void fz_bad_free(fz_state_t *s, void *p)

@@ -129,6 +129,14 @@ int fz_find(const fz_state_t *s, uintptr_t p);
 /* Allocates size bytes on stream (nothing when FZ_MAX_LIVE blocks are live);
  * the new block's index in s->live, or -1 when none was made. */
 int fz_alloc_sized(fz_state_t *s, size_t size, stow_stream_t stream);
+/* A block the pool handed out (p, for `size` bytes on `stream`): checked
+ * (alignment, its size, no overlap, the device-work oracle) and tracked as
+ * live. Returns its index. */
+int fz_track_new(fz_state_t *s, void *p, size_t size, stow_stream_t stream);
+/* stow_pool_alloc_at(at, size, stream): tracked as fz_alloc_sized's when it
+ * succeeds; a refusal (bytes not free, a page-mapped pool) changes no books.
+ * Returns its index, or -1. */
+int fz_alloc_at(fz_state_t *s, uintptr_t at, size_t size, stow_stream_t stream);
 /* Frees live block s->live[i]; false when the device refused (and nothing changed). */
 bool fz_free_live(fz_state_t *s, unsigned i);
 /* A free the pool must reject: ENOTOWNED (EINVAL for NULL), nothing changed. */

@@ -538,15 +538,24 @@ class PrivatePools(Base):
         # new DataPtrs (released by the binding, as no storage takes them).
         torch._C._cuda_setCheckpointPoolState(0, state, [], [])
         self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {a, b}))
+        # A block freed since is made again at its address, and one allocated
+        # since is freed: a CUDA-graph tree that records a new path.
         raw_delete(b)
-        with self.assertRaisesRegex(RuntimeError, "cannot restore.*reduce-overhead"):
-            torch._C._cuda_setCheckpointPoolState(0, state, [], [])
-        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {a}),
-                        "a refused restore changes nothing")
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        c = raw_alloc(3 * MiB)
+        torch._C._cuda_endAllocateToPool(0, pool)
+        torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {a, b}))
+        live = [blk for seg in segments_of(torch.cuda.memory._snapshot(), pool)
+                for blk in seg["blocks"] if blk["state"] == "active_allocated"]
+        self.assertEqual(sorted(blk["size"] for blk in live), [MiB, 2 * MiB],
+                         "c (3 MiB, maybe at b's address) freed, b made again")
+        raw_delete(b)
         raw_delete(a)
         with self.assertRaisesRegex(RuntimeError, "no private pool"):
             torch._C._cuda_getCheckpointState(0, (0, 99))
         torch._C._cuda_releasePool(0, pool)
+        torch._C._cuda_releasePool(0, pool)  # the second beginAllocateToPool's use
         self.assertEqual(segments_of(torch.cuda.memory._snapshot(), pool), [])
 
 

@@ -757,3 +757,90 @@ Test(pool, scrub_on_free_zeroes_blocks_before_reuse)
     cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
     finish_pool();
 }
+
+/* stow_pool_alloc_at: a block freed earlier is allocated again at its address,
+ * whole or cut out of a larger free block; the books stay exact. */
+Test(pool, alloc_at_takes_freed_bytes_at_their_address)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(30 * MIB), *b = alloc_ok(40 * MIB), *c = alloc_ok(3 * MIB);
+    stow_stats_t before = stats_now();
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    cr_assert_eq(stow_pool_alloc_at(pool, b, 40 * MIB, NULL), STOW_OK);
+    stow_stats_t again = stats_now();
+    cr_assert_eq(again.allocated_bytes[STOW_POOL_ALL].current,
+                 before.allocated_bytes[STOW_POOL_ALL].current);
+    cr_assert_eq(again.reserved_bytes[STOW_POOL_ALL].current,
+                 before.reserved_bytes[STOW_POOL_ALL].current, "no new segment");
+    size_t block = 0, requested = 0;
+    cr_assert_eq(stow_pool_block_size(pool, b, &block, &requested), STOW_OK);
+    cr_assert_eq(block, 40 * MIB);
+    check_pool();
+    /* Cut out of the middle of a free block: the bytes below and above stay free. */
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    void *mid = (char *)b + 8 * MIB;
+    cr_assert_eq(stow_pool_alloc_at(pool, mid, 10 * MIB, NULL), STOW_OK);
+    check_pool();
+    void *low = alloc_ok(8 * MIB);
+    cr_assert_eq(low, b, "the 8 MiB below are free, best fit");
+    cr_assert_eq(stow_pool_free(pool, low), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, mid), STOW_OK);
+    /* A small block kept whole on a quick list is free memory too. */
+    void *q = alloc_ok(4 * KIB);
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    cr_assert_eq(stow_pool_alloc_at(pool, q, 4 * KIB, NULL), STOW_OK);
+    check_pool();
+    cr_assert_eq(stow_pool_free(pool, q), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    finish_pool();
+}
+
+/* Bytes that are not one free block this stream may take are refused, and
+ * nothing changes. */
+Test(pool, alloc_at_refuses_what_is_not_free_and_changes_nothing)
+{
+    make_pool(0, NULL);
+    void *a = alloc_ok(30 * MIB), *b = alloc_ok(40 * MIB);
+    cr_assert_eq(stow_pool_free(pool, b), STOW_OK);
+    stow_stats_t before = stats_now();
+    cr_assert_eq(stow_pool_alloc_at(pool, a, 30 * MIB, NULL), STOW_ENOTOWNED, "live");
+    cr_assert_eq(stow_pool_alloc_at(pool, b, 41 * MIB, NULL), STOW_ENOTOWNED, "past its end");
+    cr_assert_eq(stow_pool_alloc_at(pool, (char *)b + 40 * MIB - 512, 1024, NULL),
+                 STOW_ENOTOWNED, "across two blocks");
+    cr_assert_eq(stow_pool_alloc_at(pool, (void *)(uintptr_t)0x1000, 512, NULL), STOW_ENOTOWNED,
+                 "not the pool's");
+    cr_assert_eq(stow_pool_alloc_at(pool, b, 4 * KIB, NULL), STOW_ENOTOWNED,
+                 "a small request in the large pool");
+    cr_assert_eq(stow_pool_alloc_at(pool, (char *)b + 256, MIB, NULL), STOW_EINVAL, "unaligned");
+    cr_assert_eq(stow_pool_alloc_at(pool, b, 0, NULL), STOW_EINVAL);
+    cr_assert_eq(stow_pool_alloc_at(pool, NULL, MIB, NULL), STOW_EINVAL);
+    cr_assert_eq(stow_pool_alloc_at(NULL, b, MIB, NULL), STOW_EINVAL);
+    cr_assert_eq(stow_pool_alloc_at(pool, b, SIZE_MAX, NULL), STOW_EOVERFLOW);
+    stow_stats_t after = stats_now();
+    assert_same_books(&before, &after);
+    /* Freed on another stream: its work may still run on those bytes. */
+    stow_stream_t other = (stow_stream_t)(uintptr_t)0x10;
+    void *c = NULL;
+    cr_assert_eq(stow_pool_alloc(pool, 50 * MIB, other, &c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    stow_stats_t with_c = stats_now();
+    cr_assert_eq(stow_pool_alloc_at(pool, c, 50 * MIB, NULL), STOW_ENOTOWNED, "another stream's");
+    stow_stats_t after_c = stats_now();
+    assert_same_books(&with_c, &after_c);
+    check_pool();
+    cr_assert_eq(stow_pool_alloc_at(pool, c, 50 * MIB, other), STOW_OK, "its own stream's");
+    cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    finish_pool();
+}
+
+Test(pool, alloc_at_is_for_the_classic_pool)
+{
+    stow_config_t vmm = ts_config("policy:vmm");
+    make_pool(0, &vmm);
+    void *a = alloc_ok(30 * MIB);
+    cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
+    cr_assert_eq(stow_pool_alloc_at(pool, a, 30 * MIB, NULL), STOW_ENOSYS);
+    finish_pool();
+}
