@@ -700,10 +700,8 @@ stow_status_t stow_pool_alloc_at(stow_pool_t *pool, void *addr, size_t size_byte
         stow__unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }
-    /* Blocks kept whole on quick lists are free memory too. */
-    if (pool->quick_blocks)
-        stow__quick_flush(pool);
-    (void)stow__quick_flush_mid(pool);
+    /* Blocks kept whole on quick lists and mid rings are free memory too. */
+    stow__quick_flush(pool);
     stow_block_t *b = free_block_holding(pool, ss, (uintptr_t)addr, rounded);
     if (!b || b->pool_kind != pool_kind_for(pool, rounded)) {
         stow__unlock(&pool->lock);

@@ -157,29 +157,40 @@ typedef struct given_key {
 
 /* Adds the keys of `text` (stow_config_parse syntax, already accepted) to
  * given[]; a key given again replaces its earlier entry. */
+/* The next "key:value" item of a settings text (STOWAGE_CONF syntax: commas
+ * inside [...] belong to the value) from *at: the item and its key, blanks
+ * trimmed (key_len 0 without a colon); *at moves past it. False at the end. */
+static bool next_item(const char **at, const char **item, size_t *item_len, size_t *key_len)
+{
+    const char *c = *at;
+    if (!c)
+        return false;
+    int depth = 0;
+    for (; *c && (*c != ',' || depth > 0); c++)
+        depth += *c == '[' ? 1 : *c == ']' ? -1 : 0;
+    const char *b = *at, *e = c;
+    while (b < e && (*b == ' ' || *b == '\t'))
+        b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    const char *colon = memchr(b, ':', (size_t)(e - b));
+    const char *ke = colon ? colon : b;
+    while (ke > b && (ke[-1] == ' ' || ke[-1] == '\t'))
+        ke--;
+    *item = b;
+    *item_len = (size_t)(e - b);
+    *key_len = (size_t)(ke - b);
+    *at = *c ? c + 1 : NULL;
+    return true;
+}
+
 static void scan_keys(const char *text, bool from_env, given_key_t *given, unsigned *n)
 {
-    int depth = 0;
-    const char *item = text;
-    for (const char *c = text;; c++) {
-        if (*c == '[')
-            depth++;
-        else if (*c == ']')
-            depth--;
-        if (*c && (*c != ',' || depth > 0))
-            continue;
-        const char *b = item, *e = c;
-        while (b < e && (*b == ' ' || *b == '\t'))
-            b++;
-        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        const char *colon = memchr(b, ':', (size_t)(e - b));
-        const char *ke = colon ? colon : e;
-        while (ke > b && (ke[-1] == ' ' || ke[-1] == '\t'))
-            ke--;
-        for (unsigned k = 0; colon && k < CONF_KEY_COUNT; k++) {
-            if (strlen(conf_keys[k].name) != (size_t)(ke - b) ||
-                memcmp(conf_keys[k].name, b, (size_t)(ke - b)))
+    const char *b;
+    size_t len, key_len;
+    for (const char *at = text; next_item(&at, &b, &len, &key_len);) {
+        for (unsigned k = 0; key_len && k < CONF_KEY_COUNT; k++) {
+            if (strlen(conf_keys[k].name) != key_len || memcmp(conf_keys[k].name, b, key_len))
                 continue;
             unsigned j = 0;
             while (j < *n && given[j].key != &conf_keys[k])
@@ -188,11 +199,8 @@ static void scan_keys(const char *text, bool from_env, given_key_t *given, unsig
                 (*n)++;
             given[j].key = &conf_keys[k];
             given[j].from_env = from_env;
-            snprintf(given[j].text, sizeof given[j].text, "%.*s", (int)(e - b), b);
+            snprintf(given[j].text, sizeof given[j].text, "%.*s", (int)len, b);
         }
-        if (!*c)
-            break;
-        item = c + 1;
     }
 }
 
@@ -377,14 +385,9 @@ stow_status_t stow__replay_tuning_resolve(const char *text,
     if (stow_tuning_parse(&scratch, out, text, why, sizeof why) != STOW_OK)
         return opts_error(err, err_len, "--tuning: %s", why);
     unsigned groups = given_groups(policies, count, out);
-    for (const char *b = text; *b;) {
-        const char *e = b + strcspn(b, ",");
-        const char *colon = memchr(b, ':', (size_t)(e - b));
-        while (b < e && *b == ' ')
-            b++;
-        size_t n = colon ? (size_t)(colon - b) : 0;
-        while (n && b[n - 1] == ' ')
-            n--;
+    const char *b;
+    size_t len, n;
+    for (const char *at = text; next_item(&at, &b, &len, &n);) {
         const struct tuning_key *key = NULL;
         for (size_t k = 0; n && k < sizeof tuning_keys / sizeof tuning_keys[0]; k++)
             if (strlen(tuning_keys[k].name) == n && !memcmp(tuning_keys[k].name, b, n))
@@ -404,7 +407,6 @@ stow_status_t stow__replay_tuning_resolve(const char *text,
                                   ? "classic-planned and vmm-planned, or any pool with "
                                     "planned_auto"
                                   : "the Stowage pools");
-        b = *e ? e + 1 : e;
     }
     config->release_idle_on_grow = scratch.release_idle_on_grow;
     return STOW_OK;

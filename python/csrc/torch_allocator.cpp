@@ -682,7 +682,10 @@ class StowageAllocator final : public CCA::CUDAAllocator {
     void add_segment_traces_locked(std::vector<Trace> &out, stow_pool_t *pool, int device,
                                    MempoolId_t id, uint64_t source, uint64_t from);
     void add_device_segment_traces_locked(std::vector<Trace> &out, int device);
-    std::vector<std::pair<uintptr_t, size_t>> live_blocks_locked(stow_pool_t *pool);
+    /* The pool's live blocks (address, block size), by address; with made,
+     * also each one's request and stream, from the same picture. */
+    std::vector<std::pair<uintptr_t, size_t>> live_blocks_locked(
+        stow_pool_t *pool, std::map<uintptr_t, CheckpointBlock> *made = nullptr);
     std::vector<stow_pool_t *> device_pools_locked(int device);
 #if STOW_TORCH_2_15
     void reset_retired_by_pool_locked(int device, bool peak);
@@ -1548,12 +1551,18 @@ void StowageAllocator::setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_
     pp->use_on_oom = use_on_oom;
 }
 
-std::vector<std::pair<uintptr_t, size_t>> StowageAllocator::live_blocks_locked(stow_pool_t *pool)
+std::vector<std::pair<uintptr_t, size_t>> StowageAllocator::live_blocks_locked(
+    stow_pool_t *pool, std::map<uintptr_t, CheckpointBlock> *made)
 {
     std::vector<std::pair<uintptr_t, size_t>> out;
-    for (const auto &b : picture_of(pool).blocks)
-        if (b.state == STOW_SNAP_ALLOCATED)
-            out.emplace_back(static_cast<uintptr_t>(b.addr), static_cast<size_t>(b.size_bytes));
+    for (const auto &b : picture_of(pool).blocks) {
+        if (b.state != STOW_SNAP_ALLOCATED)
+            continue;
+        out.emplace_back(static_cast<uintptr_t>(b.addr), static_cast<size_t>(b.size_bytes));
+        if (made)
+            (*made)[static_cast<uintptr_t>(b.addr)] =
+                CheckpointBlock{static_cast<size_t>(b.requested_bytes), b.stream};
+    }
     std::sort(out.begin(), out.end());
     return out;
 }
@@ -1586,18 +1595,14 @@ std::shared_ptr<CCA::AllocatorState> StowageAllocator::getCheckpointState(c10::D
     auto state = std::make_shared<PoolState>();
     state->device = device;
     state->id = id;
-    state->live = live_blocks_locked(pp->pool);
-    for (const auto &b : picture_of(pp->pool).blocks)
-        if (b.state == STOW_SNAP_ALLOCATED)
-            state->made[static_cast<uintptr_t>(b.addr)] =
-                CheckpointBlock{static_cast<size_t>(b.requested_bytes), b.stream};
+    state->live = live_blocks_locked(pp->pool, &state->made);
     return state;
 }
 
 /* PyTorch's allocator frees the pool's blocks and allocates the checkpoint's
- * again at their addresses. Stowage serves the restores that need no block
- * made again: every block live at the checkpoint is still live (the others
- * are freed). */
+ * again at their addresses. Stowage keeps the blocks live at the checkpoint
+ * that still are, frees the others, and makes those freed since again at
+ * their addresses. */
 CCA::CheckpointDelta StowageAllocator::setCheckpointPoolState(
     c10::DeviceIndex device, std::shared_ptr<CCA::AllocatorState> pps)
 {
@@ -1608,18 +1613,14 @@ CCA::CheckpointDelta StowageAllocator::setCheckpointPoolState(
     std::lock_guard<std::mutex> lock(mu_);
     PrivatePool *pp = find_pool_locked(device, state->id);
     TORCH_CHECK(pp, "Stowage: private pool ", pool_name(state->id), " is gone");
-    auto now = live_blocks_locked(pp->pool);
+    std::map<uintptr_t, CheckpointBlock> now_made;
+    auto now = live_blocks_locked(pp->pool, &now_made);
     std::vector<std::pair<uintptr_t, size_t>> missing;
     std::set_difference(state->live.begin(), state->live.end(), now.begin(), now.end(),
                         std::back_inserter(missing));
     /* The blocks live now and not at the checkpoint go first, so that the
      * checkpoint's blocks freed since can be made again at their addresses
      * (stow_pool_alloc_at); a restore that cannot make one undoes itself. */
-    std::map<uintptr_t, CheckpointBlock> now_made;
-    for (const auto &b : picture_of(pp->pool).blocks)
-        if (b.state == STOW_SNAP_ALLOCATED)
-            now_made[static_cast<uintptr_t>(b.addr)] =
-                CheckpointBlock{static_cast<size_t>(b.requested_bytes), b.stream};
     /* Makes block b of `from` again at its address, in the history too. */
     auto make_again = [&](const std::pair<uintptr_t, size_t> &b,
                           const std::map<uintptr_t, CheckpointBlock> &from) {
