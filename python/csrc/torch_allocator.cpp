@@ -582,12 +582,7 @@ class StowageAllocator final : public CCA::CUDAAllocator {
      * throw_on_cudamalloc_oom): there is nothing to observe, and
      * num_oom_rejections stays 0. */
     void attachOomRejectionObserver(CCA::OomRejectionObserver) override {}
-    c10::DataPtr allocateWithAddress(size_t size, void *addr) override
-    {
-        TORCH_CHECK(false, "Stowage does not serve allocateWithAddress (", size, " bytes at ", addr,
-                    "): its pools place each block themselves and cannot allocate one at a "
-                    "given address");
-    }
+    c10::DataPtr allocateWithAddress(size_t size, void *addr) override;
 #endif
 
     /* ---- for the deleter and the C ABI ---- */
@@ -886,6 +881,61 @@ void StowageAllocator::record_device_pool(int device)
     if (history_on_.load())
         start_recording_locked(stow_torch_pool(device), &recording_[device]);
 }
+
+#if STOW_TORCH_2_15
+/* As PyTorch's allocator: a block at addr exactly, taken from the free blocks
+ * of the pool an allocation on the current stream would come from (the
+ * newest capture's private pool whose filter takes the stream, else the
+ * device pool); no memory is reserved for it. stow_pool_alloc_at does that
+ * for a classic pool; a page-mapped one places its blocks on the pages it
+ * maps and cannot. */
+c10::DataPtr StowageAllocator::allocateWithAddress(size_t size, void *addr)
+{
+    int device = current_device();
+    check_device(device);
+    cudaStream_t stream = current_stream(device);
+    c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+    if (size == 0)
+        return {nullptr, nullptr, &adapter_delete, dev};
+    std::shared_ptr<c10::GatheredContext> context;
+    if (history_on_.load())
+        context = gather_context(CCA::RecordContext::STATE);
+    /* The pool may query the events of blocks freed on other streams. */
+    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed;
+    if (!sim_)
+        relaxed.emplace(cudaStreamCaptureModeRelaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    PrivatePool *pp = nullptr;
+    for (auto it = captures_list_.rbegin(); !pp && it != captures_list_.rend(); ++it)
+        if (it->device == device && it->filter(stream))
+            pp = find_pool_locked(device, it->id);
+    stow_pool_t *pool = pp ? pp->pool : stow_torch_pool(device);
+    stow_status_t st = pool ? stow_pool_alloc_at(pool, addr, size,
+                                                 reinterpret_cast<stow_stream_t>(stream))
+                            : STOW_ENOTOWNED;
+    if (st != STOW_OK) {
+        std::string where = pp ? "private pool " + pool_name(pp->id) : "the device pool";
+        const char *why =
+            st == STOW_ENOSYS ? " is page-mapped: it places blocks on the pages it maps, not at "
+                                "a given address (STOWAGE_CONF=policy:classic serves this)"
+            : st == STOW_EINVAL ? " takes only addresses aligned to 512 bytes"
+            : st == STOW_ENOTOWNED ? " holds those bytes in no free block that the stream may "
+                                     "take"
+                                   : nullptr;
+        TORCH_CHECK(false, "Could not allocate CUDA storage at exact address ", addr, " (",
+                    size, " bytes) on GPU ", device, ": Stowage's ", where,
+                    why ? why : ": ", why ? "" : stow_strerror(st));
+    }
+    if (history_on_.load()) {
+        MempoolId_t id = pp ? pp->id : kDefaultPool;
+        if (when_ != CCA::RecordContext::NEVER)
+            live_[addr] = LiveBlock{context, stream, device, id};
+        trace_locked(Action::ALLOC, device, reinterpret_cast<size_t>(addr), size, stream, id,
+                     when_ >= CCA::RecordContext::ALLOC ? context : nullptr);
+    }
+    return {addr, addr, &adapter_delete, dev};
+}
+#endif
 
 /* ---- free ---- */
 
@@ -1447,7 +1497,11 @@ void StowageAllocator::retire_if_done_locked(PrivatePool *pp)
     }
 #endif
     if (history_on_.load()) {
-        /* Its segment events would go with it: keep them as history. */
+        /* Destroying it returns its segments unrecorded: returned first, they
+         * have their segment_free entries (its last blocks may be freed after
+         * its release emptied it). Its segment events would go with it: keep
+         * them as history. */
+        (void)stow_empty_cache(pp->pool);
         std::vector<Trace> kept;
         add_segment_traces_locked(kept, pp->pool, pp->device, pp->id, pp->source,
                                   pp->history_from);
@@ -1621,17 +1675,29 @@ CCA::CheckpointDelta StowageAllocator::setCheckpointPoolState(
     /* The blocks live now and not at the checkpoint go first, so that the
      * checkpoint's blocks freed since can be made again at their addresses
      * (stow_pool_alloc_at); a restore that cannot make one undoes itself. */
-    /* Makes block b of `from` again at its address, in the history too. */
+    /* What the history keeps of each block the restore frees: the undo gives
+     * it back with the block, whose later entries then name its stream and
+     * its allocation's stack as before the restore. */
+    std::unordered_map<uintptr_t, LiveBlock> kept;
+    /* Makes block b of `from` again at its address, in the history too (with
+     * what `kept` holds of it when undoing). */
     auto make_again = [&](const std::pair<uintptr_t, size_t> &b,
-                          const std::map<uintptr_t, CheckpointBlock> &from) {
+                          const std::map<uintptr_t, CheckpointBlock> &from, bool undoing) {
         auto it = from.find(b.first);
         CheckpointBlock cb = it != from.end() ? it->second : CheckpointBlock{b.second, 0};
         auto stream = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(cb.stream));
-        stow_status_t made_st = stow_pool_alloc_at(pp->pool, reinterpret_cast<void *>(b.first),
+        void *p = reinterpret_cast<void *>(b.first);
+        stow_status_t made_st = stow_pool_alloc_at(pp->pool, p,
                                                    cb.requested ? cb.requested : b.second,
                                                    reinterpret_cast<stow_stream_t>(stream));
-        if (made_st == STOW_OK)
-            trace_locked(Action::ALLOC, device, b.first, cb.requested, stream, pp->id, nullptr);
+        if (made_st != STOW_OK || !history_on_.load())
+            return made_st;
+        auto k = undoing ? kept.find(b.first) : kept.end();
+        LiveBlock lb = k != kept.end() ? k->second : LiveBlock{nullptr, stream, device, pp->id};
+        trace_locked(Action::ALLOC, device, b.first, cb.requested, stream, pp->id,
+                     when_ >= CCA::RecordContext::ALLOC ? lb.context : nullptr);
+        if (when_ != CCA::RecordContext::NEVER)
+            live_[p] = std::move(lb);
         return made_st;
     };
     std::vector<std::pair<uintptr_t, size_t>> freed, made;
@@ -1641,23 +1707,31 @@ CCA::CheckpointDelta StowageAllocator::setCheckpointPoolState(
     for (const auto &b : now) {
         if (std::binary_search(state->live.begin(), state->live.end(), b))
             continue;
-        if (!free_in_locked(pp->pool, reinterpret_cast<void *>(b.first), device, pp->id,
-                            now_made[b.first].requested)) {
+        void *p = reinterpret_cast<void *>(b.first);
+        auto lb = live_.find(p);
+        if (lb != live_.end())
+            kept[b.first] = lb->second;
+        if (!free_in_locked(pp->pool, p, device, pp->id, now_made[b.first].requested)) {
             st = STOW_ENOTOWNED;
             failed = b;
             failed_to = "freed";
             break;
         }
+        /* Freed here, not through free_slow: no later free of this address
+         * is one of a block used on other streams. */
+        if (stream_used_.erase(p))
+            stream_used_count_.store(static_cast<int>(stream_used_.size()));
         freed.push_back(b);
     }
     for (size_t i = 0; st == STOW_OK && i < missing.size(); i++) {
-        st = make_again(missing[i], state->made);
+        st = make_again(missing[i], state->made, false);
         if (st == STOW_OK) {
             made.push_back(missing[i]);
         } else {
             failed = missing[i];
             failed_to = "made again at its address: its bytes are not one free block its "
-                        "stream may take (another block, or a use on another stream, holds them)";
+                        "stream may take (another block or a use on another stream holds them, "
+                        "or the pool gave them back to the device)";
         }
     }
     if (st != STOW_OK) {
@@ -1666,7 +1740,7 @@ CCA::CheckpointDelta StowageAllocator::setCheckpointPoolState(
                                  state->made[m.first].requested);
         size_t undone = 0;
         for (const auto &f : freed)
-            undone += make_again(f, now_made) == STOW_OK;
+            undone += make_again(f, now_made, true) == STOW_OK;
         TORCH_CHECK(false, "Stowage cannot restore private pool ", pool_name(state->id),
                     " to its checkpoint: the block of ", failed.second, " bytes at ",
                     reinterpret_cast<void *>(failed.first), " cannot be ", failed_to,
@@ -1779,18 +1853,23 @@ void StowageAllocator::recordHistory(bool enabled, CCA::CreateContextFn context_
     }
     recorder_ = enabled ? context_recorder : nullptr;
     when_ = enabled ? when : CCA::RecordContext::NEVER;
-    max_entries_ = std::max<size_t>(alloc_trace_max_entries, 1);
-    skip_ = std::move(skip);
+    /* A stop keeps the history as the recording held it: its max_entries
+     * and skipped actions stay, not the stop call's (PyTorch's defaults, no
+     * limit and none skipped, would let the pools' recordings add segment
+     * entries the recording had dropped or skipped). */
     if (enabled) {
+        max_entries_ = std::max<size_t>(alloc_trace_max_entries, 1);
+        skip_ = std::move(skip);
         uint64_t mask = devices_used_.load();
         for (int d = 0; d < kMaxDevices; d++)
             if ((mask >> d) & 1)
                 start_recording_locked(stow_torch_pool(d), &recording_[d]);
         for (auto &entry : pools_)
             start_recording_locked(entry.second->pool, &entry.second->recording);
-        if (!history_on_.load()) {
-            /* A pool that recorded before the history began keeps its earlier
-             * events out of it; a recording started here or later counts from 0. */
+        if (!history_on_.load() || clearHistory) {
+            /* A pool that recorded before the history began (or was cleared)
+             * keeps its earlier events out of it; a recording started here or
+             * later counts from 0. */
             for (int d = 0; d < kMaxDevices; d++)
                 history_from_[d] = recorded_events(stow_torch_pool(d));
             for (auto &entry : pools_)
@@ -1799,7 +1878,7 @@ void StowageAllocator::recordHistory(bool enabled, CCA::CreateContextFn context_
         history_on_.store(true);
         return;
     }
-    if (history_on_.load()) {
+    if (history_on_.load() && !clearHistory) {
         /* The pools' segment events join the history before their recordings stop. */
         for (int d = 0; d < kMaxDevices; d++) {
             std::vector<Trace> all(traces_[d].begin(), traces_[d].end());
@@ -2317,6 +2396,8 @@ STOW_ADAPTER_API int stow_torch_adapter_call(const char *method, uint64_t a, uin
             size_t size = 0;
             void *base = alloc->getBaseAllocation(reinterpret_cast<void *>(a), &size);
             result = std::to_string(reinterpret_cast<uintptr_t>(base)) + " " + std::to_string(size);
+        } else if (m == "emptyCache") {
+            alloc->emptyCache(id);
         } else if (m == "getPoolUseCount") {
             result = std::to_string(alloc->getPoolUseCount(dev, id));
         } else if (m == "createOrIncrefPool") {
@@ -2387,7 +2468,10 @@ STOW_ADAPTER_API int stow_torch_adapter_call(const char *method, uint64_t a, uin
         } else if (m == "rejections") {
             result = std::to_string(g_rejections.load());
         } else if (m == "allocateWithAddress") {
-            (void)alloc->allocateWithAddress(static_cast<size_t>(b), reinterpret_cast<void *>(a));
+            /* Held in the last slot (stow_torch_adapter_drop frees it). */
+            g_held[kHeld - 1] =
+                alloc->allocateWithAddress(static_cast<size_t>(b), reinterpret_cast<void *>(a));
+            result = std::to_string(reinterpret_cast<uintptr_t>(g_held[kHeld - 1].get()));
 #endif
         } else {
             return report(STOW_EINVAL, out, out_len, "unknown method " + m);

@@ -472,6 +472,11 @@ class Blocks(Base):
 
 
 class PrivatePools(Base):
+    @classmethod
+    def setUpClass(cls):
+        import test_torch_snapshot
+        cls.tts = test_torch_snapshot
+
     def test_allocations_go_to_the_pool_while_allocating_to_it(self):
         pool = (0, 7)
         torch._C._cuda_beginAllocateToPool(0, pool)
@@ -557,6 +562,74 @@ class PrivatePools(Base):
         torch._C._cuda_releasePool(0, pool)
         torch._C._cuda_releasePool(0, pool)  # the second beginAllocateToPool's use
         self.assertEqual(segments_of(torch.cuda.memory._snapshot(), pool), [])
+
+    def test_a_restore_that_cannot_finish_leaves_the_pool_as_it_was(self):
+        # A CUDA-graph tree restores a checkpoint whose block b was freed
+        # since; an empty_cache of the pool (which waits for the device) made
+        # b's bytes any stream's, or gave them back to the device when no
+        # block d kept their segment. c was allocated since on stream 0x3000,
+        # in b's bytes when they stayed. The restore frees c, cannot make b
+        # again (its bytes are stream 0x3000's, or not the pool's), and must
+        # make c again.
+        for keep_segment in (True, False):
+            with self.subTest(keep_segment=keep_segment):
+                self.restore_fails(keep_segment)
+            self.setUp()
+
+    def restore_fails(self, keep_segment):
+        pool = (0, 10)
+        record_history()
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        a, b = raw_alloc(MiB), raw_alloc(4 * MiB)
+        d = raw_alloc(4 * MiB) if keep_segment else None
+        torch._C._cuda_endAllocateToPool(0, pool)
+        state = torch._C._cuda_getCheckpointState(0, pool)
+        raw_delete(b)
+        self.assertEqual(call("emptyCache", 0, 10), (0, ""))
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        c = raw_alloc(2 * MiB, 0x3000)
+        torch._C._cuda_endAllocateToPool(0, pool)
+        self.assertEqual(c == b, keep_segment)
+        live = {a, c, d} - {None}
+
+        def blocks():
+            return [[(blk["size"], blk["requested_size"], blk["state"]) for blk in seg["blocks"]]
+                    for seg in segments_of(torch.cuda.memory._snapshot(), pool)]
+
+        keys = ("allocated_bytes.all.current", "allocation.all.current",
+                "active_bytes.all.current", "requested_bytes.all.current",
+                "reserved_bytes.all.current", "segment.all.current")
+        before = stats()
+        layout = blocks()
+        history = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        with self.assertRaises(RuntimeError) as caught:
+            torch._C._cuda_setCheckpointPoolState(0, state, [], [])
+        text = str(caught.exception)
+        self.assertIn("cannot restore private pool (0, 10)", text)
+        self.assertIn("%#x cannot be made again" % b, text)
+        self.assertIn("the pool is as it was", text)
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, live))
+        after = stats()
+        self.assertEqual({k: after[k] for k in keys}, {k: before[k] for k in keys})
+        self.assertEqual(blocks(), layout)
+        # The history says what happened to the pool: c freed and made again,
+        # at its address, on its stream, which its free names too.
+        snap = torch.cuda.memory._snapshot()
+        trace = snap["device_traces"][0]
+        self.assertEqual([(e["action"], e["addr"], e["size"], e["stream"])
+                          for e in trace[history:]],
+                         [("free_requested", c, 2 * MiB, 0x3000),
+                          ("free_completed", c, 2 * MiB, 0x3000),
+                          ("alloc", c, 2 * MiB, 0x3000)])
+        self.tts.viewer_replay(snap, 0)
+        for p in live:
+            raw_delete(p)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        self.assertEqual([(e["action"], e["stream"]) for e in trace if e["addr"] == c][-2:],
+                         [("free_requested", 0x3000), ("free_completed", 0x3000)])
+        record_history(False)
+        torch._C._cuda_releasePool(0, pool)
+        torch._C._cuda_releasePool(0, pool)
 
 
 class Snapshots(Base):
@@ -657,11 +730,12 @@ class Snapshots(Base):
         self.assertTrue(any(e["action"] == "segment_alloc" for e in kept),
                         "the history stays after it stops")
 
-    def check_pool_order(self, trace):
+    def check_pool_order(self, trace, held=()):
         """Each block entry lies in memory its pool holds at that point of the
-        list: mapped or reserved by an earlier segment entry, not unmapped or
-        released since."""
-        held = []  # [start, end) ranges
+        list: mapped or reserved by an earlier segment entry, or held (the
+        [start, end) ranges the pools held as the history began), and not
+        unmapped or released since."""
+        held = list(held)
 
         def take(a, n):
             nonlocal held
@@ -726,6 +800,103 @@ class Snapshots(Base):
         self.check_pool_order(snap["device_traces"][0])
         self.tts.viewer_replay(snap, 0)
 
+    def test_history_across_stops_and_restarts(self):
+        # Recording stops and starts again, with another max_entries each
+        # time; between, blocks are allocated and freed, the cache emptied,
+        # and a private pool made, used after the restart. Each history holds
+        # what happened since its start, in each pool's own order of events,
+        # on the memory the pools held at its start.
+        from torch.cuda import _memory_viz
+        lines = lambda text, *args: text  # noqa: E731
+        rng = random.Random(13)
+
+        def work(cycles, first_pool):
+            for cycle in range(cycles):
+                ptrs = [raw_alloc(rng.choice((512, 70000, MiB, 3 * MiB, 9 * MiB, 33 * MiB)))
+                        for _ in range(rng.randint(1, 3))]
+                time.sleep(0.001)
+                for p in ptrs[1:]:
+                    raw_delete(p)
+                across.append(ptrs[0])
+                if len(across) > 4:
+                    raw_delete(across.pop(rng.randrange(len(across))))
+                if cycle % 3 == 2:
+                    torch._C._cuda_emptyCache()
+                if cycle % 2 == 0:
+                    pool = (0, first_pool + cycle)
+                    torch._C._cuda_beginAllocateToPool(0, pool)
+                    p = raw_alloc(rng.choice((MiB, 5 * MiB)))
+                    torch._C._cuda_endAllocateToPool(0, pool)
+                    raw_delete(p)
+                    torch._C._cuda_releasePool(0, pool)
+
+        def check(snap, held, where):
+            trace = snap["device_traces"][0]
+            self.assertTrue(trace, where)
+            with self.subTest(where=where):
+                self.check_pool_order(trace, held)
+                self.tts.viewer_replay(snap, 0)
+                for fn in (_memory_viz.segsum, _memory_viz.trace, _memory_viz.trace_plot,
+                           _memory_viz.segment_plot):
+                    self.assertIsInstance(fn(snap), str, fn.__name__)
+                for fn in (_memory_viz.segments, _memory_viz.memory):
+                    self.assertTrue(fn(snap, format_flamegraph=lines), fn.__name__)
+
+        def held_before(snap):
+            """The memory the pools held before the first entry: the final
+            segments, the list's segment entries undone."""
+            held = [(s["address"], s["address"] + s["total_size"]) for s in snap["segments"]]
+            for e in reversed(snap["device_traces"][0]):
+                a, n = e.get("addr"), e.get("size")
+                if e["action"] in ("segment_alloc", "segment_map"):
+                    held = [r for s, t in held for r in ((s, min(t, a)), (max(s, a + n), t))
+                            if r[0] < r[1]]
+                elif e["action"] in ("segment_free", "segment_unmap"):
+                    held.append((a, a + n))
+            return held
+
+        across = []       # blocks live across a stop and a restart
+        made_while_stopped = []  # (pool, its block): used after the restart
+        trims = []
+        for round, max_entries in enumerate((100000, 20000, 64, 50000, 100000)):
+            record_history(max_entries=max_entries)
+            at_start = [(s["address"], s["address"] + s["total_size"])
+                        for s in torch.cuda.memory._snapshot()["segments"]]
+            for pool, p in made_while_stopped:
+                raw_delete(p)
+                torch._C._cuda_beginAllocateToPool(0, pool)
+                across.append(raw_alloc(2 * MiB))
+                torch._C._cuda_endAllocateToPool(0, pool)
+                torch._C._cuda_releasePool(0, pool)  # its other use
+                torch._C._cuda_releasePool(0, pool)
+            made_while_stopped = []
+            work(10, 1000 + 100 * round)
+            snap = torch.cuda.memory._snapshot()
+            trimmed = len(snap["device_traces"][0]) == max_entries
+            # A trimmed history starts after the restart, on the memory held then.
+            held = held_before(snap) if trimmed else at_start
+            check(snap, held, "round %d, recording" % round)
+            record_history(False)
+            stopped = torch.cuda.memory._snapshot()
+            self.assertEqual(len(stopped["device_traces"][0]), len(snap["device_traces"][0]))
+            check(stopped, held, "round %d, stopped" % round)
+            trims.append(trimmed)
+            # While stopped: nothing joins the history.
+            work(6, 1000 + 100 * round + 50)
+            pool = (0, 1000 + 100 * round + 99)
+            torch._C._cuda_beginAllocateToPool(0, pool)
+            made_while_stopped.append((pool, raw_alloc(3 * MiB)))
+            torch._C._cuda_endAllocateToPool(0, pool)
+            torch._C._cuda_emptyCache()
+            self.assertEqual(torch.cuda.memory._snapshot()["device_traces"][0],
+                             stopped["device_traces"][0])
+        self.assertEqual(trims, [False, False, True, False, False])
+        for pool, p in made_while_stopped:
+            raw_delete(p)
+            torch._C._cuda_releasePool(0, pool)
+        for p in across:
+            raw_delete(p)
+
     def test_skipped_actions_and_context_levels(self):
         record_history(skip="segment_alloc,free_completed")
         raw_delete(raw_alloc(3 * MiB))
@@ -734,6 +905,14 @@ class Snapshots(Base):
         self.assertEqual(actions, ["segment_map", "alloc", "free_requested"])
         with self.assertRaises(AssertionError):
             record_history(skip="no_such_action")
+        # A stop keeps the skipped actions out (PyTorch's stop call names none).
+        record_history(False)
+        record_history(skip="segment_map,segment_unmap")
+        raw_delete(raw_alloc(40 * MiB))
+        torch._C._cuda_emptyCache()
+        record_history(False)
+        actions = [e["action"] for e in torch.cuda.memory._snapshot()["device_traces"][0]]
+        self.assertEqual(actions, ["alloc", "free_requested", "free_completed"])
 
     def test_user_metadata_of_the_history(self):
         # Torch 2.15: each thread's own, as under PyTorch's allocator (and said supported);
@@ -763,6 +942,11 @@ class Snapshots(Base):
 @unittest.skipUnless(TORCH_2_15, "torch %s: these methods are torch 2.15's" % torch.__version__)
 class Torch215Methods(Base):
     """What torch 2.15's interface has beside 2.11's (the rest is in the classes above)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import test_torch_snapshot
+        cls.tts = test_torch_snapshot
 
     def test_annotate_memory(self):
         p = raw_alloc(MiB)
@@ -805,11 +989,39 @@ class Torch215Methods(Base):
         s = stats()
         self.assertEqual((s["num_ooms"], s["num_oom_rejections"]), (1, 0))
 
-    def test_allocate_with_address_is_refused(self):
-        status, text = call("allocateWithAddress", 1 << 40, MiB)
+    def test_allocate_with_address_takes_free_bytes_of_the_current_pool(self):
+        # As PyTorch's allocator: from the free blocks of the pool the current
+        # stream allocates from, here a capture's private pool (classic).
+        pool = (0, 12)
+        record_history()
+        torch._C._cuda_beginAllocateToPool(0, pool)
+        p = raw_alloc(8 * MiB)
+        raw_delete(p)
+        status, text = call("allocateWithAddress", p + 2 * MiB, 3 * MiB)
+        self.assertEqual((status, text), (0, str(p + 2 * MiB)))
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {p + 2 * MiB}))
+        status, text = call("allocateWithAddress", p + 4 * MiB, MiB)
         self.assertNotEqual(status, 0)
-        self.assertIn("Stowage does not serve allocateWithAddress", text)
-        self.assertIn("given address", text)
+        self.assertIn("Could not allocate CUDA storage at exact address", text)
+        self.assertIn("private pool (0, 12) holds those bytes in no free block", text)
+        torch._C._cuda_endAllocateToPool(0, pool)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        self.assertEqual([(e["action"], e["addr"], e["size"], e["pool_id"]) for e in trace][-1],
+                         ("alloc", p + 2 * MiB, 3 * MiB, pool))
+        A.stow_torch_adapter_drop(63)  # the call's slot: its deleter frees the block
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, set()))
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        self.assertEqual(trace[-1]["action"], "free_completed")
+        self.tts.viewer_replay(torch.cuda.memory._snapshot(), 0)
+        record_history(False)
+        torch._C._cuda_releasePool(0, pool)
+        # The device pool is page-mapped here (the default where pages map).
+        q = raw_alloc(4 * MiB)
+        raw_delete(q)
+        status, text = call("allocateWithAddress", q, MiB)
+        self.assertNotEqual(status, 0)
+        self.assertIn("the device pool is page-mapped", text)
+        self.assertIn("STOWAGE_CONF=policy:classic", text)
 
 
 class Refusals(Base):
