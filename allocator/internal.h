@@ -173,8 +173,10 @@ typedef struct stow_rec_event {
 } stow_rec_event_t;
 
 typedef struct stow_recorder {
-    stow_rec_event_t *events; /* ring of `capacity` */
+    stow_rec_event_t *events; /* ring of `capacity`, `allocated` of them so far */
     size_t capacity;
+    size_t allocated;         /* events allocated: the ring grows to capacity as it fills
+                                 (record.c, stow__record_ring_end) */
     uint64_t count;           /* events recorded, overwritten ones included */
     size_t next;              /* slot the next event goes to: count % capacity */
     uint64_t last_ticks;      /* the clock at the last sampled event */
@@ -188,6 +190,9 @@ extern _Thread_local uint32_t stow__current_site;
 extern _Atomic bool stow__sites_used; /* a site was interned: recordings read the thread's */
 uint64_t stow__record_clock(void);
 void stow__record_free(stow_pool_t *pool);
+/* The write position reached the events allocated: grows the ring towards its
+ * capacity, or wraps it (at capacity, or without host memory to grow). */
+void stow__record_ring_end(stow_recorder_t *r);
 /* Records a step marker (key NULL: the step ends) when recording; a key that
  * cannot be kept for lack of host memory is left out. Lock held. */
 void stow__record_step(stow_pool_t *pool, const char *key);
@@ -353,9 +358,6 @@ static inline void stow__record(stow_pool_t *pool, stow_rec_kind_t kind, uint64_
     if ((r->count & 63) == 0 || kind > STOW_REC_FREE)
         r->last_ticks = stow__record_clock();
     stow_rec_event_t *e = &r->events[r->next]; /* no division on the fast path */
-    r->count++;
-    if (++r->next == r->capacity)
-        r->next = 0;
     e->ticks = r->last_ticks;
     e->addr = addr;
     e->size = size;
@@ -367,6 +369,10 @@ static inline void stow__record(stow_pool_t *pool, stow_rec_kind_t kind, uint64_
                       atomic_load_explicit(&stow__sites_used, memory_order_relaxed)
                   ? stow__current_site
                   : 0;
+    /* After the event is written: growing the ring may move it. */
+    r->count++;
+    if (STOW_UNLIKELY(++r->next == r->allocated))
+        stow__record_ring_end(r);
 }
 
 /* Inserts a FREE block into its owner's index (with accounting). */

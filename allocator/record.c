@@ -246,15 +246,39 @@ void stow__record_step(stow_pool_t *pool, const char *key)
     stow__record(pool, STOW_REC_STEP, i, 0, 0, 0);
 }
 
+/* Events a ring starts with: a recording as large as PyTorch's unlimited
+ * history asks for (STOW_RECORD_EVENTS_MAX, 512 MiB) holds host memory only
+ * as its events come, in every pool that records. */
+#define RECORD_FIRST_EVENTS ((size_t)1 << 12)
+
+void stow__record_ring_end(stow_recorder_t *r)
+{
+    if (r->allocated < r->capacity) {
+        size_t grown = r->allocated * 2 < r->capacity ? r->allocated * 2 : r->capacity;
+        stow_rec_event_t *events = realloc(r->events, grown * sizeof *events);
+        if (events) {
+            /* Touch the new pages here rather than on the fast path. */
+            memset(events + r->allocated, 0, (grown - r->allocated) * sizeof *events);
+            r->events = events;
+            r->allocated = grown;
+            return; /* next stays: the ring goes on filling */
+        }
+        r->capacity = r->allocated; /* no host memory: the ring is what it holds */
+    }
+    r->next = 0;
+}
+
 stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events)
 {
     if (!pool || capacity_events > STOW_RECORD_EVENTS_MAX)
         return STOW_EINVAL;
     stow_recorder_t *rec = NULL;
     if (capacity_events) {
+        size_t first = capacity_events < RECORD_FIRST_EVENTS ? capacity_events
+                                                             : RECORD_FIRST_EVENTS;
         rec = calloc(1, sizeof *rec);
         if (rec)
-            rec->events = malloc(capacity_events * sizeof *rec->events);
+            rec->events = malloc(first * sizeof *rec->events);
         if (!rec || !rec->events) {
             if (rec)
                 free(rec->events);
@@ -262,8 +286,9 @@ stow_status_t stow_record_start(stow_pool_t *pool, size_t capacity_events)
             return STOW_EHOSTMEM;
         }
         /* Touch every page now rather than on the fast path. */
-        memset(rec->events, 0, capacity_events * sizeof *rec->events);
+        memset(rec->events, 0, first * sizeof *rec->events);
         rec->capacity = capacity_events;
+        rec->allocated = first;
         rec->start_ticks = stow__record_clock();
         rec->last_ticks = rec->start_ticks;
         rec->start_ns = wall_ns();

@@ -97,7 +97,10 @@ STOW_API stow_status_t stow_pool_tag_stats(stow_pool_t *pool, stow_tag_stats_t o
 /*
  * Starts recording into a ring buffer of `capacity_events` events (the oldest
  * are overwritten), replacing any previous buffer; 0 stops recording and frees
- * it. 32 bytes per event, at most STOW_RECORD_EVENTS_MAX events (stowage.h).
+ * it. 32 bytes per event, at most STOW_RECORD_EVENTS_MAX events (stowage.h);
+ * the buffer starts at 4,096 events and doubles as they come, up to capacity
+ * (a recording that cannot grow for lack of host memory wraps at the size it
+ * reached).
  * Errors: STOW_EINVAL (also above the maximum), STOW_EHOSTMEM.
  * Thread safety: safe.
  */

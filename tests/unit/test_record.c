@@ -395,6 +395,56 @@ Test(record, the_ring_keeps_the_newest_events)
     finish();
 }
 
+/* Records n allocations of 512 bytes then their frees on segments made
+ * before the recording (no segment events), and loads the dump. */
+static stow_trace_t *record_pairs(size_t capacity_events, size_t n, uint64_t *kept)
+{
+    void **p = calloc(n, sizeof *p);
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(stow_pool_alloc(pool, 512, NULL, &p[i]), STOW_OK);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    cr_assert_eq(stow_record_start(pool, capacity_events), STOW_OK);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(stow_pool_alloc(pool, 512, NULL, &p[i]), STOW_OK);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
+    free(p);
+    uint64_t recorded;
+    stow_record_counts(pool, &recorded, kept);
+    cr_assert_eq(recorded, 2 * n);
+    char path[] = "/tmp/stow_ring_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
+    stow_trace_t *t;
+    char err[256];
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+    unlink(path);
+    cr_assert_eq(stow_record_start(pool, 0), STOW_OK);
+    return t;
+}
+
+/* The ring grows from its first 4,096 events as they come: past them nothing
+ * is lost below its capacity, and once full it keeps the newest. */
+Test(record, the_ring_grows_to_its_capacity_then_wraps)
+{
+    make_pool("policy:classic");
+    uint64_t kept;
+    stow_trace_t *t = record_pairs(20000, 6000, &kept);
+    cr_assert_eq(kept, 12000);
+    cr_assert_eq(t->event_count, 12000, "every event kept past the first buffer");
+    stow_trace_free(t);
+    /* 9,000 of 12,000 kept: the last 3,000 allocations and every free; the
+     * frees of overwritten allocations are left out of the dump. */
+    t = record_pairs(9000, 6000, &kept);
+    cr_assert_eq(kept, 9000);
+    cr_assert_eq(t->event_count, 6000);
+    stow_trace_free(t);
+    finish();
+}
+
 /* Recording a replay of a real trace gives the same trace back. */
 Test(record, replay_round_trip)
 {
