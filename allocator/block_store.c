@@ -3,7 +3,9 @@
  * free list, so that splitting and merging blocks never calls malloc on the
  * hot path and destroying a pool frees everything at once.
  */
-#include "allocator/internal.h"
+#include "allocator/assert.h"
+#include "allocator/block_store.h"
+#include "allocator/types.h"
 
 #include <string.h>
 

@@ -3,7 +3,12 @@
  * independently of the incremental books (SQLite's "compute it two ways").
  * Used by tests after every event and by STOW_DEBUG >= 3 builds.
  */
-#include "allocator/internal.h"
+#include "allocator/check.h"
+#include "allocator/planned_serve.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -23,7 +23,9 @@
  * stays one until it is empty. The bin's root pointer says which it is (bit 0
  * set: a treap), so the list paths read nothing more.
  */
-#include "allocator/internal.h"
+#include "allocator/assert.h"
+#include "allocator/free_index.h"
+#include "allocator/types.h"
 
 /* ---- doubly linked lists (left = previous, right = next) ---- */
 

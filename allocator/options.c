@@ -7,12 +7,15 @@
  * Parsing works on a copy and commits only when every key was valid: a bad
  * setting never half-applies.
  */
-#include "allocator/internal.h"
+#include "allocator/options.h"
+#include "allocator/types.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MIB ((size_t)1 << 20)

@@ -41,7 +41,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "allocator/internal.h"
+#include "allocator/ptr_map.h"
+#include "allocator/types.h"
 
 #define STOW_PLANNED_KEYS_MAX 8      /* keys tracked per pool; least recently used dropped */
 #define STOW_PLANNED_LOOKAHEAD 8     /* positions looked at past the cursor to re-align */

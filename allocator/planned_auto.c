@@ -29,6 +29,9 @@
 
 #include "allocator/period.h"
 #include "allocator/planned.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/types.h"
 
 #define AUTO_LOG_MAX ((size_t)1 << 17)    /* operations logged while looking */
 #define AUTO_CHECK_FIRST 4096             /* searched from this many on */

@@ -10,7 +10,12 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "allocator/check.h"
 #include "allocator/planned.h"
+#include "allocator/planned_serve.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/types.h"
 
 typedef struct span {
     uintptr_t lo, hi;

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "allocator/planned.h"
+#include "allocator/types.h"
 #include "stowage/plan.h"
 
 #define ALIGN_BYTES ((uint64_t)STOW_MIN_BLOCK_BYTES)

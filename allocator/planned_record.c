@@ -19,6 +19,8 @@
 #include <string.h>
 
 #include "allocator/planned.h"
+#include "allocator/ptr_map.h"
+#include "allocator/types.h"
 
 void stow__planned_rec_free(stow_planned_rec_t *rec)
 {

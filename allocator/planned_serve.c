@@ -43,7 +43,14 @@
  */
 #include <string.h>
 
+#include "allocator/assert.h"
 #include "allocator/planned.h"
+#include "allocator/planned_serve.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/recorder.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
 
 #define BAD_STEP_MISSES(n) (1 + (n) / 128) /* misses that make a step bad */
 #define BAD_STEPS_REPLAN 2                  /* bad steps in a row before a re-plan */

@@ -7,7 +7,24 @@
  * retry). A free looks the pointer up in the live map (a foreign pointer simply
  * misses), then coalesces with free neighbours owned by the same stream.
  */
-#include "allocator/internal.h"
+#include "allocator/assert.h"
+#include "allocator/block_store.h"
+#include "allocator/check.h"
+#include "allocator/free_index.h"
+#include "allocator/lock.h"
+#include "allocator/options.h"
+#include "allocator/planned_serve.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/quick.h"
+#include "allocator/recorder.h"
+#include "allocator/segment.h"
+#include "allocator/stream.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
+#include "allocator/vmm_allowance.h"
+#include "allocator/vmm_epochs.h"
+#include "allocator/vmm_step.h"
 
 #include <string.h>
 #include <time.h>
@@ -243,9 +260,8 @@ stow_status_t stow_pool_create_tuned(const stow_config_t *config, const stow_tun
                                   : NULL;
     pool->vmm = cfg.policy == STOW_POLICY_VMM;
     pool->learn_step = pool->vmm && tun.vmm_learn_step;
-    pool->adapt.slack = tun.vmm_slack;
-    pool->adapt.settled = tun.vmm_slack_max <= tun.vmm_slack;
-    pool->unmap_epoch = 1;
+    stow__vmm_adapt_init(&pool->adapt, &tun);
+    stow__vmm_epochs_init(&pool->epochs);
     pool->vmm_small_bytes = pool->vmm ? (size_t)tun.vmm_small_kb << 10 : 0;
     pool->small_kind_max_bytes = pool->vmm ? pool->vmm_small_bytes : STOW_SMALL_REQUEST_BYTES;
     /* Quick lists need a small pool (a page-mapped pool's small range, when it
@@ -607,7 +623,7 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         return STOW_EHOSTMEM;
     }
     /* A loop's step learned (vmm_step.c): its planned address, when free. */
-    stow_block_t *b = STOW_UNLIKELY(pool->step.active) && kind == STOW_POOL_LARGE
+    stow_block_t *b = STOW_UNLIKELY(stow__vmm_step_active(&pool->step)) && kind == STOW_POOL_LARGE
                           ? stow__vmm_step_place(pool, ss, rounded)
                           : NULL;
     bool planned = b != NULL;
@@ -827,7 +843,7 @@ void stow__pool_dissolve_arena(stow_pool_t *pool, stow_block_t *b, const stow_ar
         s->tag = slots[i].tag;
         s->uses = slots[i].uses;
         s->extra_granules = 0;
-        s->free_seq = pool->step_ops; /* as allocated now, for the learned step's log */
+        s->free_seq = stow__vmm_step_ops(&pool->step); /* as allocated now, for the learned step's log */
         stow__ptr_map_put(&pool->live, s->addr, s);
         seg->live_blocks++;
         if (seg->granules) {

@@ -7,7 +7,8 @@
  * lookups of foreign pointers simply miss, which is how a foreign free is
  * detected without trusting the pointer.
  */
-#include "allocator/internal.h"
+#include "allocator/assert.h"
+#include "allocator/ptr_map.h"
 
 #include <stdlib.h>
 

@@ -30,7 +30,11 @@
  * inactive_split like a free block that does not cover its segment, and the
  * largest free block does not see it until it is flushed.
  */
-#include "allocator/internal.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/quick.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
 
 static size_t quick_slot(size_t size_bytes) { return size_bytes / STOW_MIN_BLOCK_BYTES - 1; }
 

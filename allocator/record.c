@@ -7,7 +7,10 @@
  * into a preallocated ring with a cycle-counter timestamp (converted to
  * nanoseconds only when dumped); nothing is allocated or formatted per event.
  */
-#include "allocator/internal.h"
+#include "allocator/lock.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/recorder.h"
 #include "stowage/record.h"
 
 #include <stdatomic.h>

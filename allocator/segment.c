@@ -21,7 +21,15 @@
  * backend refuses, every idle segment is released and the reservation retried
  * once; then STOW_ENOMEM with an explanation.
  */
-#include "allocator/internal.h"
+#include "allocator/block_store.h"
+#include "allocator/planned_serve.h"
+#include "allocator/pool.h"
+#include "allocator/quick.h"
+#include "allocator/recorder.h"
+#include "allocator/segment.h"
+#include "allocator/stream.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
 
 #include <string.h>
 #include <time.h>

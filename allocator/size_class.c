@@ -9,7 +9,8 @@
  * next multiple of 2^k / d instead: fewer distinct sizes, better reuse for
  * workloads with varying shapes, at the price of rounding waste.
  */
-#include "allocator/internal.h"
+#include "allocator/free_index.h"
+#include "allocator/types.h"
 
 static unsigned floor_log2(size_t x) { return 63u - (unsigned)__builtin_clzll((unsigned long long)x); }
 

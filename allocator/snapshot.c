@@ -9,7 +9,10 @@
  * larger than the memory behind it. Live blocks never cross a run's edge (a
  * granule under a live block is mapped); free ones may, and are cut.
  */
-#include "allocator/internal.h"
+#include "allocator/lock.h"
+#include "allocator/pool.h"
+#include "allocator/recorder.h"
+#include "allocator/types.h"
 #include "stowage/snapshot.h"
 
 #include <stdlib.h>

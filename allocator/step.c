@@ -7,7 +7,11 @@
  * when planned_steps is on. It never changes a block: a pool without the
  * planned layer allocates exactly as it would without markers.
  */
-#include "allocator/internal.h"
+#include "allocator/check.h"
+#include "allocator/lock.h"
+#include "allocator/planned_serve.h"
+#include "allocator/pool.h"
+#include "allocator/recorder.h"
 
 #include <string.h>
 

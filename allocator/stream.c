@@ -16,7 +16,12 @@
  * stream and the block stays PENDING (off every free list) until all of them
  * completed (stow__stream_process_pending, run at the next allocation).
  */
-#include "allocator/internal.h"
+#include "allocator/assert.h"
+#include "allocator/free_index.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/stream.h"
+#include "allocator/types.h"
 
 #include <string.h>
 

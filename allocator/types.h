@@ -210,24 +210,4 @@ struct stow_stream_state {
     unsigned mid_next;
 };
 
-typedef struct stow_ptr_slot {
-    uintptr_t key; /* 0 = empty */
-    void *value;
-} stow_ptr_slot_t;
-
-typedef struct stow_ptr_map {
-    stow_ptr_slot_t *slots; /* key and value side by side: one cache line per probe */
-    size_t capacity;        /* power of two */
-    size_t count;
-} stow_ptr_map_t;
-
-/* Block metadata comes from chunks so that a split costs no malloc. */
-typedef struct stow_block_chunk stow_block_chunk_t;
-typedef struct stow_block_store {
-    stow_block_t *free_list; /* linked through ->next */
-    size_t free_count;       /* blocks on free_list */
-    stow_block_chunk_t *chunks;
-    size_t live_count;
-} stow_block_store_t;
-
 #endif /* STOWAGE_ALLOCATOR_TYPES_H */

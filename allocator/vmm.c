@@ -40,6 +40,15 @@
  * vmm_place.c (where a big request goes), vmm_check.c (the invariants) and
  * vmm_granules.h (the bitmaps). Every function here is called with the pool lock held.
  */
+#include "allocator/assert.h"
+#include "allocator/block_store.h"
+#include "allocator/pool.h"
+#include "allocator/recorder.h"
+#include "allocator/segment.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
+#include "allocator/vmm_allowance.h"
+#include "allocator/vmm_epochs.h"
 #include "allocator/vmm_granules.h"
 
 #include <string.h>
@@ -88,11 +97,11 @@ static inline __attribute__((always_inline)) void unused_push(stow_pool_t *pool,
     stow_granule_t *tail = pool->run_tail;
     if (tail && tail->segment == seg && tail->run_end == from) {
         tail->run_end = (uint32_t)end;
-        tail->unused_epoch = pool->unmap_epoch; /* the newest part decides */
+        tail->unused_epoch = stow__vmm_epoch_open(&pool->epochs); /* the newest part decides */
     } else {
         stow_granule_t *h = &seg->granules[from];
         h->run_end = (uint32_t)end;
-        h->unused_epoch = pool->unmap_epoch;
+        h->unused_epoch = stow__vmm_epoch_open(&pool->epochs);
         bit_put(seg->run_start_bits, from, true);
         run_link_after(pool, tail, h);
     }

@@ -9,7 +9,11 @@
  * allowance (stow__vmm_allowance_for) and tells it of each remap
  * (stow__vmm_note_remap). Called with the pool lock held.
  */
+#include "allocator/pool.h"
+#include "allocator/types.h"
+#include "allocator/vmm_allowance.h"
 #include "allocator/vmm_granules.h"
+#include "allocator/vmm_step.h"
 
 /* The granules the pool may hold while some mapped granule sits unused:
  * (1 + slack) times the high-water mark of live bytes, in whole granules

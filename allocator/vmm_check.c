@@ -5,6 +5,10 @@
  * pool's counts. Reads only (allocates scratch arrays, freed before return).
  * Called with the pool lock held.
  */
+#include "allocator/pool.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
+#include "allocator/vmm_epochs.h"
 #include "allocator/vmm_granules.h"
 
 #include <stdio.h>
@@ -162,7 +166,8 @@ static stow_status_t check_runs(const stow_pool_t *pool, uint64_t run_starts, ui
         /* Tags never decrease from the oldest run, and none is from the future:
          * oldest_unused_is_safe reads the head's alone. */
         bool ok = h->run_prev == prev && ++entries <= run_starts && seg &&
-                  segment_of_pool(pool, seg) && h->unused_epoch <= pool->unmap_epoch &&
+                  segment_of_pool(pool, seg) &&
+                  h->unused_epoch <= stow__vmm_epoch_open(&pool->epochs) &&
                   (!prev || prev->unused_epoch <= h->unused_epoch);
         size_t i = ok ? granule_no(seg, h) : 0;
         ok = ok && bit_at(seg->run_start_bits, i) && h->run_end > i &&
@@ -184,31 +189,6 @@ static stow_status_t check_runs(const stow_pool_t *pool, uint64_t run_starts, ui
                  (unsigned long long)entries, (unsigned long long)in_runs,
                  (unsigned long long)run_starts, (unsigned long long)unused,
                  (unsigned long long)pool->unused_count);
-        return STOW_EINVAL;
-    }
-    return STOW_OK;
-}
-
-/* The unmap epochs: the safe one below the open one, closed epochs in flight
- * between them in increasing order, each with its events (none on a pool
- * without events). */
-static stow_status_t check_closures(const stow_pool_t *pool, char *why, size_t why_len)
-{
-    bool ok = pool->unmap_safe_epoch < pool->unmap_epoch &&
-              pool->closure_count <= STOW_VMM_CLOSURES &&
-              pool->closure_first < STOW_VMM_CLOSURES &&
-              (pool->has_events || pool->closure_count == 0);
-    uint64_t last = pool->unmap_safe_epoch;
-    for (unsigned k = 0; ok && k < pool->closure_count; k++) {
-        unsigned slot = (pool->closure_first + k) % STOW_VMM_CLOSURES;
-        const stow_vmm_closure_t *c = &pool->closures[slot];
-        ok = c->epoch > last && c->epoch < pool->unmap_epoch && c->count <= c->capacity;
-        last = c->epoch;
-    }
-    if (!ok) {
-        snprintf(why, why_len, "vmm: unmap epochs: safe %llu, open %llu, %u closed in flight",
-                 (unsigned long long)pool->unmap_safe_epoch,
-                 (unsigned long long)pool->unmap_epoch, pool->closure_count);
         return STOW_EINVAL;
     }
     return STOW_OK;
@@ -243,7 +223,7 @@ stow_status_t stow__vmm_check(stow_pool_t *pool, stow_vmm_recount_t *phys, char 
         return STOW_EINVAL;
     }
     if ((st = check_runs(pool, counts[2], counts[1], why, why_len)) != STOW_OK ||
-        (st = check_closures(pool, why, why_len)) != STOW_OK)
+        (st = stow__vmm_epochs_check(pool, why, why_len)) != STOW_OK)
         return st;
     uint64_t g = pool->granularity_bytes, mapped = counts[0], unused = counts[1];
     if (mapped != pool->mapped_count || counts[3] != mapped - unused ||

@@ -28,11 +28,14 @@
  * On a backend without events nothing is closed: every remap that needs a
  * granule not yet known safe synchronizes.
  *
- * Owns the unmap epochs (unmap_epoch, unmap_safe_epoch, the closure ring) and
- * their events; is told the tag of the granules a remap unmaps (vmm.c) and
+ * Owns the unmap epochs (pool->epochs, vmm_epochs.h: the open and the safe
+ * epoch, the closure ring) and their events; is told the tag of the granules a remap unmaps (vmm.c) and
  * never moves a granule. Called with the pool lock held.
  */
-#include "allocator/internal.h"
+#include "allocator/assert.h"
+#include "allocator/pool.h"
+#include "allocator/types.h"
+#include "allocator/vmm_epochs.h"
 
 #define CLOSE_EVERY_FREES 8
 #define CLOSE_AFTER_REMAP_OPS 8192
@@ -40,7 +43,7 @@
 void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays)
 {
     for (unsigned i = 0; i < STOW_VMM_CLOSURES; i++) {
-        stow_vmm_closure_t *c = &pool->closures[i];
+        stow_vmm_closure_t *c = &pool->epochs.closures[i];
         for (uint32_t j = 0; j < c->count; j++)
             stow__pool_destroy_event(pool, c->events[j]);
         c->count = 0;
@@ -50,14 +53,14 @@ void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays)
             c->capacity = 0;
         }
     }
-    pool->closure_first = pool->closure_count = 0;
+    pool->epochs.closure_first = pool->epochs.closure_count = 0;
 }
 
 void stow__vmm_synchronized(stow_pool_t *pool)
 {
     /* Every granule unused so far is safe; those freed from now on are not. */
-    pool->unmap_safe_epoch = pool->unmap_epoch++;
-    pool->pushes_since_closure = 0;
+    pool->epochs.unmap_safe_epoch = pool->epochs.unmap_epoch++;
+    pool->epochs.pushes_since_closure = 0;
     stow__vmm_drop_closures(pool, false);
 }
 
@@ -65,9 +68,9 @@ void stow__vmm_synchronized(stow_pool_t *pool)
  * granules (and every earlier epoch's) are safe. */
 static void retire_oldest_closure(stow_pool_t *pool)
 {
-    pool->unmap_safe_epoch = pool->closures[pool->closure_first].epoch;
-    pool->closure_first = (pool->closure_first + 1) % STOW_VMM_CLOSURES;
-    pool->closure_count--;
+    pool->epochs.unmap_safe_epoch = pool->epochs.closures[pool->epochs.closure_first].epoch;
+    pool->epochs.closure_first = (pool->epochs.closure_first + 1) % STOW_VMM_CLOSURES;
+    pool->epochs.closure_count--;
 }
 
 /* Queries the events of the oldest closed epochs, and retires those whose
@@ -75,8 +78,8 @@ static void retire_oldest_closure(stow_pool_t *pool)
  * one). A query that fails counts as not complete. */
 static void retire_closures(stow_pool_t *pool)
 {
-    while (pool->closure_count) {
-        stow_vmm_closure_t *c = &pool->closures[pool->closure_first];
+    while (pool->epochs.closure_count) {
+        stow_vmm_closure_t *c = &pool->epochs.closures[pool->epochs.closure_first];
         for (uint32_t j = 0; j < c->count;) {
             bool done = false;
             pool->acct.s.num_event_queries++;
@@ -104,15 +107,15 @@ static void retire_closures(stow_pool_t *pool)
 static __attribute__((noinline)) void close_epoch(stow_pool_t *pool,
                                                   const stow_stream_state_t *freeing)
 {
-    if (pool->closure_count == STOW_VMM_CLOSURES) {
+    if (pool->epochs.closure_count == STOW_VMM_CLOSURES) {
         retire_closures(pool);
-        if (pool->closure_count == STOW_VMM_CLOSURES)
+        if (pool->epochs.closure_count == STOW_VMM_CLOSURES)
             return;
     }
     /* (Blocks are freed under `any` only without events, where nothing is
      * closed; with events `any` only receives blocks already free.) */
-    unsigned slot = (pool->closure_first + pool->closure_count) % STOW_VMM_CLOSURES;
-    stow_vmm_closure_t *c = &pool->closures[slot];
+    unsigned slot = (pool->epochs.closure_first + pool->epochs.closure_count) % STOW_VMM_CLOSURES;
+    stow_vmm_closure_t *c = &pool->epochs.closures[slot];
     if (c->capacity < pool->stream_count) {
         stow_event_t *grown = realloc(c->events, pool->stream_count * sizeof *grown);
         if (!grown)
@@ -138,27 +141,27 @@ static __attribute__((noinline)) void close_epoch(stow_pool_t *pool,
     }
     for (size_t i = 0; i < pool->stream_count; i++)
         pool->streams[i]->vmm_closed_seq = pool->streams[i]->free_seq;
-    c->epoch = pool->unmap_epoch++;
-    pool->closure_count++;
-    pool->pushes_since_closure = 0;
+    c->epoch = pool->epochs.unmap_epoch++;
+    pool->epochs.closure_count++;
+    pool->epochs.pushes_since_closure = 0;
 }
 
 /* A free on `freeing` just left granules unused (tagged with the current
  * epoch): outside a remapping stretch, one comparison. */
 void stow__vmm_note_unused_pushed(stow_pool_t *pool, const stow_stream_state_t *freeing)
 {
-    if (STOW_UNLIKELY(pool->op_count < pool->closing_until_op) &&
-        ++pool->pushes_since_closure >= CLOSE_EVERY_FREES && pool->has_events)
+    if (STOW_UNLIKELY(pool->op_count < pool->epochs.closing_until_op) &&
+        ++pool->epochs.pushes_since_closure >= CLOSE_EVERY_FREES && pool->has_events)
         close_epoch(pool, freeing);
 }
 
 /* Whether granules tagged with `epoch` have no queued work left on them. */
 static bool epoch_is_safe(stow_pool_t *pool, uint64_t epoch)
 {
-    if (epoch <= pool->unmap_safe_epoch)
+    if (epoch <= pool->epochs.unmap_safe_epoch)
         return true;
     retire_closures(pool);
-    return epoch <= pool->unmap_safe_epoch;
+    return epoch <= pool->epochs.unmap_safe_epoch;
 }
 
 /* Waits on the events left in the oldest closed epoch (retire_closures
@@ -166,7 +169,7 @@ static bool epoch_is_safe(stow_pool_t *pool, uint64_t epoch)
  * (the epoch stays, holding the events not yet waited on). */
 static bool wait_oldest_closure(stow_pool_t *pool)
 {
-    stow_vmm_closure_t *c = &pool->closures[pool->closure_first];
+    stow_vmm_closure_t *c = &pool->epochs.closures[pool->epochs.closure_first];
     while (c->count) {
         pool->acct.s.num_event_waits++;
         if (stow__backend_status(pool, pool->event_synchronize(pool->backend->ctx,
@@ -192,21 +195,46 @@ static bool wait_for_epoch(stow_pool_t *pool, uint64_t epoch)
 {
     if (!pool->event_synchronize)
         return false;
-    if (epoch == pool->unmap_epoch) {
-        if (pool->closure_count == STOW_VMM_CLOSURES && !wait_oldest_closure(pool))
+    if (epoch == pool->epochs.unmap_epoch) {
+        if (pool->epochs.closure_count == STOW_VMM_CLOSURES && !wait_oldest_closure(pool))
             return false;
         close_epoch(pool, NULL);
-        if (epoch == pool->unmap_epoch)
+        if (epoch == pool->epochs.unmap_epoch)
             return false;
     }
-    while (epoch > pool->unmap_safe_epoch)
-        if (!pool->closure_count || !wait_oldest_closure(pool))
+    while (epoch > pool->epochs.unmap_safe_epoch)
+        if (!pool->epochs.closure_count || !wait_oldest_closure(pool))
             return false;
     return true;
 }
 
 bool stow__vmm_unused_ready(stow_pool_t *pool, uint64_t epoch, bool synced)
 {
-    pool->closing_until_op = pool->op_count + CLOSE_AFTER_REMAP_OPS;
+    pool->epochs.closing_until_op = pool->op_count + CLOSE_AFTER_REMAP_OPS;
     return synced || epoch_is_safe(pool, epoch) || wait_for_epoch(pool, epoch);
+}
+
+/* The unmap epochs: the safe one below the open one, closed epochs in flight
+ * between them in increasing order, each with its events (none on a pool
+ * without events). */
+stow_status_t stow__vmm_epochs_check(const stow_pool_t *pool, char *why, size_t why_len)
+{
+    bool ok = pool->epochs.unmap_safe_epoch < pool->epochs.unmap_epoch &&
+              pool->epochs.closure_count <= STOW_VMM_CLOSURES &&
+              pool->epochs.closure_first < STOW_VMM_CLOSURES &&
+              (pool->has_events || pool->epochs.closure_count == 0);
+    uint64_t last = pool->epochs.unmap_safe_epoch;
+    for (unsigned k = 0; ok && k < pool->epochs.closure_count; k++) {
+        unsigned slot = (pool->epochs.closure_first + k) % STOW_VMM_CLOSURES;
+        const stow_vmm_closure_t *c = &pool->epochs.closures[slot];
+        ok = c->epoch > last && c->epoch < pool->epochs.unmap_epoch && c->count <= c->capacity;
+        last = c->epoch;
+    }
+    if (!ok) {
+        snprintf(why, why_len, "vmm: unmap epochs: safe %llu, open %llu, %u closed in flight",
+                 (unsigned long long)pool->epochs.unmap_safe_epoch,
+                 (unsigned long long)pool->epochs.unmap_epoch, pool->epochs.closure_count);
+        return STOW_EINVAL;
+    }
+    return STOW_OK;
 }

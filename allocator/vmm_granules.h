@@ -12,7 +12,9 @@
 #ifndef STOW_VMM_GRANULES_H
 #define STOW_VMM_GRANULES_H
 
-#include "allocator/internal.h"
+#include "allocator/pool.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
 
 /* ---- bitmaps ---- */
 

@@ -6,6 +6,10 @@
  * block it carves the placement out of (stow__pool_split_free_at) and
  * pool->placed_extra. Called with the pool lock held.
  */
+#include "allocator/free_index.h"
+#include "allocator/pool.h"
+#include "allocator/types.h"
+#include "allocator/vmm.h"
 #include "allocator/vmm_granules.h"
 
 /* What a placement over granules [first, end) of a segment costs: granules

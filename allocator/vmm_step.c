@@ -13,7 +13,7 @@
  * cycles in a row with a taken address, drop it. empty_cache drops the plan
  * and the log (the free blocks change hands).
  *
- * Owns pool->step and pool->step_ops; keeps each allocated block's operation
+ * Owns pool->step (vmm_step.h); keeps each allocated block's operation
  * number in its free_seq (only free blocks use that field otherwise). Reads
  * the free index, the range's blocks and the mapped bitmaps; changes nothing
  * else but the free block a planned request is cut out of
@@ -22,8 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allocator/block_store.h"
+#include "allocator/free_index.h"
 #include "allocator/period.h"
+#include "allocator/pool.h"
+#include "allocator/ptr_map.h"
+#include "allocator/types.h"
+#include "allocator/vmm_allowance.h"
 #include "allocator/vmm_granules.h"
+#include "allocator/vmm_step.h"
 #include "stowage/plan.h"
 
 #define STEP_LOG_MAX ((size_t)1 << 17)   /* operations logged while looking */
@@ -78,7 +85,7 @@ static void back_off(stow_pool_t *pool)
     stow_vmm_step_t *s = &pool->step;
     if (s->backoff_ops == 0)
         s->backoff_ops = STEP_BACKOFF_FIRST;
-    s->look_after_op = pool->step_ops + s->backoff_ops;
+    s->look_after_op = pool->step.ops + s->backoff_ops;
     if (s->backoff_ops < STEP_BACKOFF_MAX)
         s->backoff_ops *= 2;
 }
@@ -98,8 +105,8 @@ void stow__vmm_step_forget(stow_pool_t *pool)
 void stow__vmm_step_note_remap(stow_pool_t *pool)
 {
     stow_vmm_step_t *s = &pool->step;
-    s->last_remap_op = pool->step_ops;
-    if (s->looking || s->active || pool->step_ops < s->look_after_op)
+    s->last_remap_op = pool->step.ops;
+    if (s->looking || s->active || pool->step.ops < s->look_after_op)
         return;
     s->log_sigs = malloc(STEP_LOG_MAX * sizeof *s->log_sigs);
     s->log_lives = calloc(STEP_LOG_MAX, sizeof *s->log_lives);
@@ -109,7 +116,7 @@ void stow__vmm_step_note_remap(stow_pool_t *pool)
         return;
     }
     s->log_count = 0;
-    s->log_first_op = pool->step_ops;
+    s->log_first_op = pool->step.ops;
     s->looking = true;
 }
 
@@ -535,7 +542,7 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
     bool taken = false;
     size_t height = 0; /* of the layout kept, blocks that stay included */
     if (spans && sigs && addrs && anchors) {
-        uint64_t old_op = pool->step_ops - 2 * period;
+        uint64_t old_op = pool->step.ops - 2 * period;
         size_t n_spans = 0;
         for (stow_block_t *x = seg->first; x; x = x->next) /* in address order */
             if (x->state == BLOCK_PENDING || x->state == BLOCK_QUICK ||
@@ -640,7 +647,7 @@ static void look(stow_pool_t *pool, stow_stream_state_t *ss)
         return;
     /* A loop that has stopped remapping has a layout that fits: keep it (a
      * plan would move every block once, and may hold more granules). */
-    bool remapping = s->last_remap_op + 2 * period >= pool->step_ops;
+    bool remapping = s->last_remap_op + 2 * period >= pool->step.ops;
     bool taken = remapping && take_plan(pool, ss, period);
     stop_looking(s);
     if (!taken)
@@ -683,20 +690,20 @@ static void note(stow_pool_t *pool, stow_stream_state_t *ss, uint64_t sig)
                 look(pool, ss);
         }
     }
-    pool->step_ops++;
+    pool->step.ops++;
 }
 
 void stow__vmm_step_note_alloc(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
                                size_t rounded)
 {
-    b->free_seq = pool->step_ops;
+    b->free_seq = pool->step.ops;
     note(pool, ss, alloc_sig(rounded, ss));
 }
 
 void stow__vmm_step_note_free(stow_pool_t *pool, stow_block_t *b)
 {
     stow_vmm_step_t *s = &pool->step;
-    uint64_t distance = pool->step_ops - b->free_seq;
+    uint64_t distance = pool->step.ops - b->free_seq;
     if (s->looking && b->free_seq >= s->log_first_op && b->free_seq - s->log_first_op < s->log_count)
         s->log_lives[b->free_seq - s->log_first_op] =
             distance < UINT32_MAX ? (uint32_t)distance : 0;

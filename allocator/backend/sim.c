@@ -24,7 +24,8 @@
  * order with the device lock held, when its stream's work completes: so work
  * that the pool lets run late writes where it lands then.
  */
-#include "allocator/internal.h"
+#include "allocator/ptr_map.h"
+#include "allocator/types.h"
 #include "stowage/sim.h"
 
 #include <fcntl.h>

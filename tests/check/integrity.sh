@@ -75,7 +75,7 @@ long_run() {
 # each old must occur exactly once in the file.
 sabotages=(
   "blocks overlap|allocator/pool.c|policy:classic|'    stow_block_t *rem = cut_block(pool, b, rounded);\n'|'    stow_block_t *rem = cut_block(pool, b, rounded);\n    rem->addr -= 512; /* sabotage: the remainder overlaps the block */\n    rem->size_bytes += 512;\n'"
-  "live granule unmapped: a block's last granule left out of its span|allocator/internal.h|policy:vmm|('    return stow__vmm_back_span(pool, b, size_bytes, first, last + 1);\n', '    stow__vmm_unback_span(pool, b, first, last + 1);\n')|('    return stow__vmm_back_span(pool, b, size_bytes, first, last + (last > first ? 0 : 1));\n', '    stow__vmm_unback_span(pool, b, first, last + (last > first ? 0 : 1));\n')"
+  "live granule unmapped: a block's last granule left out of its span|allocator/vmm.h|policy:vmm|('    return stow__vmm_back_span(pool, b, size_bytes, first, last + 1);\n', '    stow__vmm_unback_span(pool, b, first, last + 1);\n')|('    return stow__vmm_back_span(pool, b, size_bytes, first, last + (last > first ? 0 : 1));\n', '    stow__vmm_unback_span(pool, b, first, last + (last > first ? 0 : 1));\n')"
   "live granule unmapped: a granule shared with a live block counted unused|allocator/vmm.c|policy:vmm|'    if (--seg->granules[first].edges)\n'|'    if (--seg->granules[first].edges && 0) /* sabotage */\n'"
   "remap under queued work|allocator/vmm.c|policy:vmm|'    if (!stow__vmm_unused_ready(pool, epoch, *synced)) {\n'|'    if (0 && !stow__vmm_unused_ready(pool, epoch, *synced)) { /* sabotage: no wait */\n'"
   "record_stream forgotten|allocator/pool.c|policy:classic|'        st = stow__stream_add_use(pool, b, stream);\n'|'        st = STOW_OK; /* sabotage: the other stream is forgotten */\n'"

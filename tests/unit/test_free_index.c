@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocator/internal.h"
+#include "allocator/free_index.h"
+#include "allocator/types.h"
 
 #define MIB ((size_t)1 << 20)
 

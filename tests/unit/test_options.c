@@ -16,10 +16,11 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocator/internal.h"
+#include "allocator/options.h"
 #include "test_support.h"
 
 #define MIB ((size_t)1 << 20)

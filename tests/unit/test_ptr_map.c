@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocator/internal.h"
+#include "allocator/ptr_map.h"
 
 static uint64_t rng_state;
 static uint64_t rng_next(void)

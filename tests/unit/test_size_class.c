@@ -13,7 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "allocator/internal.h"
+#include "allocator/free_index.h"
+#include "allocator/types.h"
 
 #define KIB ((size_t)1024)
 #define MIB ((size_t)1 << 20)
