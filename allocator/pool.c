@@ -569,6 +569,112 @@ static bool vmm_fits_held_granule(const stow_pool_t *pool, const stow_block_t *b
            seg->granules[first].edges != 0;
 }
 
+/* The layers of stow_pool_alloc below the pool (docs/design.md, the request
+ * path). Each is inlined into it: the chain costs no call that the one body
+ * did not make. */
+
+/* Served a request with b: the loop learner logs it (vmm_step.h) and the
+ * planned layer counts it (planned_serve.h). */
+static inline __attribute__((always_inline)) void note_served(stow_pool_t *pool,
+                                                              stow_stream_state_t *ss,
+                                                              stow_block_t *b, size_t rounded)
+{
+    if (pool->learn_step)
+        stow__vmm_step_note_alloc(pool, b, ss, rounded);
+    if (STOW_UNLIKELY(pool->planned != NULL))
+        stow__planned_pool_alloc(pool, ss, b->addr, rounded);
+}
+
+/* The quick lists (quick.h): a kept block of exactly `rounded` bytes on ss,
+ * handed out; NULL if none. */
+static inline __attribute__((always_inline)) stow_block_t *
+take_quick(stow_pool_t *pool, stow_stream_state_t *ss, size_t rounded, size_t requested)
+{
+    /* A kept block is still in the live map and needs no new record. */
+    stow_block_t *q = stow__quick_pop(pool, ss, rounded);
+    if (q) {
+        pool->acct.s.num_quick_hits++;
+        /* Still in the live map. The free index and reserved memory are as
+         * they were: neither the fragmentation peak (the largest free
+         * block is the same, the free bytes fewer) nor the reserved peak
+         * can have moved. */
+        hand_out(pool, q, ss, requested, true);
+        note_served(pool, ss, q, rounded);
+    }
+    return q;
+}
+
+/* The loop learner, then the fit: the free block a request of `rounded` bytes
+ * takes on ss, or NULL (a miss). *planned: it is the learned step's planned
+ * address (vmm_step.h), else the best fit (free_index.h through find_fit). */
+static inline __attribute__((always_inline)) stow_block_t *
+learned_or_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind, size_t rounded,
+               bool *planned)
+{
+    /* A loop's step learned (vmm_step.c): its planned address, when free. */
+    stow_block_t *b = STOW_UNLIKELY(stow__vmm_step_active(&pool->step)) && kind == STOW_POOL_LARGE
+                          ? stow__vmm_step_place(pool, ss, rounded)
+                          : NULL;
+    *planned = b != NULL;
+    if (!*planned)
+        b = find_fit(pool, ss, kind, rounded);
+    if (pool->vmm && kind == STOW_POOL_SMALL && b && pool->quick_blocks &&
+        !vmm_fits_held_granule(pool, b, rounded)) {
+        /* Kept blocks hold granules: merge them before the small range maps
+         * another, as a classic pool does before it grows. */
+        stow__quick_flush(pool);
+        b = find_fit(pool, ss, kind, rounded);
+    }
+    return b;
+}
+
+/* Growth and backing: a miss grows the pool (segment.h: a segment, or a
+ * range's granules); a page-mapped pool moves a hit where fewer granules need
+ * mapping (vmm_place.c) and backs the block (vmm.h). Then *b, cut to size, is
+ * handed out. Errors as stow_pool_alloc's (nothing handed out). */
+static inline __attribute__((always_inline)) stow_status_t
+grow_back_and_take(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind, size_t rounded,
+                   size_t requested, stow_block_t **b, bool planned)
+{
+    stow_status_t st;
+    bool hit = *b != NULL, cached = hit;
+    if (STOW_UNLIKELY(!hit)) {
+        st = alloc_slow(pool, ss, kind, rounded, requested, b, &cached);
+        if (st != STOW_OK)
+            return st;
+    }
+    if (pool->vmm && hit && !planned)
+        *b = stow__vmm_place(pool, ss, rounded, *b); /* where fewer granules need mapping */
+    bool split = false; /* whether b is cut to `rounded`: vmm decides it where it backs b */
+    if (pool->vmm &&
+        (st = vmm_back_or_retry(pool, ss, kind, rounded, requested, b, &split)) != STOW_OK) {
+        pool->placed_extra = 0;
+        return st;
+    }
+    if (!pool->vmm)
+        split = should_split(pool, *b, rounded);
+    take_block(pool, *b, ss, rounded, requested, cached, split);
+    if (pool->vmm) {
+        (*b)->extra_granules = (uint32_t)pool->placed_extra;
+        pool->extra_granules_live += pool->placed_extra;
+        pool->placed_extra = 0;
+    }
+    return STOW_OK;
+}
+
+/* The books after a block left the cache: the fragmentation peak and, at a
+ * new reserved peak, the waste breakdown. */
+static inline __attribute__((always_inline)) void note_books(stow_pool_t *pool)
+{
+    uint64_t largest = stow__pool_largest_free(pool);
+    stow__acct_note_fragmentation(&pool->acct, largest);
+    if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))
+        stow__acct_note_waste_if_peak(&pool->acct, largest);
+}
+
+/* A request goes down the chain of layers, each tried when the one before
+ * it has no block: the planned layer, the quick lists, the loop learner and
+ * the fit, then growth and backing. */
 stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_t stream,
                               void **out)
 {
@@ -593,19 +699,8 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         return STOW_OK;
     }
     if (kind == STOW_POOL_SMALL && STOW_LIKELY(ss != NULL)) {
-        /* A kept block is still in the live map and needs no new record. */
-        stow_block_t *q = stow__quick_pop(pool, ss, rounded);
+        stow_block_t *q = take_quick(pool, ss, rounded, size_bytes);
         if (q) {
-            pool->acct.s.num_quick_hits++;
-            /* Still in the live map. The free index and reserved memory are as
-             * they were: neither the fragmentation peak (the largest free
-             * block is the same, the free bytes fewer) nor the reserved peak
-             * can have moved. */
-            hand_out(pool, q, ss, size_bytes, true);
-            if (pool->learn_step)
-                stow__vmm_step_note_alloc(pool, q, ss, rounded);
-            if (STOW_UNLIKELY(pool->planned != NULL))
-                stow__planned_pool_alloc(pool, ss, q->addr, rounded);
             *out = (void *)q->addr;
             stow_assert_expensive(pool);
             stow__unlock(&pool->lock);
@@ -622,53 +717,15 @@ stow_status_t stow_pool_alloc(stow_pool_t *pool, size_t size_bytes, stow_stream_
         stow__unlock(&pool->lock);
         return STOW_EHOSTMEM;
     }
-    /* A loop's step learned (vmm_step.c): its planned address, when free. */
-    stow_block_t *b = STOW_UNLIKELY(stow__vmm_step_active(&pool->step)) && kind == STOW_POOL_LARGE
-                          ? stow__vmm_step_place(pool, ss, rounded)
-                          : NULL;
-    bool planned = b != NULL;
-    if (!planned)
-        b = find_fit(pool, ss, kind, rounded);
-    if (pool->vmm && kind == STOW_POOL_SMALL && b && pool->quick_blocks &&
-        !vmm_fits_held_granule(pool, b, rounded)) {
-        /* Kept blocks hold granules: merge them before the small range maps
-         * another, as a classic pool does before it grows. */
-        stow__quick_flush(pool);
-        b = find_fit(pool, ss, kind, rounded);
-    }
-    bool hit = b != NULL, cached = hit;
-    if (STOW_UNLIKELY(!hit)) {
-        st = alloc_slow(pool, ss, kind, rounded, size_bytes, &b, &cached);
-        if (st != STOW_OK) {
-            stow__unlock(&pool->lock);
-            return st;
-        }
-    }
-    if (pool->vmm && hit && !planned)
-        b = stow__vmm_place(pool, ss, rounded, b); /* where fewer granules need mapping */
-    bool split = false; /* whether b is cut to `rounded`: vmm decides it where it backs b */
-    if (pool->vmm &&
-        (st = vmm_back_or_retry(pool, ss, kind, rounded, size_bytes, &b, &split)) != STOW_OK) {
-        pool->placed_extra = 0;
+    bool planned;
+    stow_block_t *b = learned_or_fit(pool, ss, kind, rounded, &planned);
+    st = grow_back_and_take(pool, ss, kind, rounded, size_bytes, &b, planned);
+    if (st != STOW_OK) {
         stow__unlock(&pool->lock);
         return st;
     }
-    if (!pool->vmm)
-        split = should_split(pool, b, rounded);
-    take_block(pool, b, ss, rounded, size_bytes, cached, split);
-    if (pool->vmm) {
-        b->extra_granules = (uint32_t)pool->placed_extra;
-        pool->extra_granules_live += pool->placed_extra;
-        pool->placed_extra = 0;
-    }
-    if (pool->learn_step)
-        stow__vmm_step_note_alloc(pool, b, ss, rounded);
-    if (STOW_UNLIKELY(pool->planned != NULL))
-        stow__planned_pool_alloc(pool, ss, b->addr, rounded);
-    uint64_t largest = stow__pool_largest_free(pool);
-    stow__acct_note_fragmentation(&pool->acct, largest);
-    if (STOW_UNLIKELY(pool->acct.reserved_peak_moved))
-        stow__acct_note_waste_if_peak(&pool->acct, largest);
+    note_served(pool, ss, b, rounded);
+    note_books(pool);
     *out = (void *)b->addr;
     stow_assert_expensive(pool);
     stow__unlock(&pool->lock);
@@ -843,7 +900,8 @@ void stow__pool_dissolve_arena(stow_pool_t *pool, stow_block_t *b, const stow_ar
         s->tag = slots[i].tag;
         s->uses = slots[i].uses;
         s->extra_granules = 0;
-        s->free_seq = stow__vmm_step_ops(&pool->step); /* as allocated now, for the learned step's log */
+        /* As allocated now, for the learned step's log. */
+        s->free_seq = stow__vmm_step_ops(&pool->step);
         stow__ptr_map_put(&pool->live, s->addr, s);
         seg->live_blocks++;
         if (seg->granules) {

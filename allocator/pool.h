@@ -123,7 +123,9 @@ static inline void stow__pool_count_split(stow_pool_t *pool, stow_block_t *b, bo
         b->counted_split_ = 0;
 }
 /* A live (ALLOCATED or PENDING) block of seg stopped being live: a segment
- * left with none is idle from now (classic segments count in idle bytes). */
+ * left with none is idle from now (classic segments count in idle bytes).
+ * Here, not in segment.h: the free paths (pool.c, quick.c) change the pool's
+ * books with it, and segment.h includes no pool. */
 static inline void stow__segment_block_left(stow_pool_t *pool, stow_segment_t *seg)
 {
     if (--seg->live_blocks == 0) {

@@ -16,6 +16,7 @@
 #include "allocator/assert.h"
 #include "allocator/pool.h"
 
+/* An unmapped physical handle kept for reuse (pool->free_handles). */
 typedef struct stow_free_handle {
     stow_phys_t phys;
     uint32_t granules; /* its size */

@@ -29,8 +29,9 @@
  * granule not yet known safe synchronizes.
  *
  * Owns the unmap epochs (pool->epochs, vmm_epochs.h: the open and the safe
- * epoch, the closure ring) and their events; is told the tag of the granules a remap unmaps (vmm.c) and
- * never moves a granule. Called with the pool lock held.
+ * epoch, the closure ring) and their events; is told the tag of the granules
+ * a remap unmaps (vmm.c) and never moves a granule. Called with the pool lock
+ * held.
  */
 #include "allocator/assert.h"
 #include "allocator/pool.h"
