@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "allocator/pool.h"
+#include "allocator/types.h"
 
 stow_status_t stow__planned_create(stow_pool_t *pool);
 void stow__planned_destroy(stow_pool_t *pool);

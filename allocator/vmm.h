@@ -15,6 +15,7 @@
 
 #include "allocator/assert.h"
 #include "allocator/pool.h"
+#include "allocator/types.h"
 
 /* An unmapped physical handle kept for reuse (pool->free_handles). */
 typedef struct stow_free_handle {

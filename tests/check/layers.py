@@ -37,9 +37,9 @@ INCLUDES = {
     "pool.h": "assert.h block_store.h lock.h ptr_map.h segment.h types.h vmm_allowance.h "
               "vmm_epochs.h vmm_step.h",
     "recorder.h": "assert.h pool.h",
-    "vmm.h": "assert.h pool.h",
+    "vmm.h": "assert.h pool.h types.h",
     "vmm_granules.h": "pool.h types.h vmm.h",
-    "planned_serve.h": "pool.h",
+    "planned_serve.h": "pool.h types.h",
     "planned.h": "ptr_map.h types.h",
     # the files
     "arena.c": "",
