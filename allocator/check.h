@@ -1,9 +1,9 @@
 /*
  * allocator/check.h: the invariant checks (check.c): the whole-pool check
  * that STOW_DEBUG >= 3 runs after every state change, and the one way the
- * checkers (check.c, planned_check.c, vmm_check.c, vmm_epochs.c) report a
- * violation. Included by the files that assert the whole pool or check a
- * layer; includes nothing of the allocator but assert.h.
+ * checkers (check.c, planned_check.c) report a violation. Included by the
+ * files that assert the whole pool or check a layer; includes nothing of the
+ * allocator but assert.h.
  */
 #ifndef STOWAGE_ALLOCATOR_CHECK_H
 #define STOWAGE_ALLOCATOR_CHECK_H
@@ -13,7 +13,6 @@
 #include "allocator/assert.h"
 #include "stowage.h"
 
-/* ---- check.c ---- */
 /* Walks every structure and checks the invariants of types.h and the books.
  * Returns STOW_OK or writes the first violation into why. Lock held. */
 stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t why_len);

@@ -2,7 +2,7 @@
  * allocator/quick.h: the quick lists and mid rings (quick.c): blocks freed
  * by the user kept whole for the next request of their size on their
  * stream, in front of the fit layer. Included by pool.c (the fast paths) and
- * by the paths that flush them before memory moves (segment.c, snapshot.c).
+ * by growth and release, which flushes them before memory moves (segment.c).
  */
 #ifndef STOWAGE_ALLOCATOR_QUICK_H
 #define STOWAGE_ALLOCATOR_QUICK_H

@@ -92,6 +92,7 @@ uint64_t stow__vmm_releasable_bytes(const stow_pool_t *pool);
 void stow__vmm_release_segment(stow_pool_t *pool, stow_segment_t *seg);
 void stow__vmm_release_all_handles(stow_pool_t *pool);
 
+/* ---- vmm_place.c ---- */
 /* Where a page-mapped pool puts a request of `rounded` bytes that best fit
  * placed at free block b (indexed, usable by ss). Big requests whose best-fit
  * span needs granules mapped go where the fewest need mapping instead: any
