@@ -639,14 +639,23 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
     return taken;
 }
 
-static void look(stow_pool_t *pool, stow_stream_state_t *ss)
+/* Out of line: note() runs on every operation, and a search inlined into it
+ * would make every call pay the search's register saves. */
+static __attribute__((noinline)) void look(stow_pool_t *pool, stow_stream_state_t *ss)
 {
     stow_vmm_step_t *s = &pool->step;
+    /* A loop that has stopped remapping has a layout that fits: keep it (a
+     * plan would move every block once, and may hold more granules). A period
+     * is at most a third of the log: a pool that has not remapped over two
+     * thirds of it is not remapping whatever the period, and needs no search. */
+    if (s->last_remap_op + 2 * (s->log_count / 3) < pool->step.ops) {
+        stop_looking(s);
+        back_off(pool);
+        return;
+    }
     size_t period = find_period(s);
     if (!period)
         return;
-    /* A loop that has stopped remapping has a layout that fits: keep it (a
-     * plan would move every block once, and may hold more granules). */
     bool remapping = s->last_remap_op + 2 * period >= pool->step.ops;
     bool taken = remapping && take_plan(pool, ss, period);
     stop_looking(s);
