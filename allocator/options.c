@@ -362,6 +362,12 @@ static const struct constant_key {
     {"planned_auto", "planned_steps and planned_auto false"},
 };
 
+const char *stow_tuning_key_name(size_t index)
+{
+    return index < sizeof constant_keys / sizeof constant_keys[0] ? constant_keys[index].key
+                                                                  : NULL;
+}
+
 static stow_status_t unknown_key(const char *key, char *err, size_t err_len)
 {
     for (size_t i = 0; i < sizeof constant_keys / sizeof constant_keys[0]; i++)

@@ -359,6 +359,14 @@ static const struct tuning_key {
     {"planned_auto", APPLY_POOLS},
 };
 
+unsigned stow__replay_tuning_groups(const char *name, size_t len)
+{
+    for (size_t k = 0; k < sizeof tuning_keys / sizeof tuning_keys[0]; k++)
+        if (strlen(tuning_keys[k].name) == len && !memcmp(tuning_keys[k].name, name, len))
+            return tuning_keys[k].groups;
+    return 0;
+}
+
 /* The groups of the policies given, with planned_auto making every pool a
  * planned one. */
 static unsigned given_groups(const stow_replay_policy_t *const *policies, unsigned count,
@@ -388,22 +396,19 @@ stow_status_t stow__replay_tuning_resolve(const char *text,
     const char *b;
     size_t len, n;
     for (const char *at = text; next_item(&at, &b, &len, &n);) {
-        const struct tuning_key *key = NULL;
-        for (size_t k = 0; n && k < sizeof tuning_keys / sizeof tuning_keys[0]; k++)
-            if (strlen(tuning_keys[k].name) == n && !memcmp(tuning_keys[k].name, b, n))
-                key = &tuning_keys[k];
-        if (n && !key)
+        unsigned key_groups = n ? stow__replay_tuning_groups(b, n) : 0;
+        if (n && !key_groups)
             return opts_error(err, err_len,
                               "--tuning takes the pools' constants (stowage/tuning.h); '%.*s' is "
                               "a setting: give it in --conf",
                               (int)n, b);
-        if (key && !(key->groups & groups))
+        if (key_groups && !(key_groups & groups))
             return opts_error(err, err_len,
-                              "--tuning %s: no policy given uses it (%s): add one or drop it",
-                              key->name,
-                              key->groups == APPLY_VMM       ? "vmm and vmm-planned"
-                              : key->groups == APPLY_CLASSIC ? "classic and classic-planned"
-                              : key->groups == APPLY_PLANNED
+                              "--tuning %.*s: no policy given uses it (%s): add one or drop it",
+                              (int)n, b,
+                              key_groups == APPLY_VMM       ? "vmm and vmm-planned"
+                              : key_groups == APPLY_CLASSIC ? "classic and classic-planned"
+                              : key_groups == APPLY_PLANNED
                                   ? "classic-planned and vmm-planned, or any pool with "
                                     "planned_auto"
                                   : "the Stowage pools");

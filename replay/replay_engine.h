@@ -207,6 +207,11 @@ stow_status_t stow__replay_tuning_resolve(const char *text,
                                           unsigned count, stow_config_t *config,
                                           stow_tuning_t *out, char *err, size_t err_len);
 
+/* The groups of policies (a bit mask, non-zero) that use the constant of
+ * --tuning named by name[0..len) (stow_tuning_key_name); 0 for any other
+ * name. */
+unsigned stow__replay_tuning_groups(const char *name, size_t len);
+
 /* The pool a planned policy (classic-planned, vmm-planned) runs on: classic or
  * vmm; NULL for any other policy. */
 const stow_replay_policy_t *stow__replay_planned_base(const stow_replay_policy_t *policy);

@@ -96,6 +96,11 @@ STOW_API void stow_tuning_default(stow_tuning_t *tuning);
 STOW_API stow_status_t stow_tuning_parse(struct stow_config *config, stow_tuning_t *tuning,
                                          const char *text, char *err, size_t err_len);
 
+/* The name of the index-th constant that stow_tuning_parse takes (the fields
+ * above and release_idle_on_grow), in a fixed order; NULL past the last.
+ * The string is static: never freed by the caller. */
+STOW_API const char *stow_tuning_key_name(size_t index);
+
 /* stow_pool_create with these constants (NULL: the defaults). Errors: as
  * stow_pool_create, and STOW_EINVAL for a tuning out of its bounds. */
 STOW_API STOW_NODISCARD stow_status_t stow_pool_create_tuned(const struct stow_config *config,

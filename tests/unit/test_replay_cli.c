@@ -618,6 +618,30 @@ Test(replay_conf_resolve, a_constant_given_as_a_setting_is_refused)
     }
 }
 
+/* The constants' two tables agree: every name stow_tuning_key_name gives
+ * (the library's, which STOWAGE_CONF refuses naming its heading) has the
+ * policies that use it in --tuning's, and is refused as a setting; and every
+ * name --tuning takes is one of the library's. */
+Test(replay_conf_resolve, every_constant_has_its_policies_in_tuning)
+{
+    size_t count = 0;
+    unsetenv("STOWAGE_CONF");
+    for (const char *name; (name = stow_tuning_key_name(count)) != NULL; count++) {
+        cr_assert_neq(stow__replay_tuning_groups(name, strlen(name)), 0,
+                      "--tuning has no policies for the constant '%s'", name);
+        char text[64];
+        snprintf(text, sizeof text, "%s:1", name);
+        stow_config_t c;
+        char err[256] = "";
+        cr_assert_eq(stow__replay_load_config(text, &c, err, sizeof err), STOW_EINVAL, "%s", text);
+        cr_assert_not_null(strstr(err, "is not a setting"), "%s: %s", text, err);
+    }
+    cr_assert_eq(count, 13, "the twelve constants of stow_tuning_t and release_idle_on_grow");
+    cr_assert_eq(stow__replay_tuning_groups("policy", 6), 0, "a setting has no constant's groups");
+    cr_assert_eq(stow__replay_tuning_groups("vmm_slack", 4), 0, "a prefix is not a name");
+    cr_assert_null(stow_tuning_key_name(SIZE_MAX));
+}
+
 /* Several policies: a key some of them apply runs there, and a note names the
  * others; a key none of them applies is still an error. */
 Test(replay_conf_resolve, several_policies_note_those_without_the_key)
