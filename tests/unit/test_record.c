@@ -360,6 +360,20 @@ Test(record, step_markers_are_recorded_and_dumped)
     finish();
 }
 
+/* The pool's recording dumped to a file and read back. */
+static stow_trace_t *dump_and_load(void)
+{
+    char path[] = "/tmp/stow_ring_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
+    stow_trace_t *t;
+    char err[256];
+    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+    unlink(path);
+    return t;
+}
+
 Test(record, the_ring_keeps_the_newest_events)
 {
     make_pool("policy:classic");
@@ -374,17 +388,10 @@ Test(record, the_ring_keeps_the_newest_events)
     stow_record_counts(pool, &recorded, &kept);
     cr_assert_eq(recorded, 13, "1 segment + 6 allocs + 6 frees");
     cr_assert_eq(kept, 4);
-    char path[] = "/tmp/stow_ring_XXXXXX";
-    int fd = mkstemp(path);
-    close(fd);
-    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
-    stow_trace_t *t;
-    char err[256];
     /* Only frees survive, whose allocations were overwritten: an empty trace. */
-    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
+    stow_trace_t *t = dump_and_load();
     cr_assert_eq(t->event_count, 0);
     stow_trace_free(t);
-    unlink(path);
     cr_assert_eq(stow_record_start(pool, 0), STOW_OK);
     stow_record_counts(pool, &recorded, &kept);
     cr_assert_eq(recorded, 0);
@@ -414,14 +421,7 @@ static stow_trace_t *record_pairs(size_t capacity_events, size_t n, uint64_t *ke
     uint64_t recorded;
     stow_record_counts(pool, &recorded, kept);
     cr_assert_eq(recorded, 2 * n);
-    char path[] = "/tmp/stow_ring_XXXXXX";
-    int fd = mkstemp(path);
-    close(fd);
-    cr_assert_eq(stow_trace_dump(pool, path), STOW_OK);
-    stow_trace_t *t;
-    char err[256];
-    cr_assert_eq(stow_trace_load(path, &t, err, sizeof err), STOW_OK, "%s", err);
-    unlink(path);
+    stow_trace_t *t = dump_and_load();
     cr_assert_eq(stow_record_start(pool, 0), STOW_OK);
     return t;
 }
