@@ -580,7 +580,7 @@ static inline __attribute__((always_inline)) void note_served(stow_pool_t *pool,
                                                               stow_block_t *b, size_t rounded)
 {
     if (pool->learn_step)
-        stow__vmm_step_note_alloc(pool, b, ss, rounded);
+        stow__vmm_step_note_alloc(&pool->step, pool, b, ss, rounded);
     if (STOW_UNLIKELY(pool->planned != NULL))
         stow__planned_pool_alloc(pool, ss, b->addr, rounded);
 }
@@ -946,7 +946,7 @@ stow_status_t stow_pool_free(stow_pool_t *pool, void *ptr)
     }
     pool->op_count++;
     if (pool->learn_step)
-        stow__vmm_step_note_free(pool, b);
+        stow__vmm_step_note_free(&pool->step, pool, b);
     stow__acct_free(&pool->acct, b->pool_kind, b->size_bytes, b->requested_bytes, b->size_class);
     pool->tag_stats[b->tag].allocated_bytes -= b->size_bytes;
     pool->tag_stats[b->tag].allocations--;

@@ -702,14 +702,14 @@ static void note(stow_pool_t *pool, stow_stream_state_t *ss, uint64_t sig)
     pool->step.ops++;
 }
 
-void stow__vmm_step_note_alloc(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
-                               size_t rounded)
+void stow__vmm_step_log_alloc(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
+                              size_t rounded)
 {
     b->free_seq = pool->step.ops;
     note(pool, ss, alloc_sig(rounded, ss));
 }
 
-void stow__vmm_step_note_free(stow_pool_t *pool, stow_block_t *b)
+void stow__vmm_step_log_free(stow_pool_t *pool, stow_block_t *b)
 {
     stow_vmm_step_t *s = &pool->step;
     uint64_t distance = pool->step.ops - b->free_seq;

@@ -57,9 +57,34 @@ void stow__vmm_step_destroy(stow_pool_t *pool);
 void stow__vmm_step_forget(stow_pool_t *pool);
 /* A remap: start looking for the step, unless looking, planned or backing off. */
 void stow__vmm_step_note_remap(stow_pool_t *pool);
-void stow__vmm_step_note_alloc(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
-                               size_t rounded);
-void stow__vmm_step_note_free(stow_pool_t *pool, stow_block_t *b);
+/* The operations of a pool that looks for its step or follows a plan
+ * (stow__vmm_step_note_alloc and _free beyond their fast paths). */
+void stow__vmm_step_log_alloc(stow_pool_t *pool, stow_block_t *b, stow_stream_state_t *ss,
+                              size_t rounded);
+void stow__vmm_step_log_free(stow_pool_t *pool, stow_block_t *b);
+/* Notes a successful allocation (b, served on ss) or free of the pool whose
+ * learner is `step` (&pool->step). Inline: a pool neither looking for its
+ * step nor following a plan, most of the time, only counts the operation, and
+ * a call on every request would cost more than that. */
+static inline void stow__vmm_step_note_alloc(stow_vmm_step_t *step, stow_pool_t *pool,
+                                             stow_block_t *b, stow_stream_state_t *ss,
+                                             size_t rounded)
+{
+    if (!step->looking && !step->active) {
+        b->free_seq = step->ops++; /* its lifetime, should a log start before its free */
+        return;
+    }
+    stow__vmm_step_log_alloc(pool, b, ss, rounded);
+}
+static inline void stow__vmm_step_note_free(stow_vmm_step_t *step, stow_pool_t *pool,
+                                            stow_block_t *b)
+{
+    if (!step->looking && !step->active) {
+        step->ops++;
+        return;
+    }
+    stow__vmm_step_log_free(pool, b);
+}
 /* The free block cut at the planned address of this request, or NULL (no plan,
  * not the expected request, or the address is not free). Needs one reserved
  * block record. */
