@@ -218,6 +218,11 @@ RULES = {
     "long,varlen,buckets,random --policies vmm,classic --tuning "
     "vmm_learn_step:false,planned_auto:true": dict(
         skip=SNAPSHOTS + "; about 40 minutes on 2 cores"),
+    "python3 bench/pool_goals.py --sets zoo --policies vmm --tuning vmm_handle_mb:N --details":
+        dict(fill=[("vmm_handle_mb:N", "vmm_handle_mb:2")],
+             long="replays the corpus's 565 workloads under the page-mapped pool and both "
+                  "PyTorch models: about 3 minutes on 2 cores", timeout=1800),
+    "stowage replay --policy vmm --summary TRACE": dict(fill=[("TRACE", BUNDLED)]),
     "python3 bench/pool_goals.py --sets long,varlen,buckets,random": dict(
         long="replays 33 loops under both pools, the PyTorch models and build/planned_steps: "
              "about 10 minutes on 2 cores", shared=True),
