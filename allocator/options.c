@@ -32,7 +32,7 @@ void stow_config_default(stow_config_t *config)
     config->max_non_split_rounding_bytes = 20 * MIB;
     config->garbage_collection_threshold = 0.0;
     config->memory_fraction = 1.0;
-    config->release_idle_on_grow = true;
+    config->release_idle_on_grow = false;
     config->planned_async = true;
 }
 
@@ -350,7 +350,7 @@ static const struct constant_key {
     {"quick_depth", "Quick lists"},
     {"quick_mid_slots", "Quick lists"},
     {"keep_idle_max", "keep_idle_max 0.05"},
-    {"release_idle_on_grow", "release_idle_on_grow true"},
+    {"release_idle_on_grow", "release_idle_on_grow false"},
     {"reuse_other_streams_on_miss", "reuse_other_streams_on_miss false"},
     {"vmm_slack", "vmm_slack 0.0095"},
     {"vmm_slack_max", "vmm_slack_max 0.05"},

@@ -361,8 +361,13 @@ static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsign
                               size_t rounded)
 {
     stow_block_t *b = best_fit_in(pool, ss, kind, rounded);
-    if (!b && kind == STOW_POOL_LARGE && !pool->vmm)
-        b = best_fit_in(pool, ss, STOW_FREE_IDLE, rounded);
+    if (kind == STOW_POOL_LARGE && !pool->vmm) {
+        /* PyTorch's order: the smallest block that fits, split or a wholly
+         * free segment (docs/decisions.md, the classic fallback). */
+        stow_block_t *idle = best_fit_in(pool, ss, STOW_FREE_IDLE, rounded);
+        if (idle && (!b || idle->size_bytes < b->size_bytes))
+            b = idle;
+    }
     return (b && block_acceptable(pool, b, rounded)) ? b : NULL;
 }
 

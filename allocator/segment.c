@@ -35,12 +35,11 @@
 #include <time.h>
 
 #define SMALL_SEGMENT_BYTES ((size_t)2 << 20)
-/* Medium requests (over 1 MiB, under 8 MiB) share 32 MiB segments: given a
- * segment each, every one strands up to 2 MiB of rounding and split
- * remainders; four or more to a segment, the remainders are shared
- * (docs/decisions.md, sizes and segments). */
-#define MEDIUM_SEGMENT_BYTES ((size_t)32 << 20)
-#define MEDIUM_REQUEST_LIMIT_BYTES ((size_t)8 << 20)
+/* Medium requests (over 1 MiB, under 10 MiB) share 20 MiB segments, as
+ * PyTorch's kLargeBuffer and kMinLargeAlloc: the classic fallback grows as
+ * PyTorch's native allocator does (docs/decisions.md, the classic fallback). */
+#define MEDIUM_SEGMENT_BYTES ((size_t)20 << 20)
+#define MEDIUM_REQUEST_LIMIT_BYTES ((size_t)10 << 20)
 
 static uint64_t now_ns(void)
 {

@@ -86,10 +86,12 @@ typedef struct stow_config {
                                             pass threshold x limit */
     double memory_fraction;        /* (0,1], default 1: the share of the device's memory the pool
                                       may reserve; key "per_process_memory_fraction" */
-    bool release_idle_on_grow;     /* C API only, default true: release idle segments, oldest
-                                      first, rather than lift reserved memory above its high-water
-                                      mark; false for a pool that a CUDA-graph capture may grow
-                                      (nothing may be freed then) */
+    bool release_idle_on_grow;     /* C API only, default false (PyTorch's rule: idle segments
+                                      go back at out-of-memory and empty_cache): true releases
+                                      idle segments, oldest first, rather than lift reserved
+                                      memory above its high-water mark; leave it false for a pool
+                                      that a CUDA-graph capture may grow (nothing may be freed
+                                      then) */
     bool scrub_on_free;            /* default false: zero every block at free before any stream can
                                       get it again (the backend needs scrub); key "scrub_on_free" */
     size_t record_events;          /* 0 (default): no recording; else the size of the pool's event

@@ -223,13 +223,16 @@ RULES = {
              long="replays the corpus's 565 workloads under the page-mapped pool and both "
                   "PyTorch models: about 3 minutes on 2 cores", timeout=1800),
     "stowage replay --policy vmm --summary TRACE": dict(fill=[("TRACE", BUNDLED)]),
+    "python3 bench/pool_goals.py --sets zoo --policies classic --details": dict(
+        long="replays the corpus's 565 workloads under the classic pool and both PyTorch "
+             "models: about 3 minutes on 2 cores", timeout=1800),
+    "python3 bench/pool_goals.py --snapshots DIR --policies classic --details": dict(
+        skip=SNAPSHOTS + "; about 15 minutes on 2 cores"),
     "python3 bench/pool_goals.py --sets long,varlen,buckets,random": dict(
         long="replays 33 loops under both pools, the PyTorch models and build/planned_steps: "
              "about 10 minutes on 2 cores", shared=True),
     "build/stowage replay --policy classic --policy vmm --policy pytorch --policy "
     "pytorch-expandable --json": dict(append=BUNDLED),
-    "build/stowage replay --policy classic --policy pytorch --min-capacity --json": dict(
-        append=BUNDLED),
     "bench/snapshot_check.py SNAPSHOTS/* --workloads DIR --iterations 64": dict(skip=SNAPSHOTS),
     "POLICIES=classic bench/warm_instructions.sh [--tuning ...] ../shared/traces/*.rep": dict(
         fill=[("[--tuning ...]", "--tuning quick_depth:4")], needs=["valgrind"]),

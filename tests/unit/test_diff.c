@@ -27,9 +27,9 @@ Test(diff, size_classes_and_pct)
     cr_assert_float_eq(stow__diff_pct(0, 5), 100.0, 1e-9);
 }
 
-static const char trace_a[] = "3 5\na 0 8388608 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
-/* B: the 8 MiB tensor grew to 16 MiB (both large: segments of their own size) */
-static const char trace_b[] = "3 5\na 0 16777216 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
+static const char trace_a[] = "3 5\na 0 10485760 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
+/* B: the 10 MiB tensor grew to 20 MiB (both large: segments of their own size) */
+static const char trace_b[] = "3 5\na 0 20971520 0\na 1 4096 0\nf 1\na 2 2048 0\nf 0\n";
 
 Test(diff, side_figures_and_verdict)
 {
@@ -43,11 +43,11 @@ Test(diff, side_figures_and_verdict)
     const stow_replay_policy_t *p = stow__replay_policy_find("classic");
     cr_assert_eq(stow__diff_side(a, p, &c, true, &sa), STOW_OK);
     cr_assert_eq(stow__diff_side(b, p, &c, false, &sb), STOW_OK);
-    cr_assert_eq(sa.peak_live_bytes, 8388608 + 4096);
+    cr_assert_eq(sa.peak_live_bytes, 10485760 + 4096);
     cr_assert(sa.has_min_capacity);
-    cr_assert_eq(sa.class_at_peak[23], 8388608);
+    cr_assert_eq(sa.class_at_peak[23], 10485760);
     cr_assert_eq(sa.class_at_peak[12], 4096);
-    cr_assert_eq(sb.class_at_peak[24], 16777216);
+    cr_assert_eq(sb.class_at_peak[24], 20971520);
     cr_assert_eq(sa.class_count[11], 1);
     char *out = NULL;
     size_t len = 0;

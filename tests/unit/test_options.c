@@ -103,7 +103,7 @@ Test(options, defaults)
         cr_assert_eq(c.roundup_power2_divisions[i], 0);
     cr_assert(c.garbage_collection_threshold == 0.0);
     cr_assert(c.memory_fraction == 1.0);
-    cr_assert(c.release_idle_on_grow);
+    cr_assert(!c.release_idle_on_grow);
     cr_assert(!c.scrub_on_free);
     cr_assert_eq(c.record_events, 0);
     cr_assert(!c.planned_steps);
@@ -298,7 +298,7 @@ static const struct {
     {"quick_depth:0", "Quick lists"},
     {"quick_mid_slots:0", "Quick lists"},
     {"keep_idle_max:0.1", "keep_idle_max 0.05"},
-    {"release_idle_on_grow:false", "release_idle_on_grow true"},
+    {"release_idle_on_grow:true", "release_idle_on_grow false"},
     {"reuse_other_streams_on_miss:true", "reuse_other_streams_on_miss false"},
     {"vmm_slack:0.02", "vmm_slack 0.0095"},
     {"vmm_slack_max:0.1", "vmm_slack_max 0.05"},
@@ -475,14 +475,14 @@ Test(options, tuning_parse_takes_settings_only_with_a_config)
     cr_assert_eq(stow_tuning_parse(&c, &t,
                                    "policy:classic,quick_depth:0,max_split_size_mb:64,"
                                    "vmm_slack:0,planned_steps:true,planned_auto:true,"
-                                   "release_idle_on_grow:false",
+                                   "release_idle_on_grow:true",
                                    err, sizeof err),
                  STOW_OK, "%s", err);
     cr_assert_str_empty(err);
     cr_assert_eq(c.policy, STOW_POLICY_CLASSIC);
     cr_assert_eq(c.max_split_size_bytes, 64 * MIB);
     cr_assert(c.planned_steps);
-    cr_assert(!c.release_idle_on_grow, "the C API's field, set beside the constants");
+    cr_assert(c.release_idle_on_grow, "the C API's field, set beside the constants");
     cr_assert_eq(t.quick_depth, 0);
     cr_assert(t.vmm_slack == 0.0);
     cr_assert(t.planned_auto);

@@ -321,9 +321,19 @@ Test(pool, release_and_retry_recovers_cached_memory)
     finish_pool();
 }
 
+/* The classic configuration with release_idle_on_grow (a C API field; off by
+ * default, as PyTorch releases only at out-of-memory). */
+static const stow_config_t *releasing_on_grow(void)
+{
+    static stow_config_t c;
+    ts_config_classic(&c);
+    c.release_idle_on_grow = true;
+    return &c;
+}
+
 Test(pool, release_idle_on_grow_keeps_reserved_flat)
 {
-    make_pool(0, NULL);
+    make_pool(0, releasing_on_grow());
     void *a = alloc_ok(24 * MIB);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     void *b = alloc_ok(32 * MIB); /* the idle 6 MiB segment goes first */
@@ -365,18 +375,33 @@ static uint64_t run_loop6(unsigned steps, unsigned tail)
     return calls;
 }
 
-/* A pool on a device of capacity_bytes (0: unlimited) with keep_idle_max set. */
+/* A pool on a device of capacity_bytes (0: unlimited) that releases idle
+ * segments on growth, with keep_idle_max set. */
 static void make_pool_keeping(size_t capacity_bytes, double keep_idle_max)
 {
     stow_tuning_t t;
     stow_tuning_default(&t);
     t.keep_idle_max = keep_idle_max;
-    make_pool_tuned(capacity_bytes, NULL, &t);
+    make_pool_tuned(capacity_bytes, releasing_on_grow(), &t);
+}
+
+Test(pool, by_default_the_loop_settles_without_releasing)
+{
+    /* PyTorch's rule: idle segments go back only at out-of-memory, so the
+     * loop's step finds what the last one left and calls nothing. */
+    make_pool(0, NULL);
+    uint64_t tail_calls = run_loop6(2000, 200);
+    stow_stats_t s = stats_now();
+    cr_assert_eq(tail_calls, 0, "the last 200 steps made %llu backend calls",
+                 (unsigned long long)tail_calls);
+    cr_assert_eq(s.num_idle_releases, 0);
+    cr_assert_gt(s.num_device_alloc, 0);
+    finish_pool();
 }
 
 Test(pool, a_loop_that_keeps_releasing_idle_segments_keeps_them)
 {
-    make_pool(0, NULL); /* keep_idle_max 0.05 by default */
+    make_pool(0, releasing_on_grow()); /* keep_idle_max 0.05 by default */
     uint64_t tail_calls = run_loop6(2000, 200);
     stow_stats_t s = stats_now();
     cr_assert_eq(tail_calls, 0, "the last 200 steps still made %llu backend calls",
@@ -413,13 +438,13 @@ Test(pool, a_loop_kept_on_a_small_device_still_fits)
     (void)run_loop6(2000, 200);
     uint64_t need = stats_now().reserved_bytes[STOW_POOL_ALL].peak; /* releasing: 1.021 x */
     finish_pool();
-    make_pool(need, NULL); /* keeping would hold 1.022 x unlimited */
+    make_pool(need, releasing_on_grow()); /* keeping would hold 1.022 x unlimited */
     (void)run_loop6(2000, 200);
     cr_assert_eq(stats_now().num_ooms, 0);
     finish_pool();
 }
 
-Test(pool, a_large_request_cuts_a_split_block_before_a_whole_idle_segment)
+Test(pool, a_large_request_takes_the_smallest_block_that_fits_split_or_idle)
 {
     make_pool(0, NULL);
     void *a = alloc_ok(50 * MIB), *b = alloc_ok(20 * MIB);
@@ -428,14 +453,15 @@ Test(pool, a_large_request_cuts_a_split_block_before_a_whole_idle_segment)
     /* Both segments are idle; 24 MiB fits only the 50 MiB one, which splits. */
     void *c = alloc_ok(24 * MIB);
     cr_assert_eq(c, a);
-    /* 18 MiB: the 26 MiB split remainder, not the smaller idle 20 MiB segment,
-     * which stays whole. */
+    /* 18 MiB: the idle 20 MiB segment is smaller than the 26 MiB split
+     * remainder, and PyTorch's best fit takes it. */
     void *d = alloc_ok(18 * MIB);
-    cr_assert_eq((char *)d, (char *)a + 24 * MIB);
+    cr_assert_eq(d, b);
     check_pool();
     cr_assert_eq(stats_now().num_device_alloc, 2);
     void *e = alloc_ok(20 * MIB);
-    cr_assert_eq(e, b, "the idle segment serves a request of its size whole");
+    cr_assert_eq((char *)e, (char *)a + 24 * MIB, "the split remainder serves it");
+    cr_assert_eq(stats_now().num_device_alloc, 2);
     cr_assert_eq(stow_pool_free(pool, c), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, d), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, e), STOW_OK);
@@ -573,21 +599,24 @@ Test(pool, waste_at_peak_adds_up)
     finish_pool();
 }
 
-Test(pool, medium_requests_share_32_mib_segments)
+Test(pool, medium_requests_share_20_mib_segments)
 {
     make_pool(0, NULL);
-    void *p[8];
-    for (int i = 0; i < 8; i++)
-        p[i] = alloc_ok(3 * MIB + 100); /* medium: 1 MiB < size < 8 MiB */
+    void *p[7];
+    for (int i = 0; i < 6; i++)
+        p[i] = alloc_ok(3 * MIB + 100); /* medium: 1 MiB < size < 10 MiB */
     stow_stats_t s = stats_now();
-    /* Nine 3 MiB blocks fit a 32 MiB segment: eight need one segment. */
+    /* Six 3 MiB blocks fit a 20 MiB segment (PyTorch's kLargeBuffer). */
     cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 1);
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, 32 * MIB);
-    void *big = alloc_ok(8 * MIB); /* large: a segment of its own size */
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, 20 * MIB);
+    p[6] = alloc_ok(3 * MIB + 100); /* the seventh needs another */
     s = stats_now();
     cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 2);
-    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, 40 * MIB);
-    for (int i = 0; i < 8; i++)
+    void *big = alloc_ok(18 * MIB); /* large: a segment of its own size */
+    s = stats_now();
+    cr_assert_eq(s.segment[STOW_POOL_LARGE].current, 3);
+    cr_assert_eq(s.reserved_bytes[STOW_POOL_LARGE].current, 58 * MIB);
+    for (int i = 0; i < 7; i++)
         cr_assert_eq(stow_pool_free(pool, p[i]), STOW_OK);
     cr_assert_eq(stow_pool_free(pool, big), STOW_OK);
     finish_pool();

@@ -271,8 +271,8 @@ Test(stream, out_of_memory_synchronizes_and_reuses_other_streams_blocks)
 {
     sim = ts_sim(32 * MIB, false, true);
     cr_assert_eq(stow_pool_create(ts_classic(), sim, &pool), STOW_OK);
-    void *a = alloc_on(S1, 8 * MIB + 1);
-    void *hold = alloc_on(S1, 8 * MIB + 1);
+    void *a = alloc_on(S1, 10 * MIB + 1);
+    void *hold = alloc_on(S1, 10 * MIB + 1);
     cr_assert_eq(stow_pool_free(pool, a), STOW_OK);
     /* S2 cannot reuse a yet, and the device is nearly full: the retry path
      * synchronizes, after which a's segment may be reused or released. */
