@@ -33,11 +33,10 @@ unsigned stow_version(void) { return STOW_VERSION_HEX; }
 
 /* ---- free-index bookkeeping shared with segment.c and stream.c ---- */
 
-/* A classic large segment wholly free sits in its own slot: best fit cuts one
- * only when no block already split fits (find_fit), so that idle segments stay
- * whole, to be reused whole or given back (docs/decisions.md, idle segments
- * last). A block's slot is fixed while it is indexed: its size does not change
- * there. */
+/* A classic large segment wholly free sits in its own slot, so that growth and
+ * the out-of-memory retry find the idle segments; best fit looks in both slots
+ * and takes the smaller block, as PyTorch's does (find_fit). A block's slot is
+ * fixed while it is indexed: its size does not change there. */
 static inline __attribute__((always_inline)) unsigned index_slot(const stow_pool_t *pool,
                                                                  const stow_block_t *b)
 {

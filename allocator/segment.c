@@ -3,16 +3,16 @@
  * out-of-memory path.
  *
  * Growth policy (docs/design.md, growth policy): a small request gets a 2 MiB
- * segment that later small requests share; a medium one (under 8 MiB) a
- * 32 MiB segment that later medium requests share; a large request gets a
- * segment of exactly its size rounded to the backend granularity. Large
- * segments are never over-provisioned "for later": on real traces that slack
- * is what a caching allocator ends up holding at its peak. Before reserving, if the new segment
- * would lift reserved memory above its all-time high-water mark, idle segments
- * (no live block) are released first, oldest first, as far as that keeps the
- * mark where it is (release_idle_on_grow). Below the mark nothing is released:
- * that memory was needed once and will likely be again, so a repeating
- * workload reaches a steady state with no backend calls at all. A loop whose
+ * segment that later small requests share; a medium one (under 10 MiB) a
+ * 20 MiB segment that later medium requests share; a large request gets a
+ * segment of exactly its size rounded to the backend granularity: PyTorch's
+ * sizes. Large segments are never over-provisioned "for later": on real
+ * traces that slack is what a caching allocator ends up holding at its peak.
+ * Idle segments (no live block) stay cached, so a repeating workload reaches
+ * a steady state with no backend calls at all. With release_idle_on_grow (off
+ * by default, as in PyTorch), a new segment that would lift reserved memory
+ * above its all-time high-water mark first releases idle segments, oldest
+ * first, as far as that keeps the mark where it is. A loop whose
  * step needs a little more than the mark would release and reserve segments
  * on every step, so growth that keeps releasing keeps them instead, within
  * keep_idle_max of the allocated peak (keep_idle), and growth that comes back
