@@ -269,8 +269,7 @@ stow_status_t stow__pool_check_locked(stow_pool_t *pool, char *why, size_t len)
     uint64_t indexed = 0;
     for (size_t i = 0; i <= pool->stream_count; i++) {
         const stow_stream_state_t *ss = i ? pool->streams[i - 1] : pool->any;
-        indexed += ss->free[STOW_FREE_IDLE].block_count +
-                   ss->free[STOW_POOL_SMALL].block_count + ss->free[STOW_POOL_LARGE].block_count;
+        indexed += ss->free[STOW_POOL_SMALL].block_count + ss->free[STOW_POOL_LARGE].block_count;
     }
     if ((st = compare("free blocks indexed", 0, indexed, t.free_blocks, why, len)))
         return st;

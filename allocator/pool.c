@@ -33,25 +33,12 @@ unsigned stow_version(void) { return STOW_VERSION_HEX; }
 
 /* ---- free-index bookkeeping shared with segment.c and stream.c ---- */
 
-/* A classic large segment wholly free sits in its own slot, so that growth and
- * the out-of-memory retry find the idle segments; best fit looks in both slots
- * and takes the smaller block, as PyTorch's does (find_fit). A block's slot is
- * fixed while it is indexed: its size does not change there. */
-static inline __attribute__((always_inline)) unsigned index_slot(const stow_pool_t *pool,
-                                                                 const stow_block_t *b)
-{
-    return b->pool_kind == STOW_POOL_LARGE && !pool->vmm &&
-                   b->size_bytes == b->segment->size_bytes
-               ? STOW_FREE_IDLE
-               : b->pool_kind;
-}
-
 /* Inlined into this file's hot paths (merges at free, splits at allocation),
  * where as calls their register saves and returns would cost more than their
  * work. The other files call the exported wrappers. */
 static inline __attribute__((always_inline)) void index_insert(stow_pool_t *pool, stow_block_t *b)
 {
-    stow__free_index_insert(&b->owner->free[index_slot(pool, b)], b);
+    stow__free_index_insert(&b->owner->free[b->pool_kind], b);
     stow__pool_count_split(pool, b, true);
     if (!pool->largest_free_dirty && b->size_bytes > pool->largest_free_cache)
         pool->largest_free_cache = b->size_bytes;
@@ -59,7 +46,7 @@ static inline __attribute__((always_inline)) void index_insert(stow_pool_t *pool
 
 static inline __attribute__((always_inline)) void index_remove(stow_pool_t *pool, stow_block_t *b)
 {
-    stow__free_index_remove(&b->owner->free[index_slot(pool, b)], b);
+    stow__free_index_remove(&b->owner->free[b->pool_kind], b);
     stow__pool_count_split(pool, b, false);
     if (b->size_bytes >= pool->largest_free_cache)
         pool->largest_free_dirty = true;
@@ -71,7 +58,7 @@ void stow__pool_index_remove(stow_pool_t *pool, stow_block_t *b) { index_remove(
 
 static void largest_of_state(stow_stream_state_t *ss, uint64_t *largest)
 {
-    for (unsigned k = STOW_FREE_IDLE; k <= STOW_POOL_LARGE; k++) {
+    for (unsigned k = STOW_POOL_SMALL; k <= STOW_POOL_LARGE; k++) {
         const stow_block_t *b = stow__free_index_largest(&ss->free[k]);
         if (b && b->size_bytes > *largest)
             *largest = b->size_bytes;
@@ -359,14 +346,9 @@ static stow_block_t *best_fit_in(stow_pool_t *pool, stow_stream_state_t *ss, uns
 static stow_block_t *find_fit(stow_pool_t *pool, stow_stream_state_t *ss, unsigned kind,
                               size_t rounded)
 {
+    /* PyTorch's order: the smallest block that fits, split or a wholly free
+     * segment alike (docs/decisions.md, the classic fallback). */
     stow_block_t *b = best_fit_in(pool, ss, kind, rounded);
-    if (kind == STOW_POOL_LARGE && !pool->vmm) {
-        /* PyTorch's order: the smallest block that fits, split or a wholly
-         * free segment (docs/decisions.md, the classic fallback). */
-        stow_block_t *idle = best_fit_in(pool, ss, STOW_FREE_IDLE, rounded);
-        if (idle && (!b || idle->size_bytes < b->size_bytes))
-            b = idle;
-    }
     return (b && block_acceptable(pool, b, rounded)) ? b : NULL;
 }
 

@@ -97,7 +97,7 @@ static void move_to_any(stow_pool_t *pool, stow_block_t *b)
  * UINT64_MAX). */
 static void move_cleared(stow_pool_t *pool, stow_stream_state_t *ss, uint64_t upto_seq)
 {
-    for (unsigned k = STOW_FREE_IDLE; k <= STOW_POOL_LARGE; k++) {
+    for (unsigned k = STOW_POOL_SMALL; k <= STOW_POOL_LARGE; k++) {
         stow_free_index_t *idx = &ss->free[k];
         if (!idx->block_count)
             continue;
@@ -118,8 +118,7 @@ bool stow__stream_clear_others(stow_pool_t *pool, stow_stream_state_t *except)
     for (size_t i = 0; i < pool->stream_count; i++) {
         stow_stream_state_t *ss = pool->streams[i];
         if (ss == except || !(ss->free[STOW_POOL_SMALL].block_count |
-                              ss->free[STOW_POOL_LARGE].block_count |
-                              ss->free[STOW_FREE_IDLE].block_count))
+                              ss->free[STOW_POOL_LARGE].block_count))
             continue;
         if (!ss->clear_event) {
             stow_event_t ev;

@@ -176,17 +176,12 @@ typedef struct stow_free_index {
     size_t bytes;
 } stow_free_index_t;
 
-/* The free-index slot (STOW_POOL_ALL's, unused otherwise) of a classic pool's large
- * segments that are wholly free. */
-#define STOW_FREE_IDLE 0
-
 /* Per-stream free lists. `any` (stream STOW_ANY_STREAM) holds blocks every
  * stream may reuse: those whose freeing stream's clearance event completed. */
 struct stow_stream_state {
     stow_stream_t stream;
-    stow_free_index_t free[3];    /* indexed by STOW_POOL_SMALL / STOW_POOL_LARGE, and
-                                     STOW_FREE_IDLE: a classic pool's wholly free large
-                                     segments (pool.c, find_fit) */
+    stow_free_index_t free[3];    /* indexed by STOW_POOL_SMALL / STOW_POOL_LARGE (slot 0,
+                                     STOW_POOL_ALL's, unused) */
     uint64_t free_seq;            /* incremented at each free into this index */
     uint16_t index;               /* 1 + position in pool->streams; 0 for `any` */
     stow_event_t clear_event;     /* in flight: covers blocks with free_seq <= clear_upto */

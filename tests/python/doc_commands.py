@@ -234,6 +234,8 @@ RULES = {
     "build/stowage replay --policy classic --policy vmm --policy pytorch --policy "
     "pytorch-expandable --json": dict(append=BUNDLED),
     "bench/snapshot_check.py SNAPSHOTS/* --workloads DIR --iterations 64": dict(skip=SNAPSHOTS),
+    "POLICIES=classic bench/warm_instructions.sh ../shared/traces/gpt2_train.rep": dict(
+        needs=["valgrind"]),
     "POLICIES=classic bench/warm_instructions.sh [--tuning ...] ../shared/traces/*.rep": dict(
         fill=[("[--tuning ...]", "--tuning quick_depth:4")], needs=["valgrind"]),
     "build/vmm_churn --replays 8 [--conf ...]": dict(
