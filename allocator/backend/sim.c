@@ -35,7 +35,11 @@
 
 #define SIM_DEFAULT_CAPACITY ((size_t)1 << 46)
 #define SIM_DEFAULT_GRANULARITY ((size_t)2 << 20)
-#define SIM_ADDR_BASE ((uintptr_t)0x100000000000ull) /* reservations */
+/* Reservations are handed out downward from SIM_VA_BASE to SIM_ADDR_BASE, one
+ * below the last, as cudaMalloc's addresses mostly come (docs/pytorch_model.md,
+ * and the pytorch model's fake addresses): best fit breaks ties between free
+ * blocks of one size by address, so the order decides which one a pool takes. */
+#define SIM_ADDR_BASE ((uintptr_t)0x100000000000ull) /* reservations (lowest) */
 #define SIM_VA_BASE ((uintptr_t)0x400000000000ull)   /* virtual ranges */
 
 typedef struct sim_event {
@@ -86,7 +90,7 @@ typedef struct sim {
     stow_backend_t backend; /* first: the handle is a pointer to it */
     pthread_mutex_t lock;
     stow_sim_config_t config;
-    uintptr_t next_addr;
+    uintptr_t next_addr; /* the last reservation's address: the next goes below */
     uintptr_t next_va;
     stow_phys_t next_phys;
     stow_ptr_map_t reservations; /* addr -> size */
@@ -431,12 +435,11 @@ static void add_reserved(sim_t *s, size_t size_bytes)
         s->counters.reserved_bytes_peak = s->counters.reserved_bytes;
 }
 
-static void *host_reserve(sim_t *s, size_t size_bytes)
+static void *host_reserve(sim_t *s, uintptr_t hint, size_t size_bytes)
 {
     if (s->config.host_alloc)
         return s->config.host_alloc(size_bytes, 4096, s->config.host_arg);
-    return host_map_fresh(s->next_addr, size_bytes, s->config.granularity_bytes,
-                          PROT_READ | PROT_WRITE);
+    return host_map_fresh(hint, size_bytes, s->config.granularity_bytes, PROT_READ | PROT_WRITE);
 }
 
 static void host_release(sim_t *s, void *ptr, size_t size_bytes)
@@ -455,18 +458,20 @@ static stow_status_t sim_reserve(void *ctx, size_t size_bytes, stow_stream_t str
     stow_status_t st = sim_enter_sized(s, STOW_SIM_RESERVE, size_bytes);
     if (st == STOW_OK && (size_bytes == 0 || size_bytes % s->config.granularity_bytes))
         st = sim_fail(s, STOW_SIM_RESERVE, STOW_EINVAL);
-    if (st == STOW_OK && !capacity_allows(s, size_bytes))
+    /* Addresses are never reused: past the floor the device is out of them. */
+    if (st == STOW_OK &&
+        (!capacity_allows(s, size_bytes) || size_bytes > s->next_addr - SIM_ADDR_BASE))
         st = sim_fail(s, STOW_SIM_RESERVE, STOW_ENOMEM);
     if (st == STOW_OK)
         st = stow__ptr_map_reserve_one(&s->reservations);
-    uintptr_t addr = s->next_addr;
+    uintptr_t addr = st == STOW_OK ? s->next_addr - size_bytes : 0;
     if (st == STOW_OK && s->config.host_backed) {
-        addr = (uintptr_t)host_reserve(s, size_bytes);
+        addr = (uintptr_t)host_reserve(s, addr, size_bytes);
         if (!addr)
             st = sim_fail(s, STOW_SIM_RESERVE, STOW_ENOMEM);
     }
     if (st == STOW_OK) {
-        s->next_addr += size_bytes;
+        s->next_addr -= size_bytes;
         stow__ptr_map_put(&s->reservations, addr, (void *)(uintptr_t)size_bytes);
         add_reserved(s, size_bytes);
         s->counters.live_reservations++;
@@ -1007,7 +1012,7 @@ stow_status_t stow_sim_create(const stow_sim_config_t *config, stow_backend_t **
     s->page_bytes = (uintptr_t)page;
     memcpy(s->cost_ns, h200_cost_ns, sizeof s->cost_ns);
     memcpy(s->cost_per_mib_ns, h200_cost_per_mib_ns, sizeof s->cost_per_mib_ns);
-    s->next_addr = SIM_ADDR_BASE;
+    s->next_addr = SIM_VA_BASE;
     s->next_va = SIM_VA_BASE;
     stow_backend_t *b = &s->backend;
     b->abi_version = STOW_BACKEND_ABI;

@@ -2,8 +2,9 @@
  * stowage/sim.h: control of the simulated device, for tests and the replay tool.
  *
  * The simulated device (allocator/backend/sim.c) hands out fake, never
- * dereferenced addresses from a non-zero base (or real host memory in
- * host-backed mode), enforces a capacity so that out-of-memory paths run on a
+ * dereferenced addresses (or real host memory in host-backed mode), each
+ * reservation below the last, as cudaMalloc's mostly come (best fit breaks
+ * ties between blocks of one size by address), enforces a capacity so that out-of-memory paths run on a
  * CPU, counts every call, fails the Nth call of a chosen kind on request, and
  * lets a test decide when stream events complete. It is deterministic.
  *
