@@ -4,9 +4,9 @@
  * find a training run's step.
  *
  * Pure functions of the log: no pool state. A candidate is kept only when the
- * log repeats with it from its end back over three periods and half the log,
- * so that a stretch that repeats by chance (a few layers alike) is not taken
- * for the step.
+ * log repeats with it from its end back over two periods (its last three
+ * periods alike) and half the log, so that a stretch that repeats by chance
+ * (a few layers alike) is not taken for the step.
  */
 #include "allocator/period.h"
 
@@ -39,7 +39,7 @@ size_t stow__period_find(const uint64_t *sigs, size_t n, uint64_t anchor, size_t
             if (p < min_period || p > n / 3 || (best && p >= best))
                 continue;
             size_t tail = stow__period_tail(sigs, n, p);
-            if (tail >= 3 * p && tail >= n / 2)
+            if (tail >= 2 * p && tail >= n / 2)
                 best = p;
         }
     }

@@ -41,7 +41,7 @@ size_t stow__period_tail(const uint64_t *sigs, size_t n, size_t p);
 
 /* The smallest distance between two occurrences of `anchor` (from the first
  * or the last one to each other one) of at least min_period with which
- * sigs[0, n) repeats from its end back over three periods and half the log;
+ * sigs[0, n) repeats from its end back over two periods and half the log;
  * 0: none. An anchor should occur once a period: the largest allocation of
  * the loop, for one. O(n) plus O(n) per candidate tried. */
 size_t stow__period_find(const uint64_t *sigs, size_t n, uint64_t anchor, size_t min_period);

@@ -6,7 +6,8 @@
  * first operation on, each is logged as a signature (allocator/period.h: an
  * allocation's rounded size and stream, a free's distance back to its
  * allocation) and the log is searched for its period (allocator/period.c,
- * the search vmm_step.c uses) at 4,096 operations and each time it doubles.
+ * the search vmm_step.c uses, on its own schedule) at 4,096 operations and
+ * each time it doubles.
  * Sizes that change from step to step (a sequence length) change the
  * signatures: the log is searched a second time with the sizes left out,
  * anchored on the frees of the longest lives.

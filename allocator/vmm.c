@@ -371,14 +371,14 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, size_t gran
             *out = fh.phys;
             return STOW_OK;
         }
-    uint64_t allowed = stow__vmm_allowance_for(pool, live_bytes_high_water);
-    if (allowed < pool->phys_granules_high_water && !pool->vmm_cap_bytes)
-        allowed = pool->phys_granules_high_water;
+    uint64_t allowed = stow__vmm_remap_floor_for(pool, live_bytes_high_water);
     bool none_idle = false;
     for (;;) {
         uint64_t held = granule_bytes(pool, pool->phys_granules);
         bool within_limit = bytes <= pool->limit_bytes && held <= pool->limit_bytes - bytes;
         if (within_limit && (none_idle || pool->phys_granules + granules <= allowed)) {
+            if (pool->phys_granules + granules > allowed)
+                stow__vmm_note_growth_past_floor(pool);
             stow_status_t st = stow__backend_status(
                 pool, pool->backend->phys_create(pool->backend->ctx, (size_t)bytes, out));
             if (st == STOW_OK) {

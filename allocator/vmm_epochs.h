@@ -45,6 +45,14 @@ static inline uint64_t stow__vmm_epoch_open(const stow_vmm_epochs_t *epochs)
     return epochs->unmap_epoch;
 }
 
+/* The pool stops remapping (a learned layout served a whole cycle without a
+ * remap): epochs close no more until the next remap. */
+static inline void stow__vmm_epochs_stop_closing(stow_vmm_epochs_t *epochs, uint64_t op_count)
+{
+    if (epochs->closing_until_op > op_count)
+        epochs->closing_until_op = op_count;
+}
+
 /* Destroys the events of epochs not yet seen complete, and their arrays. */
 void stow__vmm_drop_closures(stow_pool_t *pool, bool free_arrays);
 /* A free on `freeing` just left granules unused: while the pool remaps, may

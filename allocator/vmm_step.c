@@ -8,7 +8,10 @@
  * From a remap on, each operation's signature is logged and searched for a
  * period (as bench/long_run.py finds a step); the large blocks of one steady
  * step are then laid out around the blocks that stay, and the plan is taken
- * only when its granules fit the allowance. While the operations match it,
+ * only when its granules fit what the pool may hold before it remaps (the
+ * allowance, or the most it has held). A stretch that leaves large blocks
+ * live beyond two periods is not a step: nothing is planned. At each step's
+ * end under the plan the pool stops recording events for remaps to come. While the operations match it,
  * each planned request takes its address; the first that does not, or three
  * cycles in a row with a taken address, drop it. empty_cache drops the plan
  * and the log (the free blocks change hands).
@@ -29,13 +32,16 @@
 #include "allocator/ptr_map.h"
 #include "allocator/types.h"
 #include "allocator/vmm_allowance.h"
+#include "allocator/vmm_epochs.h"
 #include "allocator/vmm_granules.h"
 #include "allocator/vmm_step.h"
 #include "stowage/plan.h"
 
 #define STEP_LOG_MAX ((size_t)1 << 17)   /* operations logged while looking */
-#define STEP_CHECK_FIRST 4096            /* a period is searched from this many on */
+#define STEP_CHECK_GROWTH_SHIFT 3        /* and again each time the log grows by an eighth */
+#define STEP_IDLE_LOG_MIN 4096           /* a log this long without remaps stops looking */
 #define STEP_MIN_PERIOD 50               /* as bench/long_run.py */
+#define STEP_CHECK_FIRST (3 * STEP_MIN_PERIOD) /* the shortest log a period shows in */
 #define STEP_MAX_BLOCKS 4096             /* planned blocks per cycle (first fit is quadratic) */
 #define STEP_BACKOFF_FIRST ((uint64_t)1 << 16) /* operations before looking again */
 #define STEP_BACKOFF_MAX ((uint64_t)1 << 26)
@@ -102,6 +108,14 @@ void stow__vmm_step_forget(stow_pool_t *pool)
     pool->step.look_after_op = 0; /* looks again at the next remap */
 }
 
+void stow__vmm_step_note_growth_past_floor(stow_pool_t *pool)
+{
+    if (!pool->step.active)
+        return;
+    drop_plan(&pool->step);
+    back_off(pool);
+}
+
 void stow__vmm_step_note_remap(stow_pool_t *pool)
 {
     stow_vmm_step_t *s = &pool->step;
@@ -116,6 +130,7 @@ void stow__vmm_step_note_remap(stow_pool_t *pool)
         return;
     }
     s->log_count = 0;
+    s->next_check = STEP_CHECK_FIRST;
     s->log_first_op = pool->step.ops;
     s->looking = true;
 }
@@ -390,6 +405,18 @@ static uint32_t planned_life(const stow_pool_t *pool, const stow_vmm_step_t *s, 
     return life;
 }
 
+/* Whether entry j of the log is a large allocation still live two periods
+ * on: a loop's step frees what it allocates (gradients by the next step),
+ * where a layer of a pass that keeps its activations for later (a forward
+ * pass of training, a cache) does not, though its operations repeat as a
+ * step's do. */
+static bool outlives_the_step(const stow_pool_t *pool, const stow_vmm_step_t *s, size_t j,
+                              size_t period)
+{
+    return is_alloc(s->log_sigs[j]) && sig_bytes(s->log_sigs[j]) > pool->vmm_small_bytes &&
+           (s->log_lives[j] == 0 || s->log_lives[j] >= 2 * period);
+}
+
 /* The step's large blocks of the log's window [s0, s0 + period) whose frees
  * the log holds, and the cycle they need (1 or 2 steps); 0 blocks: none to
  * plan, or too many. */
@@ -400,8 +427,11 @@ static size_t collect_blocks(const stow_pool_t *pool, const stow_vmm_step_t *s, 
     *steps = 1;
     for (size_t j = s0; j < s0 + period; j++) {
         uint32_t life = planned_life(pool, s, j, period);
-        if (!life)
+        if (!life) {
+            if (outlives_the_step(pool, s, j, period))
+                return 0; /* a stretch that leaves blocks behind is not a step */
             continue;
+        }
         if (life >= period)
             *steps = 2;
         n++;
@@ -515,8 +545,10 @@ static bool plan_above(step_block_t *blocks, size_t n, uint32_t cycle, span_t *s
 
 /* Builds and takes the plan of the step of `period` operations ending two
  * periods before the log's end (so that the frees of its blocks are logged).
- * Returns false (and takes nothing) when there is nothing to plan, no room,
- * no host memory, or the plan's granules would not fit the allowance. */
+ * Returns false (and takes nothing) when there is nothing to plan (or the
+ * stretch is no step), no room, no host memory, or the plan's granules would
+ * not fit what the pool may hold before it remaps: the allowance, or the most
+ * it has held when that is more (a plan within that raises no peak). */
 static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
 {
     stow_vmm_step_t *s = &pool->step;
@@ -551,7 +583,7 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
                                             x->addr - seg->base + x->size_bytes, NULL,
                                             ~(uint64_t)0};
         /* Three orders of placement; the layout that touches the fewest
-         * granules is kept. When none fits the allowance, the offline
+         * granules is kept. When none fits, the offline
          * planner's layout is tried too (plan_above), which costs about as
          * much as the three (docs/design.md, a layout learned from the step). */
         int (*const orders[])(const void *, const void *) = {by_size_then_life, by_area,
@@ -569,7 +601,7 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
             memcpy(obst, spans, n_obst * sizeof *obst);
         size_t n_orders = sizeof orders / sizeof orders[0];
         uint64_t others = other_ranges_granules(pool, seg),
-                 allowed = stow__vmm_allowed_granules(pool);
+                 allowed = stow__vmm_remap_floor_for(pool, pool->live_bytes_high_water);
         for (size_t o = 0; ok && o <= n_orders; o++) {
             if (o == n_orders && best_granules + others <= allowed)
                 break; /* a layout of the three fits */
@@ -620,7 +652,12 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
         s->plan_addrs = addrs;
         s->plan_anchors = anchors;
         s->cycle = cycle;
+        s->period = period;
         s->phase = (n - s0) % cycle;
+        /* Steps end where the planned blocks hold the fewest bytes. */
+        s->ops_to_step_end = (s->start_phase + cycle - s->phase) % period;
+        if (!s->ops_to_step_end)
+            s->ops_to_step_end = period;
         s->stream = ss;
         s->range = seg;
         s->plan_top = seg->base + (height + pool->granularity_bytes - 1) / pool->granularity_bytes *
@@ -647,8 +684,11 @@ static __attribute__((noinline)) void look(stow_pool_t *pool, stow_stream_state_
     /* A loop that has stopped remapping has a layout that fits: keep it (a
      * plan would move every block once, and may hold more granules). A period
      * is at most a third of the log: a pool that has not remapped over two
-     * thirds of it is not remapping whatever the period, and needs no search. */
-    if (s->last_remap_op + 2 * (s->log_count / 3) < pool->step.ops) {
+     * thirds of it is not remapping whatever the period, and needs no search.
+     * A short log says nothing yet: a step of thousands of operations may
+     * remap once. */
+    if (s->log_count >= STEP_IDLE_LOG_MIN &&
+        s->last_remap_op + 2 * (s->log_count / 3) < pool->step.ops) {
         stop_looking(s);
         back_off(pool);
         return;
@@ -657,6 +697,8 @@ static __attribute__((noinline)) void look(stow_pool_t *pool, stow_stream_state_
     if (!period)
         return;
     bool remapping = s->last_remap_op + 2 * period >= pool->step.ops;
+    if (!remapping) /* the loop has settled by itself: no event for remaps to come */
+        stow__vmm_epochs_stop_closing(&pool->epochs, pool->op_count);
     bool taken = remapping && take_plan(pool, ss, period);
     stop_looking(s);
     if (!taken)
@@ -664,6 +706,33 @@ static __attribute__((noinline)) void look(stow_pool_t *pool, stow_stream_state_
 }
 
 /* ---- each operation ---- */
+
+/* A step's end under the plan: where its blocks hold the fewest bytes,
+ * between two steps of the loop. The layout needs no remap, so the pool
+ * records no more events for remaps to come; a remap (a planned address
+ * taken) records them again until the next step's end. */
+static void end_of_step(stow_pool_t *pool)
+{
+    stow_vmm_step_t *s = &pool->step;
+    s->ops_to_step_end = s->period;
+    if (s->placing)
+        stow__vmm_epochs_stop_closing(&pool->epochs, pool->op_count);
+}
+
+/* A plan whose addresses stay taken (by blocks placed around it) cycle after
+ * cycle only moves blocks: the first cycle may miss (blocks from before the
+ * plan), three in a row drop it. */
+static void end_of_cycle(stow_pool_t *pool)
+{
+    stow_vmm_step_t *s = &pool->step;
+    s->phase = 0;
+    s->missed_cycles = s->cycle_misses ? s->missed_cycles + 1 : 0;
+    s->cycle_misses = 0;
+    if (s->missed_cycles == STEP_MISSED_CYCLES_MAX) {
+        drop_plan(s);
+        back_off(pool);
+    }
+}
 
 static void note(stow_pool_t *pool, stow_stream_state_t *ss, uint64_t sig)
 {
@@ -674,17 +743,11 @@ static void note(stow_pool_t *pool, stow_stream_state_t *ss, uint64_t sig)
         if (s->plan_sigs[s->phase] != sig) {
             drop_plan(s); /* the loop changed (or ended) */
             back_off(pool);
-        } else if (++s->phase == s->cycle) {
-            s->phase = 0;
-            /* A plan whose addresses stay taken (by blocks placed around it)
-             * cycle after cycle only moves blocks: the first cycle may miss
-             * (blocks from before the plan), three in a row drop it. */
-            s->missed_cycles = s->cycle_misses ? s->missed_cycles + 1 : 0;
-            s->cycle_misses = 0;
-            if (s->missed_cycles == STEP_MISSED_CYCLES_MAX) {
-                drop_plan(s);
-                back_off(pool);
-            }
+        } else {
+            if (--s->ops_to_step_end == 0)
+                end_of_step(pool);
+            if (++s->phase == s->cycle)
+                end_of_cycle(pool);
         }
     }
     if (s->looking) {
@@ -693,10 +756,16 @@ static void note(stow_pool_t *pool, stow_stream_state_t *ss, uint64_t sig)
             back_off(pool);
         } else {
             s->log_sigs[s->log_count++] = sig;
-            /* At 4,096 operations, then each time the log doubles: a search
-             * scans the log, so all of them together cost about two scans. */
-            if (s->log_count >= STEP_CHECK_FIRST && (s->log_count & (s->log_count - 1)) == 0)
+            /* From the shortest log a period shows in, then each time the
+             * log grows by an eighth: a period shows once the log holds three
+             * of its steps alike, and the search sees it within an eighth
+             * more, so that a loop logged from its first step is planned in
+             * its fourth or fifth. A search scans the log, so all of them
+             * together cost about nine scans. */
+            if (s->log_count == s->next_check) {
+                s->next_check += s->next_check >> STEP_CHECK_GROWTH_SHIFT;
                 look(pool, ss);
+            }
         }
     }
     pool->step.ops++;

@@ -27,11 +27,15 @@ typedef struct stow_vmm_step {
     uint64_t *log_sigs;          /* looking: signature of each logged operation */
     uint32_t *log_lives;         /* looking: allocations: operations until freed, 0 while live */
     size_t log_count;
+    size_t next_check;           /* looking: the log's length at the next period search */
     uint64_t log_first_op;       /* step_ops of log_sigs[0] */
     uint64_t look_after_op;      /* no looking before this operation (back-off) */
     uint64_t last_remap_op;      /* step_ops at the last remap */
     uint64_t backoff_ops;        /* the next back-off, doubled after each refusal */
     size_t cycle, phase;         /* active: operations per cycle; phase of the next one */
+    size_t period;               /* active: operations per step (a cycle is one or two) */
+    size_t ops_to_step_end;      /* active: operations until the next step's end, a phase
+                                    start_phase is a multiple of period from */
     size_t start_phase;          /* active: where the planned blocks hold the fewest bytes */
     size_t cycle_misses;         /* active: planned requests this cycle whose address was taken */
     unsigned missed_cycles;      /* active: cycles in a row with such misses */
@@ -55,6 +59,10 @@ void stow__vmm_step_destroy(stow_pool_t *pool);
 /* empty_cache: the free blocks change hands (to the streams' shared index),
  * so the plan and the log go; the pool looks again at its next remap. */
 void stow__vmm_step_forget(stow_pool_t *pool);
+/* The pool is about to hold more granules than it may before it remaps (a
+ * live block pins every idle mapping): a plan in force costs memory, not
+ * only its first moves, and is dropped, backing off as after a refusal. */
+void stow__vmm_step_note_growth_past_floor(stow_pool_t *pool);
 /* A remap: start looking for the step, unless looking, planned or backing off. */
 void stow__vmm_step_note_remap(stow_pool_t *pool);
 /* The operations of a pool that looks for its step or follows a plan

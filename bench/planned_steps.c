@@ -20,6 +20,9 @@
  *   calls_last, maps_last  backend calls, and map + unmap calls, in the last steps
  *   calls_settled, maps_settled, steps_calling_settled   the same after the first
  *                          --settle steps (5), and how many of those steps made any
+ *   calls_settled_below_peak, steps_calling_settled_below_peak   the same of
+ *                          those steps that took the live peak no higher (a step
+ *                          that does must grow under any allocator)
  *   hits_after_plan, pool_after_plan   allocations of the steps after plan_step
  *                          served by the arena, and by the pool
  *   hit_rate_after_plan    hits / (hits + pool)
@@ -45,6 +48,7 @@
 
 typedef struct step_fig {
     uint64_t reserved_max, calls, maps, hits, pool;
+    bool live_peak_rose; /* the step allocated past every earlier step's live peak */
 } step_fig_t;
 
 typedef struct run {
@@ -70,6 +74,8 @@ static void boundary(run_t *r)
     uint64_t allocs = s.allocation[STOW_POOL_ALL].allocated -
                       r->last.allocation[STOW_POOL_ALL].allocated;
     f->pool = allocs - f->hits;
+    f->live_peak_rose = s.allocated_bytes[STOW_POOL_ALL].peak >
+                        r->last.allocated_bytes[STOW_POOL_ALL].peak;
     r->last = s;
     r->reserved_max = s.reserved_bytes[STOW_POOL_ALL].current;
 }
@@ -156,11 +162,16 @@ static int replay(const char *path, const stow_config_t *cfg, const opts_t *o)
         hits_after += r.steps[k].hits;
         pool_after += r.steps[k].pool;
     }
-    uint64_t calls_settled = 0, maps_settled = 0, steps_calling = 0;
+    uint64_t calls_settled = 0, maps_settled = 0, steps_calling = 0, calls_below = 0,
+             steps_calling_below = 0;
     for (size_t k = first + o->settle; k < r.n_steps; k++) {
         calls_settled += r.steps[k].calls;
         maps_settled += r.steps[k].maps;
         steps_calling += r.steps[k].calls > 0;
+        if (!r.steps[k].live_peak_rose) {
+            calls_below += r.steps[k].calls;
+            steps_calling_below += r.steps[k].calls > 0;
+        }
     }
     uint64_t calls_last = 0, maps_last = 0, reserved_last = 0;
     for (size_t k = r.n_steps > last ? r.n_steps - last : 0; k < r.n_steps; k++) {
@@ -176,6 +187,8 @@ static int replay(const char *path, const stow_config_t *cfg, const opts_t *o)
            ", \"max_calls_per_step_after_plan\": %" PRIu64 ", \"calls_last\": %" PRIu64
            ", \"maps_last\": %" PRIu64 ", \"calls_settled\": %" PRIu64
            ", \"maps_settled\": %" PRIu64 ", \"steps_calling_settled\": %" PRIu64
+           ", \"calls_settled_below_peak\": %" PRIu64
+           ", \"steps_calling_settled_below_peak\": %" PRIu64
            ", \"hits_after_plan\": %" PRIu64
            ", \"pool_after_plan\": %" PRIu64 ", \"hit_rate_after_plan\": %.6f"
            ", \"plans\": %" PRIu64 ", \"misses\": %" PRIu64 ", \"realignments\": %" PRIu64
@@ -183,15 +196,16 @@ static int replay(const char *path, const stow_config_t *cfg, const opts_t *o)
            path, r.n_steps - first, t->peak_live_bytes,
            (double)s.reserved_bytes[STOW_POOL_ALL].peak / live, (double)reserved_last / live,
            plan_step, calls_after, max_calls, calls_last, maps_last, calls_settled, maps_settled,
-           steps_calling, hits_after, pool_after,
+           steps_calling, calls_below, steps_calling_below, hits_after, pool_after,
            hits_after + pool_after ? (double)hits_after / (double)(hits_after + pool_after) : 0.0,
            s.num_plans, s.num_planned_misses, s.num_planned_realignments, s.arena_bytes, ooms);
     if (per_step)
         for (size_t k = first; k < r.n_steps; k++)
             printf("  step %zu: reserved %.6f x live, calls %" PRIu64 ", maps %" PRIu64
-                   ", hits %" PRIu64 ", pool %" PRIu64 "\n",
+                   ", hits %" PRIu64 ", pool %" PRIu64 "%s\n",
                    k - first, (double)r.steps[k].reserved_max / live, r.steps[k].calls,
-                   r.steps[k].maps, r.steps[k].hits, r.steps[k].pool);
+                   r.steps[k].maps, r.steps[k].hits, r.steps[k].pool,
+                   r.steps[k].live_peak_rose ? ", new live peak" : "");
     stow_pool_destroy_force(r.pool);
     stow_sim_destroy(sim);
     free(ptrs);

@@ -61,8 +61,9 @@ INCLUDES = {
     "vmm_epochs.c": "assert.h pool.h types.h vmm_epochs.h",
     "vmm_place.c": "free_index.h pool.h types.h vmm.h vmm_granules.h",
     "vmm_check.c": "pool.h types.h vmm.h vmm_epochs.h vmm_granules.h",
+    # the learner reads the allowance, and tells the unmap epochs when its layout holds
     "vmm_step.c": "block_store.h free_index.h period.h pool.h ptr_map.h types.h vmm_allowance.h "
-                  "vmm_granules.h vmm_step.h",
+                  "vmm_epochs.h vmm_granules.h vmm_step.h",
     "planned_serve.c": "assert.h planned.h planned_serve.h pool.h ptr_map.h recorder.h types.h "
                        "vmm.h",
     "planned_record.c": "planned.h ptr_map.h types.h",

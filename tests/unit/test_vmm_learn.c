@@ -277,6 +277,70 @@ Test(learn, a_loop_that_settles_by_itself_is_not_planned)
     finish();
 }
 
+/* A loop of short steps (random loops 4 and 12: about 80 operations a step)
+ * under the default constants: its step is found from its third repetition
+ * on and planned in time for the fifth step (loop 12; loop 4 settles by
+ * itself), and from the sixth on the pool makes no backend call of any kind
+ * (no map, no unmap, no event). Loop 33's step, 48 operations, is shorter
+ * than the shortest period looked for (50): it is found as two steps. */
+Test(learn, a_loop_of_short_steps_makes_no_backend_call_after_its_fifth_step)
+{
+    const ts_loop_t *loops[] = {&loop4, &loop12};
+    for (size_t i = 0; i < sizeof loops / sizeof loops[0]; i++) {
+        sim = ts_sim(0, false, false);
+        cr_assert_not_null(sim);
+        pool = ts_pool("policy:vmm", sim);
+        void *weights[TS_LOOP_SLOTS_MAX + 8];
+        cr_assert_leq(loops[i]->weight_count, sizeof weights / sizeof weights[0]);
+        ts_loop_weights_alloc(pool, loops[i], STREAM, weights);
+        run_steps(loops[i], 5, 1);
+        uint64_t backend_calls = stats().num_backend_calls;
+        run_steps(loops[i], 300, 50);
+        stow_stats_t s = stats();
+        cr_assert_eq(s.num_backend_calls, backend_calls,
+                     "loop %zu: %llu backend calls after its fifth step", i,
+                     (unsigned long long)(s.num_backend_calls - backend_calls));
+        cr_assert_eq(s.num_vmm_step_plans, loops[i] == &loop12 ? 1u : 0u);
+        ts_loop_weights_free(pool, loops[i], weights);
+        finish();
+    }
+}
+
+/* A stretch that repeats but keeps what it allocates (the layers of a
+ * forward pass of training keep their activations for the backward pass; a
+ * decoder keeps its cache) is not a loop's step: nothing is planned, though
+ * the pool remaps and the stretch repeats as a step does. The pool is at its
+ * allowance first (every other block of a peak freed), so the layers' blocks,
+ * too wide for the holes, remap. */
+Test(learn, a_repeating_stretch_that_keeps_its_blocks_is_not_planned)
+{
+    make_pool(true);
+    enum { PEAK = 64, LAYERS = 40, TEMPS = 24 };
+    void *peak[PEAK], *kept[LAYERS];
+    for (unsigned k = 0; k < PEAK; k++)
+        cr_assert_eq(stow_pool_alloc(pool, 10 * MIB, STREAM, &peak[k]), STOW_OK);
+    for (unsigned k = 0; k < PEAK; k += 2)
+        cr_assert_eq(stow_pool_free(pool, peak[k]), STOW_OK);
+    for (unsigned layer = 0; layer < LAYERS; layer++) {
+        void *temps[TEMPS];
+        for (unsigned k = 0; k < TEMPS; k++)
+            cr_assert_eq(stow_pool_alloc(pool, 12 * MIB, STREAM, &temps[k]), STOW_OK);
+        cr_assert_eq(stow_pool_alloc(pool, 2 * MIB, STREAM, &kept[layer]), STOW_OK);
+        for (unsigned k = 0; k < TEMPS; k++)
+            cr_assert_eq(stow_pool_free(pool, temps[k]), STOW_OK);
+        if (layer % 8 == 0)
+            check();
+    }
+    stow_stats_t s = stats();
+    cr_assert_gt(s.num_unmap_calls, 0, "the layers remapped");
+    cr_assert_eq(s.num_vmm_step_plans, 0);
+    for (unsigned layer = 0; layer < LAYERS; layer++)
+        cr_assert_eq(stow_pool_free(pool, kept[layer]), STOW_OK);
+    for (unsigned k = 1; k < PEAK; k += 2)
+        cr_assert_eq(stow_pool_free(pool, peak[k]), STOW_OK);
+    finish();
+}
+
 Test(learn, the_key_is_parsed_and_checked)
 {
     stow_config_t c;
