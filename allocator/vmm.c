@@ -377,8 +377,6 @@ static stow_status_t obtain_handle(stow_pool_t *pool, unsigned kind, size_t gran
         uint64_t held = granule_bytes(pool, pool->phys_granules);
         bool within_limit = bytes <= pool->limit_bytes && held <= pool->limit_bytes - bytes;
         if (within_limit && (none_idle || pool->phys_granules + granules <= allowed)) {
-            if (pool->phys_granules + granules > allowed)
-                stow__vmm_note_growth_past_floor(pool);
             stow_status_t st = stow__backend_status(
                 pool, pool->backend->phys_create(pool->backend->ctx, (size_t)bytes, out));
             if (st == STOW_OK) {

@@ -47,11 +47,6 @@ uint64_t stow__vmm_allowance_for(const stow_pool_t *pool, uint64_t live_bytes_hi
     return allowed_granules(pool, live_bytes_high_water);
 }
 
-void stow__vmm_note_growth_past_floor(stow_pool_t *pool)
-{
-    stow__vmm_step_note_growth_past_floor(pool);
-}
-
 uint64_t stow__vmm_remap_floor_for(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
     uint64_t allowed = allowed_granules(pool, live_bytes_high_water);

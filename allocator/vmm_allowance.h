@@ -45,10 +45,6 @@ uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool);
  * when that is more, since a remap below it cannot lower a peak already
  * reached; the allowance alone while the planned layer caps it. */
 uint64_t stow__vmm_remap_floor_for(const stow_pool_t *pool, uint64_t live_bytes_high_water);
-/* The pool creates a handle past its remap floor (every idle mapping is
- * pinned by a live block): the learned step's plan, if one is in force, is
- * dropped (vmm_step.h). */
-void stow__vmm_note_growth_past_floor(stow_pool_t *pool);
 /* Counts a remap of `granules` for the adaptive allowance (may raise the slack). */
 void stow__vmm_note_remap(stow_pool_t *pool, size_t granules);
 

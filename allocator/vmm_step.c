@@ -108,14 +108,6 @@ void stow__vmm_step_forget(stow_pool_t *pool)
     pool->step.look_after_op = 0; /* looks again at the next remap */
 }
 
-void stow__vmm_step_note_growth_past_floor(stow_pool_t *pool)
-{
-    if (!pool->step.active)
-        return;
-    drop_plan(&pool->step);
-    back_off(pool);
-}
-
 void stow__vmm_step_note_remap(stow_pool_t *pool)
 {
     stow_vmm_step_t *s = &pool->step;
@@ -421,15 +413,19 @@ static bool outlives_the_step(const stow_pool_t *pool, const stow_vmm_step_t *s,
  * the log holds, and the cycle they need (1 or 2 steps); 0 blocks: none to
  * plan, or too many. */
 static size_t collect_blocks(const stow_pool_t *pool, const stow_vmm_step_t *s, size_t s0,
-                             size_t period, step_block_t **out, unsigned *steps)
+                             size_t period, step_block_t **out, unsigned *steps,
+                             bool *not_a_step)
 {
     size_t n = 0;
     *steps = 1;
+    *not_a_step = false;
     for (size_t j = s0; j < s0 + period; j++) {
         uint32_t life = planned_life(pool, s, j, period);
         if (!life) {
-            if (outlives_the_step(pool, s, j, period))
-                return 0; /* a stretch that leaves blocks behind is not a step */
+            if (outlives_the_step(pool, s, j, period)) {
+                *not_a_step = true; /* a stretch that leaves blocks behind */
+                return 0;
+            }
             continue;
         }
         if (life >= period)
@@ -543,24 +539,31 @@ static bool plan_above(step_block_t *blocks, size_t n, uint32_t cycle, span_t *s
     return true;
 }
 
+typedef enum plan_outcome {
+    PLAN_TAKEN,
+    PLAN_REFUSED,   /* nothing to plan, no room, no host memory, or too many granules */
+    PLAN_NOT_A_STEP /* the stretch leaves blocks live beyond two periods */
+} plan_outcome_t;
+
 /* Builds and takes the plan of the step of `period` operations ending two
  * periods before the log's end (so that the frees of its blocks are logged).
- * Returns false (and takes nothing) when there is nothing to plan (or the
- * stretch is no step), no room, no host memory, or the plan's granules would
- * not fit what the pool may hold before it remaps: the allowance, or the most
- * it has held when that is more (a plan within that raises no peak). */
-static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
+ * Takes nothing when the stretch is no step, or there is nothing to plan, no
+ * room, no host memory, or the plan's granules would not fit what the pool
+ * may hold before it remaps: the allowance, or the most it has held when
+ * that is more (a plan within that raises no peak). */
+static plan_outcome_t take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
 {
     stow_vmm_step_t *s = &pool->step;
     size_t n = s->log_count, s0 = n - 3 * period;
     stow_segment_t *seg = large_range_of(pool, ss);
     if (!seg)
-        return false;
+        return PLAN_REFUSED;
     unsigned steps;
+    bool not_a_step;
     step_block_t *blocks = NULL;
-    size_t n_blocks = collect_blocks(pool, s, s0, period, &blocks, &steps);
+    size_t n_blocks = collect_blocks(pool, s, s0, period, &blocks, &steps, &not_a_step);
     if (!n_blocks)
-        return false;
+        return not_a_step ? PLAN_NOT_A_STEP : PLAN_REFUSED;
     uint32_t cycle = (uint32_t)(steps * period);
     /* The blocks that stay: live and allocated more than two periods ago
      * (a step's blocks live less than two), or waiting for streams. */
@@ -673,7 +676,7 @@ static bool take_plan(stow_pool_t *pool, stow_stream_state_t *ss, size_t period)
     }
     free(spans);
     free(blocks);
-    return taken;
+    return taken ? PLAN_TAKEN : PLAN_REFUSED;
 }
 
 /* Out of line: note() runs on every operation, and a search inlined into it
@@ -696,13 +699,31 @@ static __attribute__((noinline)) void look(stow_pool_t *pool, stow_stream_state_
     size_t period = find_period(s);
     if (!period)
         return;
-    bool remapping = s->last_remap_op + 2 * period >= pool->step.ops;
-    if (!remapping) /* the loop has settled by itself: no event for remaps to come */
+    if (s->last_remap_op + 2 * period < pool->step.ops) {
+        /* No remap in the last two periods: the loop has settled by itself,
+         * so no event for remaps to come, or the period is a stretch inside
+         * a longer step (layers alike), so the log goes on; a log of 4,096
+         * operations two thirds of which made no remap stops it (above). */
         stow__vmm_epochs_stop_closing(&pool->epochs, pool->op_count);
-    bool taken = remapping && take_plan(pool, ss, period);
-    stop_looking(s);
-    if (!taken)
+        return;
+    }
+    if (s->active) {
+        if (period == s->period)
+            return; /* the plan in force: its remaps are its first cycle's */
+        /* Remapping under a plan for another period: a longer step (an
+         * outer loop whose inner one was planned) or a changed one. */
+        drop_plan(s);
+    }
+    /* The log goes on under the plan, so that a longer step around it shows
+     * too (the plan of an inner loop drops where each outer step leaves it),
+     * and past a stretch that is no step (the layers of a forward pass): the
+     * step around it may show in a longer log. A plan refused backs off:
+     * planning is quadratic in the step's blocks. */
+    plan_outcome_t outcome = take_plan(pool, ss, period);
+    if (outcome == PLAN_REFUSED) {
+        stop_looking(s);
         back_off(pool);
+    }
 }
 
 /* ---- each operation ---- */

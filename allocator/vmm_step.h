@@ -59,10 +59,6 @@ void stow__vmm_step_destroy(stow_pool_t *pool);
 /* empty_cache: the free blocks change hands (to the streams' shared index),
  * so the plan and the log go; the pool looks again at its next remap. */
 void stow__vmm_step_forget(stow_pool_t *pool);
-/* The pool is about to hold more granules than it may before it remaps (a
- * live block pins every idle mapping): a plan in force costs memory, not
- * only its first moves, and is dropped, backing off as after a refusal. */
-void stow__vmm_step_note_growth_past_floor(stow_pool_t *pool);
 /* A remap: start looking for the step, unless looking, planned or backing off. */
 void stow__vmm_step_note_remap(stow_pool_t *pool);
 /* The operations of a pool that looks for its step or follows a plan
