@@ -306,6 +306,36 @@ Test(learn, a_loop_of_short_steps_makes_no_backend_call_after_its_fifth_step)
     }
 }
 
+/* A loop around a loop: each outer step runs random loop 4's step ten times,
+ * then loop 12's once, on loop 4's weights. The period found first is the
+ * inner step (which settles by itself, or is planned and dropped where the
+ * outer step leaves it); the log goes on, so the outer step shows in it and
+ * is planned, and the pool stops calling the backend. */
+Test(learn, an_outer_loop_around_an_inner_one_is_found_and_settles)
+{
+    sim = ts_sim(0, false, false);
+    cr_assert_not_null(sim);
+    pool = ts_pool("policy:vmm", sim);
+    void *weights[TS_LOOP_SLOTS_MAX + 8];
+    ts_loop_weights_alloc(pool, &loop4, STREAM, weights);
+    uint64_t backend_calls = 0;
+    for (unsigned outer = 0; outer < 60; outer++) {
+        if (outer == 30)
+            backend_calls = stats().num_backend_calls;
+        for (unsigned inner = 0; inner < 10; inner++)
+            ts_loop_step(pool, &loop4, STREAM);
+        ts_loop_step(pool, &loop12, STREAM);
+        if (outer % 10 == 0)
+            check();
+    }
+    stow_stats_t s = stats();
+    cr_assert_eq(s.num_backend_calls, backend_calls,
+                 "%llu backend calls in the last 30 outer steps",
+                 (unsigned long long)(s.num_backend_calls - backend_calls));
+    ts_loop_weights_free(pool, &loop4, weights);
+    finish();
+}
+
 /* A stretch that repeats but keeps what it allocates (the layers of a
  * forward pass of training keep their activations for the backward pass; a
  * decoder keeps its cache) is not a loop's step: nothing is planned, though
