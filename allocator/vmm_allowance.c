@@ -37,11 +37,6 @@ static uint64_t allowed_granules(const stow_pool_t *pool, uint64_t live_bytes_hi
     return cap && cap < allowed ? cap : allowed;
 }
 
-uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool)
-{
-    return allowed_granules(pool, pool->live_bytes_high_water);
-}
-
 uint64_t stow__vmm_allowance_for(const stow_pool_t *pool, uint64_t live_bytes_high_water)
 {
     return allowed_granules(pool, live_bytes_high_water);

@@ -38,8 +38,6 @@ static inline void stow__vmm_adapt_init(stow_vmm_adapt_t *adapt, const stow_tuni
 /* The granules the pool may hold for `live_bytes_high_water` (its limit is the
  * caller's to check). */
 uint64_t stow__vmm_allowance_for(const stow_pool_t *pool, uint64_t live_bytes_high_water);
-/* The granules the pool may hold while some mapped granule sits unused, now. */
-uint64_t stow__vmm_allowed_granules(const stow_pool_t *pool);
 /* The granules the pool may hold before it remaps, for `live_bytes_high_water`:
  * the allowance, or the most the pool has held (its handle high-water mark)
  * when that is more, since a remap below it cannot lower a peak already

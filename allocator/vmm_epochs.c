@@ -22,8 +22,8 @@
  * synchronizes the device only without one.
  *
  * Epochs are closed only while the pool remaps (for CLOSE_AFTER_REMAP_OPS
- * operations after a remap, or until a learned layout has served a cycle
- * without one): every CLOSE_EVERY_FREES frees that leave
+ * operations after a remap, or until the learned step says the loop holds:
+ * vmm_step.c): every CLOSE_EVERY_FREES frees that leave
  * granules unused, at most STOW_VMM_CLOSURES epochs in flight (the oldest is
  * queried when the ring is full). So a steady state makes no backend call.
  * On a backend without events nothing is closed: every remap that needs a

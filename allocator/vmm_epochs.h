@@ -45,8 +45,8 @@ static inline uint64_t stow__vmm_epoch_open(const stow_vmm_epochs_t *epochs)
     return epochs->unmap_epoch;
 }
 
-/* The pool stops remapping (a learned layout served a whole cycle without a
- * remap): epochs close no more until the next remap. */
+/* The loop holds without remaps (a step's end under a learned layout, or a
+ * loop that settled by itself): epochs close no more until the next remap. */
 static inline void stow__vmm_epochs_stop_closing(stow_vmm_epochs_t *epochs, uint64_t op_count)
 {
     if (epochs->closing_until_op > op_count)

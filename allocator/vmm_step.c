@@ -10,11 +10,13 @@
  * step are then laid out around the blocks that stay, and the plan is taken
  * only when its granules fit what the pool may hold before it remaps (the
  * allowance, or the most it has held). A stretch that leaves large blocks
- * live beyond two periods is not a step: nothing is planned. At each step's
- * end under the plan the pool stops recording events for remaps to come. While the operations match it,
- * each planned request takes its address; the first that does not, or three
- * cycles in a row with a taken address, drop it. empty_cache drops the plan
- * and the log (the free blocks change hands).
+ * live beyond two periods is not a step: nothing is planned. While the
+ * operations match the plan, each planned request takes its address; the
+ * first that does not, or three cycles in a row with a taken address, drop
+ * it. At each step's end under the plan the pool stops recording events for
+ * remaps to come. The log goes on under a plan, so that an outer loop around
+ * a planned inner one shows. empty_cache drops the plan and the log (the free
+ * blocks change hands).
  *
  * Owns pool->step (vmm_step.h); keeps each allocated block's operation
  * number in its free_seq (only free blocks use that field otherwise). Reads
