@@ -387,28 +387,21 @@ static uint64_t other_ranges_granules(const stow_pool_t *pool, const stow_segmen
     return granules;
 }
 
+/* Whether logged operation j allocated a large block (one a plan places). */
+static bool is_large_alloc(const stow_pool_t *pool, const stow_vmm_step_t *s, size_t j)
+{
+    return is_alloc(s->log_sigs[j]) && sig_bytes(s->log_sigs[j]) > pool->vmm_small_bytes;
+}
+
 /* The lifetime of logged operation j when it allocated a large block freed
  * less than two periods later (a block the plan places); 0 otherwise. */
 static uint32_t planned_life(const stow_pool_t *pool, const stow_vmm_step_t *s, size_t j,
                              size_t period)
 {
     uint32_t life = s->log_lives[j];
-    if (!is_alloc(s->log_sigs[j]) || sig_bytes(s->log_sigs[j]) <= pool->vmm_small_bytes ||
-        life >= 2 * period)
+    if (!is_large_alloc(pool, s, j) || life >= 2 * period)
         return 0;
     return life;
-}
-
-/* Whether entry j of the log is a large allocation still live two periods
- * on: a loop's step frees what it allocates (gradients by the next step),
- * where a layer of a pass that keeps its activations for later (a forward
- * pass of training, a cache) does not, though its operations repeat as a
- * step's do. */
-static bool outlives_the_step(const stow_pool_t *pool, const stow_vmm_step_t *s, size_t j,
-                              size_t period)
-{
-    return is_alloc(s->log_sigs[j]) && sig_bytes(s->log_sigs[j]) > pool->vmm_small_bytes &&
-           (s->log_lives[j] == 0 || s->log_lives[j] >= 2 * period);
 }
 
 /* The step's large blocks of the log's window [s0, s0 + period) whose frees
@@ -424,8 +417,13 @@ static size_t collect_blocks(const stow_pool_t *pool, const stow_vmm_step_t *s, 
     for (size_t j = s0; j < s0 + period; j++) {
         uint32_t life = planned_life(pool, s, j, period);
         if (!life) {
-            if (outlives_the_step(pool, s, j, period)) {
-                *not_a_step = true; /* a stretch that leaves blocks behind */
+            /* A large block still live two periods on: a loop's step frees
+             * what it allocates (gradients by the next step), where a layer
+             * of a pass that keeps its activations for later (a training
+             * forward pass, a cache) does not, though its operations repeat
+             * as a step's do. */
+            if (is_large_alloc(pool, s, j)) {
+                *not_a_step = true;
                 return 0;
             }
             continue;
